@@ -1,0 +1,62 @@
+/**
+ * The registry as data: providers are records, not classes (STYLE.md). A registry source (the YAML file now,
+ * the ledger later) produces a frozen `RegistrySnapshot`; routing turns it into live offers.
+ */
+
+export type TrustMode = 'standard' | 'verified' | 'private'
+export type ModelType = 'chatbot' | 'text-to-image' | 'speech-to-text'
+export type ChatFormat = 'openai' | 'anthropic'
+export type Verifiability = 'TeeML' | 'TeeTLS' | ''
+
+/** Tier rank for floor comparisons: standard < verified < private (spec §2.6). */
+export const TIER_RANK: Readonly<Record<TrustMode, number>> = { standard: 0, verified: 1, private: 2 }
+export const TIERS: readonly TrustMode[] = ['standard', 'verified', 'private']
+
+/** Prices exactly as written in the registry, as decimal strings (never floats). */
+export interface ModelPrice {
+  /** USD per 1M prompt tokens. */
+  readonly prompt?: string
+  /** USD per 1M completion tokens. */
+  readonly completion?: string
+  /** USD per generated image. */
+  readonly image?: string
+  /** USD per second of audio. */
+  readonly audio_second?: string
+}
+
+export interface RegistryModel {
+  readonly id: string
+  readonly type: ModelType
+  /** Chat surfaces that accept the model; empty for non-chat models. */
+  readonly formats: readonly ChatFormat[]
+  readonly context_length: number | null
+  /** Advertised output capacity; null when the provider never reported one. */
+  readonly max_completion_tokens: number | null
+  readonly supported_parameters: readonly string[]
+  readonly price: ModelPrice
+}
+
+/** Settings for a simulated provider the server boots itself on `url` (demo and tests). */
+export interface SimulateSettings {
+  readonly ttft_ms: number
+  readonly tokens_per_s: number
+}
+
+export interface RegistryProvider {
+  /** Lower-case 0x-prefixed 40-hex address; the pin header's value. */
+  readonly address: string
+  /** OpenAI-compatible base URL without the /v1 suffix, e.g. http://127.0.0.1:9001 */
+  readonly url: string
+  readonly trust_mode: TrustMode
+  readonly verifiability: Verifiability
+  readonly tee_type: string
+  readonly tee_verifier: string
+  readonly models: readonly RegistryModel[]
+  readonly simulate: SimulateSettings | null
+}
+
+export interface RegistrySnapshot {
+  readonly providers: readonly RegistryProvider[]
+  /** Monotonic version, bumped on every successful (re)load. */
+  readonly version: number
+}
