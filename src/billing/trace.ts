@@ -1,0 +1,63 @@
+/**
+ * The `x_svc_trace` block (spec §2.5, DESIGN.md §4): who served, what it cost exactly, how it was metered,
+ * every provider tried. Costs are decimal strings of the exact bigint amounts.
+ */
+import type { ChatUsage, Cost } from './cost.js'
+import { formatUsd } from './money.js'
+
+export interface Attempt {
+  readonly provider: string
+  /** The provider's HTTP status, or null when no response arrived. */
+  readonly status: number | null
+  readonly error?: string
+}
+
+export interface TraceFields {
+  readonly requestId: string
+  readonly provider: string | null
+  readonly model: string
+  readonly cost: Cost
+  readonly usage: ChatUsage | Record<string, unknown> | null
+  readonly attempts: readonly Attempt[]
+  /** performance.now() at arrival. */
+  readonly startedAt: number
+}
+
+const ZERO: Cost = { input: 0n, output: 0n }
+export { ZERO as ZERO_COST }
+
+export function traceObject(f: TraceFields): Record<string, unknown> {
+  return {
+    request_id: f.requestId,
+    provider: f.provider,
+    model: f.model,
+    billing: {
+      input_cost: formatUsd(f.cost.input),
+      output_cost: formatUsd(f.cost.output),
+      total_cost: formatUsd(f.cost.input + f.cost.output),
+      currency: 'USD',
+    },
+    usage: f.usage,
+    attempts: f.attempts,
+    latency_ms: Math.round((performance.now() - f.startedAt) * 1000) / 1000,
+  }
+}
+
+/** `,"x_svc_trace":{…}`, ready to splice in front of the closing brace of a JSON object. */
+export function traceMember(f: TraceFields): string {
+  return ',"x_svc_trace":' + JSON.stringify(traceObject(f))
+}
+
+/**
+ * Inserts the trace member before the closing brace of a JSON object body without re-serialising it.
+ * Returns null when the body does not end in an object.
+ */
+export function spliceTrace(body: Buffer, member: string): Buffer | null {
+  let end = body.length - 1
+  while (end >= 0 && (body[end] === 32 || body[end] === 10 || body[end] === 13 || body[end] === 9)) end--
+  if (end < 1 || body[end] !== 125 /* } */) return null
+  let before = end - 1
+  while (before >= 0 && (body[before] === 32 || body[before] === 10 || body[before] === 13 || body[before] === 9)) before--
+  const text = body[before] === 123 /* { : empty object */ ? member.slice(1) : member
+  return Buffer.concat([body.subarray(0, end), Buffer.from(text), body.subarray(end)])
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env node
+/** The svc-router command line: `serve`, `simulate-provider`, and later the operator commands on the store. */
+import { parseArgs } from 'node:util'
+import { ConfigError, loadConfig } from './config/index.js'
+import { RegistryError } from './registry/file-source.js'
+import { serve } from './serve.js'
+import { simulateProviderCommand } from './simulator/cli.js'
+
+const USAGE = `usage: svc-router <command> [options]
+
+commands:
+  serve [--config FILE]      run the router (default config: built-in defaults; SVC_* env vars override)
+  simulate-provider [...]    run a simulated OpenAI-compatible provider (see simulate-provider --help)
+
+options:
+  -h, --help                 show this help
+`
+
+const SERVE_USAGE = `usage: svc-router serve [--config FILE]
+
+Runs the router. Every config key has a default; SVC_<SECTION>_<KEY> environment variables override the
+file (e.g. SVC_SERVER_PORT=9090). See config/example.full.yaml for every key.
+`
+
+async function serveCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } },
+    strict: true,
+  })
+  if (values.help) {
+    process.stdout.write(SERVE_USAGE)
+    return
+  }
+  const config = loadConfig({ file: values.config, env: process.env })
+  const router = await serve(config)
+  process.stdout.write(`svc-router listening on ${router.url}\n`)
+  let closing = false
+  const shutdown = (): void => {
+    if (closing) return
+    closing = true
+    router.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    )
+  }
+  process.on('SIGINT', shutdown)
+  process.on('SIGTERM', shutdown)
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv
+  switch (command) {
+    case 'serve':
+      return serveCommand(rest)
+    case 'simulate-provider':
+      return simulateProviderCommand(rest)
+    case undefined:
+    case '-h':
+    case '--help':
+    case 'help':
+      process.stdout.write(USAGE)
+      return
+    default:
+      process.stderr.write(`svc-router: unknown command ${JSON.stringify(command)}\n\n${USAGE}`)
+      process.exitCode = 2
+  }
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  if (err instanceof ConfigError || err instanceof RegistryError) {
+    process.stderr.write(`svc-router: ${err.message}\n`)
+  } else if ((err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS')) {
+    process.stderr.write(`svc-router: ${(err as Error).message}\n`)
+  } else {
+    process.stderr.write(`svc-router: ${(err as Error)?.stack ?? String(err)}\n`)
+  }
+  process.exit(2)
+})

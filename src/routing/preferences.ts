@@ -1,0 +1,277 @@
+/**
+ * The client's routing constraints (spec §4.7): the eight X-SVC-Provider-* headers, merged field by field
+ * with the deprecated body `provider` object (header wins). Parsing is a character scan with no regex and no
+ * intermediate objects; a present but malformed value is an error, never a default.
+ */
+import { RouterError } from '../errors.js'
+import type { RequestHead } from '../server/request-head.js'
+
+export const SORT_DEFAULT = 0
+export const SORT_LATENCY = 1
+export const SORT_PRICE = 2
+
+/** -1 marks a field the client left unset. */
+export const UNSET = -1
+
+export class RoutingPrefs {
+  /** Lower-case pinned address, '' when unset. */
+  address = ''
+  sort = SORT_DEFAULT
+  sortSet = false
+  /** Tier floor rank 0..2, or UNSET. */
+  tier = UNSET
+  /** 1 / 0, or UNSET (then: on, or off when pinned). */
+  allowFallbacks = UNSET
+  /** 1 / 0, or UNSET (off). */
+  requireParameters = UNSET
+  /** Ceilings in USD (per 1M tokens, per image), or UNSET. */
+  maxPrompt = UNSET
+  maxCompletion = UNSET
+  maxImage = UNSET
+
+  /** Fallbacks after defaults: on unless an address is pinned (rule 1). */
+  fallbacksAllowed(): boolean {
+    if (this.allowFallbacks !== UNSET) return this.allowFallbacks === 1
+    return this.address === ''
+  }
+
+  requiresParameters(): boolean {
+    return this.requireParameters === 1
+  }
+}
+
+const TIER_NAMES = ['standard', 'verified', 'private']
+
+/** Trims HTTP whitespace; returns the same string when there is none (V8 does not copy then). */
+function trimmed(value: string): string {
+  return value.length === 0 ? value : value.trim()
+}
+
+function tierRank(value: string): number {
+  if (value === 'standard') return 0
+  if (value === 'verified') return 1
+  if (value === 'private') return 2
+  return UNSET
+}
+
+/** `true`/`false` in any case; UNSET for anything else. */
+function parseBool(value: string): number {
+  if (value.length === 4) {
+    return (value.charCodeAt(0) | 32) === 116 &&
+      (value.charCodeAt(1) | 32) === 114 &&
+      (value.charCodeAt(2) | 32) === 117 &&
+      (value.charCodeAt(3) | 32) === 101
+      ? 1
+      : UNSET
+  }
+  if (value.length === 5) {
+    return (value.charCodeAt(0) | 32) === 102 &&
+      (value.charCodeAt(1) | 32) === 97 &&
+      (value.charCodeAt(2) | 32) === 108 &&
+      (value.charCodeAt(3) | 32) === 115 &&
+      (value.charCodeAt(4) | 32) === 101
+      ? 0
+      : UNSET
+  }
+  return UNSET
+}
+
+/** A plain non-negative decimal (`12`, `0.25`); UNSET for signs, exponents, NaN, Inf or stray characters. */
+export function parseDecimal(value: string): number {
+  const n = value.length
+  if (n === 0 || n > 64) return UNSET
+  let digitsBefore = 0
+  let digitsAfter = 0
+  let dot = false
+  for (let i = 0; i < n; i++) {
+    const c = value.charCodeAt(i)
+    if (c >= 48 && c <= 57) {
+      if (dot) digitsAfter++
+      else digitsBefore++
+    } else if (c === 46 && !dot) {
+      dot = true
+    } else {
+      return UNSET
+    }
+  }
+  if (digitsBefore === 0 || (dot && digitsAfter === 0)) return UNSET
+  return Number(value)
+}
+
+function badPrice(header: string, value: string): RouterError {
+  return new RouterError(
+    'invalid_max_price_usd',
+    `${header} must be a finite non-negative decimal such as 0.25, got ${JSON.stringify(value)}`,
+  )
+}
+
+function badBool(header: string, value: string): RouterError {
+  return new RouterError('invalid_provider_header', `${header} must be true or false, got ${JSON.stringify(value)}`)
+}
+
+/**
+ * Parses the routing headers into `prefs`. Returns null, or the RouterError of the first malformed header.
+ * The pin header is only normalised here; the registry decides whether it names a provider.
+ */
+export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): RouterError | null {
+  let v = trimmed(head.providerAddress)
+  if (v.length !== 0) prefs.address = v.toLowerCase()
+
+  v = trimmed(head.providerSort)
+  if (v.length !== 0) {
+    if (v === 'latency') prefs.sort = SORT_LATENCY
+    else if (v === 'price') prefs.sort = SORT_PRICE
+    else {
+      return new RouterError(
+        'invalid_provider_header',
+        `X-SVC-Provider-Sort must be "latency" or "price" (lower case), got ${JSON.stringify(v)}`,
+      )
+    }
+    prefs.sortSet = true
+  }
+
+  v = trimmed(head.providerTrustMode)
+  if (v.length !== 0) {
+    prefs.tier = tierRank(v)
+    if (prefs.tier === UNSET) {
+      return new RouterError(
+        'invalid_trust_mode',
+        `X-SVC-Provider-Trust-Mode must be one of standard, verified, private, got ${JSON.stringify(v)}`,
+      )
+    }
+  }
+
+  v = trimmed(head.providerAllowFallbacks)
+  if (v.length !== 0) {
+    prefs.allowFallbacks = parseBool(v)
+    if (prefs.allowFallbacks === UNSET) return badBool('X-SVC-Provider-Allow-Fallbacks', v)
+  }
+
+  v = trimmed(head.providerRequireParameters)
+  if (v.length !== 0) {
+    prefs.requireParameters = parseBool(v)
+    if (prefs.requireParameters === UNSET) return badBool('X-SVC-Provider-Require-Parameters', v)
+  }
+
+  v = trimmed(head.maxPricePrompt)
+  if (v.length !== 0) {
+    prefs.maxPrompt = parseDecimal(v)
+    if (prefs.maxPrompt === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Prompt', v)
+  }
+  v = trimmed(head.maxPriceCompletion)
+  if (v.length !== 0) {
+    prefs.maxCompletion = parseDecimal(v)
+    if (prefs.maxCompletion === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Completion', v)
+  }
+  v = trimmed(head.maxPriceImage)
+  if (v.length !== 0) {
+    prefs.maxImage = parseDecimal(v)
+    if (prefs.maxImage === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Image', v)
+  }
+  return null
+}
+
+function bodyField(name: string): string {
+  return `provider.${name}`
+}
+
+function bodyPrice(value: unknown, name: string): number {
+  if (typeof value === 'number' && Number.isFinite(value) && value >= 0) return value
+  if (typeof value === 'string') {
+    const n = parseDecimal(value.trim())
+    if (n !== UNSET) return n
+  }
+  throw new RouterError(
+    'invalid_max_price_usd',
+    `${bodyField(name)} must be a finite non-negative decimal, got ${JSON.stringify(value)}`,
+  )
+}
+
+function bodyBool(value: unknown, name: string): number {
+  if (typeof value === 'boolean') return value ? 1 : 0
+  if (typeof value === 'string') {
+    const b = parseBool(value.trim())
+    if (b !== UNSET) return b
+  }
+  throw new RouterError('invalid_provider_header', `${bodyField(name)} must be true or false, got ${JSON.stringify(value)}`)
+}
+
+/**
+ * Merges the deprecated body `provider` object into prefs: a field applies only where the header left it
+ * unset (rule 8). Throws a RouterError naming the field for a malformed value or an unknown field.
+ */
+export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): void {
+  if (provider === undefined || provider === null) return
+  if (typeof provider !== 'object' || Array.isArray(provider)) {
+    throw new RouterError('invalid_request', 'provider must be an object (deprecated: prefer the X-SVC-Provider-* headers)')
+  }
+  const p = provider as Record<string, unknown>
+  for (const key in p) {
+    const value = p[key]
+    if (value === undefined || value === null) continue
+    switch (key) {
+      case 'address':
+        if (typeof value !== 'string') throw new RouterError('invalid_request', 'provider.address must be a string')
+        if (prefs.address === '' && value.trim() !== '') prefs.address = value.trim().toLowerCase()
+        break
+      case 'sort':
+        if (value !== 'latency' && value !== 'price') {
+          throw new RouterError('invalid_provider_header', `provider.sort must be "latency" or "price", got ${JSON.stringify(value)}`)
+        }
+        if (!prefs.sortSet) {
+          prefs.sort = value === 'latency' ? SORT_LATENCY : SORT_PRICE
+          prefs.sortSet = true
+        }
+        break
+      case 'trust_mode': {
+        const rank = typeof value === 'string' ? tierRank(value) : UNSET
+        if (rank === UNSET) {
+          throw new RouterError('invalid_trust_mode', `provider.trust_mode must be one of ${TIER_NAMES.join(', ')}, got ${JSON.stringify(value)}`)
+        }
+        if (prefs.tier === UNSET) prefs.tier = rank
+        break
+      }
+      case 'allow_fallbacks': {
+        const b = bodyBool(value, key)
+        if (prefs.allowFallbacks === UNSET) prefs.allowFallbacks = b
+        break
+      }
+      case 'require_parameters': {
+        const b = bodyBool(value, key)
+        if (prefs.requireParameters === UNSET) prefs.requireParameters = b
+        break
+      }
+      case 'max_price': {
+        if (typeof value !== 'object' || Array.isArray(value)) {
+          throw new RouterError('invalid_max_price_usd', 'provider.max_price must be an object with prompt, completion and/or image')
+        }
+        const m = value as Record<string, unknown>
+        for (const dim in m) {
+          if (m[dim] === undefined || m[dim] === null) continue
+          if (dim === 'prompt') {
+            const n = bodyPrice(m[dim], 'max_price.prompt')
+            if (prefs.maxPrompt === UNSET) prefs.maxPrompt = n
+          } else if (dim === 'completion') {
+            const n = bodyPrice(m[dim], 'max_price.completion')
+            if (prefs.maxCompletion === UNSET) prefs.maxCompletion = n
+          } else if (dim === 'image') {
+            const n = bodyPrice(m[dim], 'max_price.image')
+            if (prefs.maxImage === UNSET) prefs.maxImage = n
+          } else {
+            throw new RouterError('invalid_request', `unknown field provider.max_price.${dim} (known: prompt, completion, image)`)
+          }
+        }
+        break
+      }
+      default:
+        throw new RouterError(
+          'invalid_request',
+          `unknown field provider.${key} (known: address, sort, trust_mode, allow_fallbacks, require_parameters, max_price)`,
+        )
+    }
+  }
+}
+
+export function tierName(rank: number): string {
+  return TIER_NAMES[rank] ?? 'none'
+}

@@ -1,0 +1,242 @@
+/**
+ * The request-dependent half of routing (spec §4.7 rules 1–7), walked inline over the pre-sorted lists of the
+ * routing table. Candidates are produced lazily: the first one costs O(1) in the common case however many
+ * providers serve the model, and the rest are only looked at when a failover needs them.
+ *
+ * Order of the walk: healthy before unhealthy (a provider whose circuit is open is a last resort, never
+ * skipped for good), and when Require-Parameters is off, capable before incapable within each.
+ */
+import { RouterError } from '../errors.js'
+import type { Offer, ProviderEntry } from './offers.js'
+import { namesOf } from './params.js'
+import { RoutingPrefs, SORT_DEFAULT, SORT_LATENCY, tierName, UNSET } from './preferences.js'
+import type { ModelIndex } from './table.js'
+
+/** Which price ceilings apply to the surface (spec §4.7 rule 5 table). */
+export const DIMENSION_CHAT = 0
+export const DIMENSION_IMAGE = 1
+export const DIMENSION_AUDIO = 2
+
+export interface SelectionRequest {
+  readonly dimension: number
+  /** Bits of the sampling/reasoning parameters the request sets. */
+  readonly paramMask: number
+  /** Requested maximum output length, -1 when the request sets none. */
+  readonly maxOutput: number
+  /** The key's allowed providers, null when unrestricted. */
+  readonly allowedProviders: ReadonlySet<string> | null
+  /** performance.now(), for health. */
+  readonly now: number
+}
+
+const PASS_HEALTHY_CAPABLE = 0
+const PASS_HEALTHY_OTHER = 1
+const PASS_UNHEALTHY_CAPABLE = 2
+const PASS_UNHEALTHY_OTHER = 3
+const PASS_END = 4
+
+function withinCeiling(offer: Offer, prefs: RoutingPrefs, dimension: number): boolean {
+  if (dimension === DIMENSION_CHAT) {
+    return (
+      (prefs.maxPrompt === UNSET || offer.promptPerM <= prefs.maxPrompt) &&
+      (prefs.maxCompletion === UNSET || offer.completionPerM <= prefs.maxCompletion)
+    )
+  }
+  if (dimension === DIMENSION_IMAGE) return prefs.maxImage === UNSET || offer.imageUsd <= prefs.maxImage
+  return true
+}
+
+function supportsParams(offer: Offer, mask: number): boolean {
+  return (mask & ~offer.paramMask) === 0
+}
+
+/** Rule 4: with Require-Parameters on, an unreported cap excludes; off, only a reported cap that is too small. */
+function holdsOutput(offer: Offer, maxOutput: number, strict: boolean): boolean {
+  if (maxOutput < 0) return true
+  if (offer.maxCompletionTokens < 0) return !strict
+  return offer.maxCompletionTokens >= maxOutput
+}
+
+function allowed(provider: ProviderEntry, allowedProviders: ReadonlySet<string> | null): boolean {
+  return allowedProviders === null || allowedProviders.has(provider.address)
+}
+
+/** A lazy cursor over the candidates of one request, in the order they should be tried. */
+export class Selection {
+  readonly #list: readonly Offer[]
+  readonly #prefs: RoutingPrefs
+  readonly #req: SelectionRequest
+  readonly #strict: boolean
+  /** Whether anything can be incapable at all; if not, the "other" passes are skipped. */
+  readonly #prefer: boolean
+  #pinned: Offer | null
+  /** The candidate handed out first; later passes skip it. */
+  #first: Offer | null = null
+  #firstPending = false
+  #pass = PASS_HEALTHY_CAPABLE
+  #pos = 0
+  #yielded = 0
+
+  constructor(list: readonly Offer[], prefs: RoutingPrefs, req: SelectionRequest, pinned: Offer | null) {
+    this.#list = list
+    this.#prefs = prefs
+    this.#req = req
+    this.#strict = prefs.requiresParameters()
+    this.#prefer = !this.#strict && (req.paramMask !== 0 || req.maxOutput >= 0)
+    this.#pinned = pinned
+  }
+
+  /** Makes `offer` (found by pickTwo or a first next()) the first candidate handed out. */
+  setFirst(offer: Offer): void {
+    this.#first = offer
+    this.#firstPending = true
+    this.#yielded = 0
+  }
+
+  /** How many candidates were handed out so far. */
+  get yielded(): number {
+    return this.#yielded
+  }
+
+  next(): Offer | null {
+    if (this.#pinned !== null) {
+      const pinned = this.#pinned
+      this.#pinned = null
+      this.#first = pinned
+      if (!this.#prefs.fallbacksAllowed()) this.#pass = PASS_END
+      this.#yielded++
+      return pinned
+    }
+    if (this.#firstPending) {
+      this.#firstPending = false
+      this.#yielded++
+      return this.#first
+    }
+    const list = this.#list
+    while (this.#pass < PASS_END) {
+      const pass = this.#pass
+      const wantHealthy = pass < PASS_UNHEALTHY_CAPABLE
+      const wantCapable = pass === PASS_HEALTHY_CAPABLE || pass === PASS_UNHEALTHY_CAPABLE
+      while (this.#pos < list.length) {
+        const offer = list[this.#pos++]!
+        if (offer === this.#first) continue
+        if (offer.provider.health.isHealthy(this.#req.now) !== wantHealthy) continue
+        if (!this.#eligible(offer)) continue
+        if (this.#prefer && this.#capable(offer) !== wantCapable) continue
+        this.#yielded++
+        return offer
+      }
+      this.#pos = 0
+      this.#pass = this.#nextPass(pass)
+    }
+    return null
+  }
+
+  #nextPass(pass: number): number {
+    if (this.#prefer) return pass + 1
+    return pass === PASS_HEALTHY_CAPABLE ? PASS_UNHEALTHY_CAPABLE : PASS_END
+  }
+
+  /** Hard filters: price ceilings, the key's providers, and with Require-Parameters on, capability. */
+  #eligible(offer: Offer): boolean {
+    if (!withinCeiling(offer, this.#prefs, this.#req.dimension)) return false
+    if (!allowed(offer.provider, this.#req.allowedProviders)) return false
+    if (this.#strict) return this.#capable(offer)
+    return true
+  }
+
+  #capable(offer: Offer): boolean {
+    return supportsParams(offer, this.#req.paramMask) && holdsOutput(offer, this.#req.maxOutput, this.#strict)
+  }
+
+  /** Power of two choices on in-flight requests among healthy, eligible, capable offers (default strategy). */
+  pickTwo(): Offer | null {
+    const list = this.#list
+    const n = list.length
+    if (n === 0) return null
+    const a = this.#probe(Math.floor(Math.random() * n))
+    if (a === null || n === 1) return a
+    const b = this.#probe(Math.floor(Math.random() * n))
+    if (b === null || b === a) return a
+    if (a.stats.inflight !== b.stats.inflight) return a.stats.inflight < b.stats.inflight ? a : b
+    return a.sortPrice <= b.sortPrice ? a : b
+  }
+
+  /** The first offer from `start` on (wrapping) that passes the first pass's tests. */
+  #probe(start: number): Offer | null {
+    const list = this.#list
+    for (let k = 0; k < list.length; k++) {
+      const offer = list[(start + k) % list.length]!
+      if (!offer.provider.health.isHealthy(this.#req.now)) continue
+      if (!this.#eligible(offer)) continue
+      if (this.#prefer && !this.#capable(offer)) continue
+      return offer
+    }
+    return null
+  }
+}
+
+/**
+ * Starts the selection for a model, or returns the RouterError that says why nothing can serve it.
+ * The error paths walk the model's offers again to name the constraint that removed the last candidate.
+ */
+export function select(index: ModelIndex, prefs: RoutingPrefs, req: SelectionRequest, pinned: ProviderEntry | null): Selection | RouterError {
+  const floor = prefs.tier === UNSET ? 0 : prefs.tier
+  const list = prefs.sort === SORT_LATENCY ? index.latency[floor]! : index.price[floor]!
+
+  if (prefs.address !== '') {
+    const offer = pinned === null ? undefined : index.offers.find((o) => o.provider === pinned)
+    if (offer === undefined) {
+      return new RouterError(
+        'provider_not_found',
+        pinned === null
+          ? `X-SVC-Provider-Address ${prefs.address} is not a registered provider`
+          : `provider ${prefs.address} does not serve model ${index.id}`,
+      )
+    }
+    if (offer.tier < floor) {
+      return new RouterError(
+        'no_provider_for_trust_mode',
+        `pinned provider ${offer.provider.address} is ${offer.provider.trustMode}, below the requested trust mode ${tierName(floor)}`,
+      )
+    }
+    if (!allowed(offer.provider, req.allowedProviders)) {
+      return new RouterError('provider_not_allowed', `this key may not use provider ${offer.provider.address}`)
+    }
+    if (!withinCeiling(offer, prefs, req.dimension)) {
+      return new RouterError('pinned_provider_exceeds_max_price', `pinned provider ${offer.provider.address} is priced above the requested maximum`)
+    }
+    // Rule 1: the parameter filters of rule 4 are skipped for a pinned provider.
+    return new Selection(list, prefs, req, offer)
+  }
+
+  const selection = new Selection(list, prefs, req, null)
+  const first = (prefs.sort === SORT_DEFAULT && list.length > 1 ? selection.pickTwo() : null) ?? selection.next()
+  if (first === null) return explainEmpty(index, prefs, req, floor)
+  selection.setFirst(first)
+  return selection
+}
+
+function explainEmpty(index: ModelIndex, prefs: RoutingPrefs, req: SelectionRequest, floor: number): RouterError {
+  let left = index.offers.filter((o) => o.tier >= floor)
+  if (left.length === 0) {
+    return new RouterError('no_provider_for_trust_mode', `no provider of model ${index.id} is available at trust mode ${tierName(floor)} or above`)
+  }
+  left = left.filter((o) => allowed(o.provider, req.allowedProviders))
+  if (left.length === 0) return new RouterError('provider_not_allowed', `this key may not use any provider of model ${index.id}`)
+  left = left.filter((o) => withinCeiling(o, prefs, req.dimension))
+  if (left.length === 0) {
+    return new RouterError('no_provider_within_max_price', `no provider of model ${index.id} is priced within the requested maximum`)
+  }
+  left = left.filter((o) => supportsParams(o, req.paramMask))
+  if (left.length === 0) {
+    return new RouterError(
+      'model_not_capable',
+      `no provider of model ${index.id} supports all requested parameters (${namesOf(req.paramMask).join(', ')}) and X-SVC-Provider-Require-Parameters is true`,
+    )
+  }
+  return new RouterError(
+    'no_provider_within_max_tokens',
+    `no provider of model ${index.id} advertises room for ${req.maxOutput} output tokens and X-SVC-Provider-Require-Parameters is true`,
+  )
+}

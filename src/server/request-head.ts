@@ -1,0 +1,41 @@
+/**
+ * What the front end copies out of a uWS request before its callback returns (the uWS request object dies
+ * then). Plain data: everything past `src/server/` reads requests through this and never sees uWS.
+ * Absent headers are empty strings, as uWS reports them.
+ */
+export interface RequestHead {
+  readonly requestId: string
+  readonly method: string
+  readonly path: string
+  readonly query: string
+  /** performance.now() at arrival. */
+  readonly startedAt: number
+  readonly authorization: string
+  readonly contentType: string
+  readonly contentLength: string
+  readonly providerAddress: string
+  readonly providerSort: string
+  readonly providerTrustMode: string
+  readonly providerAllowFallbacks: string
+  readonly providerRequireParameters: string
+  readonly maxPricePrompt: string
+  readonly maxPriceCompletion: string
+  readonly maxPriceImage: string
+  /** Resolved lazily: only the auth audit needs it. */
+  remoteAddress(): string
+}
+
+/** Lower-case header names, as uWS wants them for getHeader(). */
+export const HEADER = {
+  authorization: 'authorization',
+  contentType: 'content-type',
+  contentLength: 'content-length',
+  providerAddress: 'x-svc-provider-address',
+  providerSort: 'x-svc-provider-sort',
+  providerTrustMode: 'x-svc-provider-trust-mode',
+  providerAllowFallbacks: 'x-svc-provider-allow-fallbacks',
+  providerRequireParameters: 'x-svc-provider-require-parameters',
+  maxPricePrompt: 'x-svc-provider-max-price-usd-prompt',
+  maxPriceCompletion: 'x-svc-provider-max-price-usd-completion',
+  maxPriceImage: 'x-svc-provider-max-price-usd-image',
+} as const

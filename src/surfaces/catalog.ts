@@ -1,0 +1,95 @@
+/**
+ * The public live catalog (spec §2.3, §2.4, §4.6): GET /v1/models and GET /v1/providers?model=. No credential.
+ * The model list only changes with the registry, so its JSON is cached per table version; the provider list
+ * carries live health and latency and is built per call.
+ */
+import { RouterError } from '../errors.js'
+import type { Offer } from '../routing/offers.js'
+import type { RoutingTable } from '../routing/table.js'
+import type { Reply } from '../server/reply.js'
+import type { RequestHead } from '../server/request-head.js'
+import { sendError, sendJson } from '../server/respond.js'
+import type { Verifiability } from '../registry/types.js'
+
+const VERIFIABILITY_RANK: Record<Verifiability, number> = { '': 0, TeeTLS: 1, TeeML: 2 }
+
+function modelEntry(id: string, offers: readonly Offer[]): Record<string, unknown> {
+  // The strongest enclave among the providers describes the model; formats are what any provider accepts.
+  let best = offers[0]!
+  const formats = new Set<string>()
+  let context: number | null = null
+  for (const o of offers) {
+    if (VERIFIABILITY_RANK[o.provider.record.verifiability] > VERIFIABILITY_RANK[best.provider.record.verifiability]) best = o
+    for (const f of o.model.formats) formats.add(f)
+    if (o.model.context_length !== null) context = Math.max(context ?? 0, o.model.context_length)
+  }
+  return {
+    id,
+    object: 'model',
+    type: best.model.type,
+    supported_formats: [...formats],
+    verifiability: best.provider.record.verifiability,
+    tee_type: best.provider.record.tee_type,
+    tee_verifier: best.provider.record.tee_verifier,
+    provider_count: offers.length,
+    context_length: context,
+  }
+}
+
+function providerEntry(offer: Offer, now: number): Record<string, unknown> {
+  const p = offer.provider
+  const price = offer.model.price
+  return {
+    address: p.address,
+    is_healthy: p.health.isHealthy(now),
+    trust_mode: p.trustMode,
+    verifiability: p.record.verifiability,
+    latency: Number.isNaN(offer.stats.ewmaTtfbMs) ? null : Math.round(offer.stats.ewmaTtfbMs * 1000) / 1000,
+    uptime: p.health.uptime(),
+    max_completion_tokens: offer.model.max_completion_tokens,
+    context_length: offer.model.context_length,
+    supported_parameters: offer.model.supported_parameters,
+    pricing: {
+      prompt: price.prompt ?? null,
+      completion: price.completion ?? null,
+      image: price.image ?? null,
+      audio_second: price.audio_second ?? null,
+      currency: 'USD',
+    },
+  }
+}
+
+export function createCatalog(table: RoutingTable): {
+  listModels: (head: RequestHead, reply: Reply) => void
+  listProviders: (head: RequestHead, reply: Reply) => void
+} {
+  let cachedVersion = -1
+  let cachedModels = ''
+
+  return {
+    listModels: function listModels(head: RequestHead, reply: Reply): void {
+      if (cachedVersion !== table.version) {
+        const data = [...table.models()].map(([id, index]) => modelEntry(id, index.offers))
+        cachedModels = JSON.stringify({ object: 'list', data })
+        cachedVersion = table.version
+      }
+      sendJson(reply, 200, cachedModels, ['x-request-id', head.requestId])
+    },
+
+    listProviders: function listProviders(head: RequestHead, reply: Reply): void {
+      const headers = ['x-request-id', head.requestId]
+      const model = new URLSearchParams(head.query).get('model')
+      if (model === null || model === '') {
+        sendError(reply, new RouterError('invalid_request', 'the model query parameter is required: /v1/providers?model=<model_id>'), head.requestId, headers)
+        return
+      }
+      const index = table.model(model)
+      if (index === undefined) {
+        sendError(reply, new RouterError('model_not_found', `model ${model} is not in the catalog`), head.requestId, headers)
+        return
+      }
+      const now = performance.now()
+      sendJson(reply, 200, JSON.stringify({ object: 'list', data: index.offers.map((o) => providerEntry(o, now)) }), headers)
+    },
+  }
+}

@@ -1,0 +1,41 @@
+/**
+ * undici's error codes, translated once into what the router reports in `attempts` and decides on. Every
+ * failure here happened before a byte reached the client, so each one allows a failover.
+ */
+
+export interface UpstreamFailure {
+  /** Short machine-readable reason for the trace's `attempts[].error`. */
+  readonly reason: string
+  /** True when the provider was too slow (the last such failure makes the answer a 504). */
+  readonly timeout: boolean
+}
+
+const BY_CODE: Readonly<Record<string, UpstreamFailure>> = {
+  UND_ERR_CONNECT_TIMEOUT: { reason: 'connect_timeout', timeout: true },
+  UND_ERR_HEADERS_TIMEOUT: { reason: 'headers_timeout', timeout: true },
+  UND_ERR_BODY_TIMEOUT: { reason: 'body_timeout', timeout: true },
+  UND_ERR_SOCKET: { reason: 'connection_reset', timeout: false },
+  UND_ERR_CLOSED: { reason: 'connection_closed', timeout: false },
+  UND_ERR_DESTROYED: { reason: 'connection_closed', timeout: false },
+  UND_ERR_RESPONSE_STATUS_CODE: { reason: 'bad_status', timeout: false },
+  UND_ERR_INVALID_RETURN_VALUE: { reason: 'protocol_error', timeout: false },
+  HPE_INVALID_CONSTANT: { reason: 'protocol_error', timeout: false },
+  ECONNREFUSED: { reason: 'connection_refused', timeout: false },
+  ECONNRESET: { reason: 'connection_reset', timeout: false },
+  EPIPE: { reason: 'connection_reset', timeout: false },
+  ETIMEDOUT: { reason: 'connect_timeout', timeout: true },
+  EHOSTUNREACH: { reason: 'host_unreachable', timeout: false },
+  ENOTFOUND: { reason: 'dns_failure', timeout: false },
+}
+
+const UNKNOWN: UpstreamFailure = { reason: 'upstream_error', timeout: false }
+
+export function classifyUpstreamError(err: unknown): UpstreamFailure {
+  const code = (err as { code?: unknown } | null)?.code
+  return (typeof code === 'string' && BY_CODE[code]) || UNKNOWN
+}
+
+/** Provider answers that make the router try the next candidate (DESIGN.md §4: 5xx and 429). */
+export function isRetryableStatus(status: number): boolean {
+  return status >= 500 || status === 429
+}

@@ -1,0 +1,67 @@
+/**
+ * One undici Pool per provider origin, with keep-alive, shared by every request to that provider and kept
+ * across registry reloads while the provider stays.
+ */
+import { Pool } from 'undici'
+
+export interface PoolSettings {
+  readonly connections: number
+  readonly connectTimeoutMs: number
+  readonly keepAliveTimeoutMs: number
+  readonly headersTimeoutMs: number
+  readonly bodyTimeoutMs: number
+}
+
+export class UpstreamPools {
+  readonly #pools = new Map<string, Pool>()
+  readonly #settings: PoolSettings
+
+  constructor(settings: PoolSettings) {
+    this.#settings = settings
+  }
+
+  get settings(): PoolSettings {
+    return this.#settings
+  }
+
+  /** The pool for a provider base URL (its origin; the path prefix is added per request). */
+  get(url: string): Pool {
+    let pool = this.#pools.get(url)
+    if (pool === undefined) {
+      const s = this.#settings
+      pool = new Pool(new URL(url).origin, {
+        connections: s.connections,
+        pipelining: 1,
+        keepAliveTimeout: s.keepAliveTimeoutMs,
+        keepAliveMaxTimeout: Math.max(s.keepAliveTimeoutMs, 600_000),
+        headersTimeout: s.headersTimeoutMs,
+        bodyTimeout: s.bodyTimeoutMs,
+        connect: { timeout: s.connectTimeoutMs },
+      })
+      this.#pools.set(url, pool)
+    }
+    return pool
+  }
+
+  /** Closes pools of providers that left the registry (in-flight requests on them finish first). */
+  retain(urls: ReadonlySet<string>): void {
+    for (const [url, pool] of this.#pools) {
+      if (!urls.has(url)) {
+        this.#pools.delete(url)
+        pool.close().catch(() => {})
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    const pools = [...this.#pools.values()]
+    this.#pools.clear()
+    await Promise.all(pools.map((p) => p.destroy().catch(() => {})))
+  }
+}
+
+/** The path prefix of a provider URL (e.g. "/openai" for http://host/openai), "" for a bare origin. */
+export function basePath(url: string): string {
+  const path = new URL(url).pathname
+  return path === '/' ? '' : path.replace(/\/+$/, '')
+}
