@@ -1,0 +1,85 @@
+/**
+ * The one schema of the configuration (DESIGN.md §3). Every key has a default, so an empty file is a whole
+ * config; `config/example.full.yaml` lists every key with its default and must stay in step with this file.
+ */
+
+import { z } from 'zod'
+
+/** Node clamps any timer delay above 2^31-1 ms to 1 ms, so a longer "timeout" would fire at once. */
+export const MAX_TIMER_MS = 2_147_483_647
+
+const timeoutMs = (fallback: number) => z.int().positive().max(MAX_TIMER_MS).default(fallback)
+const byteSize = (fallback: number) => z.int().positive().default(fallback)
+
+const ServerSchema = z.strictObject({
+  host: z.string().min(1).default('127.0.0.1'),
+  /** 0 asks the OS for an ephemeral port (tests). */
+  port: z.int().min(0).max(65535).default(8080),
+  max_json_body_bytes: byteSize(10 * 1024 * 1024),
+  max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
+})
+
+const RegistrySchema = z.strictObject({
+  source: z.enum(['file']).default('file'),
+  /** Relative to the config file's directory; returned absolute. */
+  path: z.string().min(1).default('providers.yaml'),
+  watch: z.boolean().default(true),
+})
+
+const StoreSchema = z.strictObject({
+  kind: z.enum(['sqlite']).default('sqlite'),
+  /** Relative to the config file's directory; returned absolute. */
+  path: z.string().min(1).default('../data/svc.db'),
+})
+
+const LimitsSchema = z.strictObject({
+  requests_per_minute: z.int().positive().default(600),
+})
+
+const UpstreamSchema = z.strictObject({
+  connect_timeout_ms: timeoutMs(10_000),
+  headers_timeout_ms: timeoutMs(120_000),
+  body_timeout_ms: timeoutMs(60_000),
+  connections_per_provider: z.int().positive().default(128),
+  keep_alive_timeout_ms: timeoutMs(60_000),
+  /** 0 turns failover off for multipart bodies. */
+  replay_buffer_bytes: z.int().min(0).default(25 * 1024 * 1024),
+})
+
+const RoutingSchema = z.strictObject({
+  index_threads: z.int().min(1).max(256).default(1),
+  stats_rebuild_ms: z.int().min(0).max(MAX_TIMER_MS).default(1000),
+  failure_threshold: z.int().positive().default(3),
+  unhealthy_cooldown_ms: timeoutMs(10_000),
+  latency_ewma_alpha: z.number().gt(0).lte(1).default(0.2),
+  max_attempts: z.int().min(1).max(16).default(3),
+})
+
+const LogSchema = z.strictObject({
+  level: z.enum(['error', 'warn', 'info', 'debug']).default('info'),
+})
+
+// `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
+export const ConfigSchema = z.strictObject({
+  server: ServerSchema.prefault({}),
+  registry: RegistrySchema.prefault({}),
+  store: StoreSchema.prefault({}),
+  limits: LimitsSchema.prefault({}),
+  upstream: UpstreamSchema.prefault({}),
+  routing: RoutingSchema.prefault({}),
+  log: LogSchema.prefault({}),
+})
+
+/** Dotted paths of the keys that hold file paths (resolved to absolute by the loader). */
+export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path']
+
+/** Readonly all the way down: what `deepFreeze` returns. */
+export type DeepReadonly<T> = T extends (infer U)[]
+  ? readonly DeepReadonly<U>[]
+  : T extends readonly (infer U)[]
+    ? readonly DeepReadonly<U>[]
+    : T extends object
+      ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+      : T
+
+export type Config = DeepReadonly<z.infer<typeof ConfigSchema>>
