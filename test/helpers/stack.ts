@@ -33,6 +33,10 @@ export interface TestProvider {
 
 export interface Stack {
   readonly url: string
+  /** An sk- key of a funded test account: send it as `Authorization: Bearer <key>` on inference calls. */
+  readonly key: string
+  /** `{ authorization: 'Bearer <key>' }`, to spread into request headers. */
+  readonly auth: Record<string, string>
   readonly router: RunningRouter
   /** Simulators by provider address. */
   readonly sims: ReadonlyMap<string, SimulatorHandle>
@@ -94,7 +98,10 @@ export async function startStack(
     await router.close()
     await Promise.all([...sims.values()].map((s) => s.close()))
   })
-  return { url: router.url, router, sims, registryPath, dir }
+  // Until accounts exist the router serves one open local account; the key is sent anyway so tests keep
+  // working unchanged once authentication is enforced.
+  const key = 'sk-test-open'
+  return { url: router.url, key, auth: { authorization: `Bearer ${key}` }, router, sims, registryPath, dir }
 }
 
 /** A free loopback port with nothing listening on it (connections are refused). */
