@@ -1,0 +1,328 @@
+/**
+ * The simulated provider: a real OpenAI-compatible HTTP server on `node:http`, used by the demo, the
+ * router tests and the benchmarks. Deterministic filler content, optional pacing, injectable faults.
+ */
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http'
+import type { AddressInfo, Socket } from 'node:net'
+import { randomBytes } from 'node:crypto'
+import { log } from '../log.js'
+import { resolveSettings, type Settings, type SimulatorFault, type SimulatorOptions, type Tunables } from './settings.js'
+import {
+  completionBody,
+  contentChunk,
+  contentMessage,
+  estimatePromptTokens,
+  fillerToken,
+  parseChatRequest,
+  responseMeta,
+  roleChunk,
+  splitArguments,
+  streamEnd,
+  streamFrame,
+  toolArgumentsChunk,
+  toolCallMessage,
+  toolCallTokens,
+  toolStartChunk,
+  usageJson,
+  type ChatRequest,
+} from './completion.js'
+
+export { SIMULATOR_FAULTS, type SimulatorFault, type SimulatorOptions } from './settings.js'
+
+/** Live counters of `/v1/chat/completions` traffic. */
+export interface SimulatorStats {
+  requests: number // requests received
+  completed: number // responses fully written (error answers included)
+  aborted: number // requests whose client went away before the response finished
+  lastBody: any // last parsed JSON request body
+  lastHeaders: Record<string, string | string[] | undefined>
+}
+
+/** A running simulator. */
+export interface SimulatorHandle {
+  readonly url: string // 'http://127.0.0.1:PORT' (no /v1 suffix)
+  readonly port: number
+  readonly stats: SimulatorStats
+  /** Changes behaviour for requests that arrive from now on; setting fault/faultCount re-arms the counter. */
+  setOptions(patch: Partial<Omit<SimulatorOptions, 'host' | 'port'>>): void
+  /** Closes the listener and destroys open sockets. */
+  close(): Promise<void>
+}
+
+/** One chat completion in flight: the pending timer is cleared the moment the client goes away. */
+interface Exchange {
+  res: ServerResponse
+  socket: Socket
+  s: Settings
+  timer: NodeJS.Timeout | undefined
+}
+
+const ID_PREFIX = randomBytes(4).toString('hex')
+let sequence = 0
+// Unpaced streams are written in slices of this size so a slow reader still applies backpressure.
+const BATCH_CHARS = 64 * 1024
+
+function nextId(prefix: string): string {
+  return `${prefix}${ID_PREFIX}${(++sequence).toString(36)}`
+}
+
+function sendJson(res: ServerResponse, status: number, body: string, name: string, retryAfter?: string): void {
+  const headers: OutgoingHttpHeaders = {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    'x-simulator-name': name,
+  }
+  if (retryAfter !== undefined) headers['retry-after'] = retryAfter
+  res.writeHead(status, headers).end(body)
+}
+
+function sendError(res: ServerResponse, status: number, name: string, message: string, type: string, code: string, retryAfter?: string): void {
+  sendJson(res, status, JSON.stringify({ error: { message, type, code } }), name, retryAfter)
+}
+
+function later(ex: Exchange, ms: number, fn: () => void): void {
+  if (ms > 0) ex.timer = setTimeout(fn, ms)
+  else fn()
+}
+
+/** Starts a simulator and resolves once it listens. */
+export async function startSimulator(options: SimulatorOptions = {}): Promise<SimulatorHandle> {
+  const host = options.host ?? '127.0.0.1'
+  let tunables: Tunables = { ...options }
+  let settings = resolveSettings(tunables)
+  let faultsLeft = settings.faultCount
+  let listening = false
+  let closing: Promise<void> | undefined
+  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {} }
+  const sockets = new Set<Socket>()
+  // Sockets the simulator destroyed on purpose: their requests are faults, not client aborts.
+  const killed = new WeakSet<Socket>()
+
+  const server = createServer(handleRequest)
+  server.keepAliveTimeout = 65_000
+  server.on('connection', function trackSocket(socket: Socket) {
+    sockets.add(socket)
+    socket.once('close', () => sockets.delete(socket))
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(options.port ?? 0, host, () => {
+      server.off('error', reject)
+      resolve()
+    })
+  })
+  listening = true
+  const port = (server.address() as AddressInfo).port
+  server.on('error', function onListenError(err: Error) {
+    log.warn('simulator listener failed', { name: settings.name, port, error: err.message })
+  })
+  syncListener()
+
+  function kill(socket: Socket): void {
+    killed.add(socket)
+    socket.destroy()
+  }
+
+  function syncListener(): void {
+    const wanted = closing === undefined && settings.fault !== 'refuse'
+    if (wanted === listening) return
+    listening = wanted
+    if (wanted) {
+      server.listen(port, host)
+    } else {
+      server.close()
+      for (const socket of sockets) kill(socket)
+    }
+  }
+
+  function takeFault(s: Settings): SimulatorFault {
+    if (s.fault === 'none' || s.fault === 'refuse' || faultsLeft <= 0) return 'none'
+    faultsLeft--
+    return s.fault
+  }
+
+  function handleRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? '/'
+    const query = url.indexOf('?')
+    const path = query === -1 ? url : url.slice(0, query)
+    if (path === '/v1/chat/completions' && req.method === 'POST') return handleChat(req, res)
+    if (path === '/v1/models' && req.method === 'GET') return sendJson(res, 200, settings.modelsBody, settings.name)
+    sendError(res, 404, settings.name, `Unknown request URL: ${req.method} ${path}.`, 'invalid_request_error', 'unknown_url')
+  }
+
+  function handleChat(req: IncomingMessage, res: ServerResponse): void {
+    stats.requests++
+    stats.lastHeaders = req.headers
+    const ex: Exchange = { res, socket: req.socket, s: settings, timer: undefined }
+    const fault = takeFault(ex.s)
+    res.once('finish', function countCompleted() {
+      stats.completed++
+    })
+    res.once('close', function stopExchange() {
+      if (ex.timer !== undefined) clearTimeout(ex.timer)
+      ex.timer = undefined
+      if (!res.writableFinished && !killed.has(ex.socket)) stats.aborted++
+    })
+    let text = ''
+    req.setEncoding('utf8')
+    req.on('data', function readBody(chunk: string) {
+      text += chunk
+    })
+    req.on('end', function onBody() {
+      respondChat(ex, fault, text)
+    })
+  }
+
+  function respondChat(ex: Exchange, fault: SimulatorFault, text: string): void {
+    const { res, s } = ex
+    let body: unknown
+    try {
+      body = JSON.parse(text)
+    } catch {
+      body = undefined
+    }
+    stats.lastBody = body
+    switch (fault) {
+      case 'reset-before-headers':
+        return kill(ex.socket)
+      case 'status-500':
+        return sendError(res, 500, s.name, 'The server had an error while processing your request (simulated).', 'server_error', 'server_error')
+      case 'status-429':
+        return sendError(res, 429, s.name, 'Rate limit reached (simulated).', 'requests', 'rate_limit_exceeded', '1')
+      case 'status-400':
+        return sendError(res, 400, s.name, 'Invalid request (simulated).', 'invalid_request_error', 'invalid_request')
+    }
+    if (body === undefined) {
+      return sendError(res, 400, s.name, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json')
+    }
+    const request = parseChatRequest(body)
+    if ('error' in request) return sendError(res, 400, s.name, request.error, 'invalid_request_error', 'invalid_request')
+    if (s.models !== undefined && !s.models.has(request.model)) {
+      return sendError(res, 404, s.name, `model '${request.model}' not found`, 'invalid_request_error', 'model_not_found')
+    }
+    later(ex, fault === 'slow-headers' ? s.slowHeadersMs : 0, function startCompletion() {
+      complete(ex, request, fault)
+    })
+  }
+
+  function complete(ex: Exchange, request: ChatRequest, fault: SimulatorFault): void {
+    const { s } = ex
+    const id = nextId('chatcmpl-')
+    const object = request.stream ? 'chat.completion.chunk' : 'chat.completion'
+    const meta = responseMeta(object, id, Math.floor(Date.now() / 1000), JSON.stringify(request.model), s.nameJson)
+    const reset = fault === 'reset-mid-stream'
+    const tool = request.tool
+    let tokens = s.completionTokens
+    let finishReason = 'stop'
+    if (tool !== undefined) {
+      tokens = toolCallTokens(tool)
+      finishReason = 'tool_calls'
+    } else if (request.maxTokens !== undefined && request.maxTokens < tokens) {
+      tokens = request.maxTokens
+      finishReason = 'length'
+    }
+    const usage = fault === 'no-usage' ? undefined : usageJson(estimatePromptTokens(request.messages), tokens)
+    const callId = tool === undefined ? '' : nextId('call_')
+    if (!request.stream) {
+      const message = tool === undefined ? contentMessage(tokens) : toolCallMessage(callId, tool)
+      const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
+      return sendCompletion(ex, completionBody(meta, message, finishReason, usage), units, reset)
+    }
+    const frame = streamFrame(meta, request.includeUsage && usage !== undefined)
+    const end = streamEnd(frame, finishReason, usage ?? '')
+    if (tool === undefined) {
+      return stream(ex, roleChunk(frame), tokens, (i) => contentChunk(frame, fillerToken(i)), end, reset)
+    }
+    const pieces = splitArguments(tool.arguments)
+    const first = toolStartChunk(frame, callId, tool.name)
+    stream(ex, first, pieces.length, (i) => toolArgumentsChunk(frame, pieces[i]!), end, reset)
+  }
+
+  function sendCompletion(ex: Exchange, body: string, units: number, reset: boolean): void {
+    const { res, s } = ex
+    const generation = s.tokensPerS > 0 ? (Math.max(0, units - 1) * 1000) / s.tokensPerS : 0
+    later(ex, s.ttftMs + generation, function writeCompletion() {
+      if (!reset) return sendJson(res, 200, body, s.name)
+      const bytes = Buffer.from(body)
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': bytes.length, 'x-simulator-name': s.name })
+      res.write(bytes.subarray(0, bytes.length >> 1), () => kill(ex.socket))
+    })
+  }
+
+  /**
+   * Writes `first`, then `units` chunks from `unit(i)`, then `end`. Unpaced, everything goes out in a
+   * few large writes; paced, one chunk per tick on a drift-free schedule. Either way a `false` from
+   * `write()` parks generation until 'drain', so a slow reader stalls the simulator instead of
+   * growing its buffers.
+   */
+  function stream(ex: Exchange, first: string, units: number, unit: (i: number) => string, end: string, reset: boolean): void {
+    const { res, s } = ex
+    const stopAt = reset ? Math.min(s.faultAfterChunks, units) : units
+    const interval = s.tokensPerS > 0 ? 1000 / s.tokensPerS : 0
+    let next = 0
+    let origin = 0
+    let pending = first
+    res.writeHead(200, s.sseHeaders)
+    if (s.ttftMs > 0) {
+      res.write(pending)
+      pending = ''
+      ex.timer = setTimeout(emit, s.ttftMs)
+    } else {
+      emit()
+    }
+
+    function emit(): void {
+      ex.timer = undefined
+      if (interval > 0) {
+        if (next === 0) origin = performance.now()
+        if (next < stopAt) pending += unit(next++)
+        if (next < stopAt) {
+          const flowing = res.write(pending)
+          pending = ''
+          if (flowing) ex.timer = setTimeout(emit, Math.max(0, origin + next * interval - performance.now()))
+          else res.once('drain', resume)
+          return
+        }
+      } else {
+        while (next < stopAt) {
+          pending += unit(next++)
+          if (pending.length >= BATCH_CHARS && next < stopAt) {
+            const flowing = res.write(pending)
+            pending = ''
+            if (!flowing) return void res.once('drain', emit)
+          }
+        }
+      }
+      if (reset) res.write(pending, () => kill(ex.socket))
+      else res.end(pending + end)
+    }
+
+    // After a stall the schedule restarts from now, rather than bursting the tokens it fell behind on.
+    function resume(): void {
+      origin = performance.now() - next * interval
+      emit()
+    }
+  }
+
+  function setOptions(patch: Partial<Tunables>): void {
+    const merged = { ...tunables, ...patch }
+    settings = resolveSettings(merged)
+    tunables = merged
+    if ('fault' in patch || 'faultCount' in patch) faultsLeft = settings.faultCount
+    syncListener()
+  }
+
+  function close(): Promise<void> {
+    closing ??= new Promise<void>((resolve) => {
+      const stopped = listening ? new Promise<void>((done) => server.close(() => done())) : undefined
+      listening = false
+      const gone = [...sockets].map((socket) => new Promise<void>((done) => socket.once('close', () => done())))
+      for (const socket of sockets) kill(socket)
+      void Promise.all([stopped, ...gone]).then(() => resolve())
+    })
+    return closing
+  }
+
+  const host6 = host.includes(':') ? `[${host}]` : host
+  return { url: `http://${host6}:${port}`, port, stats, setOptions, close }
+}
