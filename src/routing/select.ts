@@ -99,11 +99,12 @@ export class Selection {
   }
 
   next(): Offer | null {
+    // Without fallbacks (an explicit false, or a pin without true), only the first candidate is ever tried.
+    if (this.#yielded > 0 && !this.#prefs.fallbacksAllowed()) return null
     if (this.#pinned !== null) {
       const pinned = this.#pinned
       this.#pinned = null
       this.#first = pinned
-      if (!this.#prefs.fallbacksAllowed()) this.#pass = PASS_END
       this.#yielded++
       return pinned
     }

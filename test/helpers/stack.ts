@@ -46,7 +46,7 @@ export interface Stack {
 
 /** Minimal interface of a tap Test this helper needs. */
 interface TapLike {
-  testdir(fixture?: object): string
+  testdir(): string
   teardown(fn: () => unknown): void
 }
 
@@ -62,7 +62,7 @@ export async function startStack(
   providers: TestProvider[],
   config: Record<string, Record<string, unknown>> = {},
 ): Promise<Stack> {
-  const dir = t.testdir({})
+  const dir = t.testdir()
   const sims = new Map<string, SimulatorHandle>()
   const entries = []
   for (const p of providers) {

@@ -1,0 +1,95 @@
+/**
+ * Backpressure both ways: a client that stops reading must stall the provider instead of making the router
+ * buffer the stream, and a client that goes away must cancel the upstream request at once.
+ */
+import { connect, type Socket } from 'node:net'
+import t from 'tap'
+import { startSimulator } from '../../src/simulator/simulator.js'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
+
+const MODEL = 'm-chat'
+const P = addr('c')
+const TOKENS = 400_000
+
+function rawRequest(stack: Pick<Stack, 'url' | 'auth'>, body: object): Socket {
+  const url = new URL(stack.url)
+  const payload = JSON.stringify(body)
+  const sock = connect(Number(url.port), url.hostname)
+  sock.write(
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n` +
+      `Authorization: ${stack.auth.authorization}\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`,
+  )
+  return sock
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms))
+}
+
+t.test('a client that stops reading stalls the provider; the router does not buffer the stream', async (t) => {
+  // The router runs as its own process so its memory is measured alone, not the test runner's.
+  const sim = await startSimulator({ completionTokens: TOKENS })
+  t.teardown(() => sim.close())
+  const router = await spawnRouter(t, [{ address: P, url: sim.url, models: [{ id: MODEL, price: { prompt: 0.1, completion: 0.1 } }] }])
+  const target = { url: router.url, auth: { authorization: 'Bearer sk-test-open' } }
+  // Warm the streaming path once so its first-use allocations (code, JIT) are not counted as buffering.
+  const warm = rawRequest(target, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'warm' }], max_tokens: 4 })
+  await new Promise<void>((resolve) => warm.on('data', (b: Buffer) => b.toString().includes('[DONE]') && resolve()))
+  warm.destroy()
+  const before = router.rssMiB()
+
+  const sock = rawRequest(target, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: TOKENS })
+  sock.pause()
+  // Long enough for the simulator to write the whole ~90 MiB stream if nothing held it back (it does in ~2 s).
+  await sleep(3000)
+  const grown = router.rssMiB() - before
+  t.equal(sim.stats.completed, 1, 'only the warm-up completed: the provider is stalled behind the slow client')
+  // Unbounded buffering would hold the whole stream (~90 MiB); what remains is young-generation garbage
+  // not yet scavenged (up to a few tens of MiB depending on GC timing), not buffered output.
+  t.ok(grown < 40, `router memory grew ${grown.toFixed(1)} MiB while the client read nothing (bounded)`)
+
+  // Now read it all: the stream is complete and well-formed.
+  let tail = ''
+  let bytes = 0
+  const done = new Promise<void>((resolve) => {
+    sock.on('data', (chunk: Buffer) => {
+      bytes += chunk.length
+      tail = (tail + chunk.toString('latin1')).slice(-4096)
+      if (tail.endsWith('0\r\n\r\n')) resolve()
+    })
+  })
+  sock.resume()
+  await done
+  sock.destroy()
+  t.ok(tail.includes('data: [DONE]'), 'the stream ends with [DONE]')
+  t.ok(tail.includes('x_svc_trace'), 'and carries the trace')
+  t.ok(bytes > TOKENS * 100, `all ${TOKENS} tokens arrived (${(bytes / 1048576).toFixed(1)} MiB)`)
+  t.equal(sim.stats.completed, 2)
+})
+
+t.test('a client that disconnects mid-stream cancels the upstream request at once', async (t) => {
+  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { tokensPerS: 50, completionTokens: 500 } }])
+  const sim = stack.sims.get(P)!
+  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }] })
+  await new Promise<void>((resolve) => sock.once('data', () => resolve()))
+  t.equal(sim.stats.aborted, 0)
+  sock.destroy()
+  const deadline = Date.now() + 2000
+  while (sim.stats.aborted === 0 && Date.now() < deadline) await sleep(10)
+  t.equal(sim.stats.aborted, 1, 'the provider saw its client (the router) go away')
+  t.equal(sim.stats.completed, 0)
+  const offer = stack.router.table.model(MODEL)!.offers[0]!
+  t.equal(offer.stats.inflight, 0, 'no request is left counted in flight')
+})
+
+t.test('a client that disconnects before the provider answers cancels the upstream request', async (t) => {
+  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { ttftMs: 5000 } }])
+  const sim = stack.sims.get(P)!
+  const sock = rawRequest(stack, { model: MODEL, messages: [{ role: 'user', content: 'go' }] })
+  const deadline = Date.now() + 2000
+  while (sim.stats.requests === 0 && Date.now() < deadline) await sleep(10)
+  sock.destroy()
+  while (sim.stats.aborted === 0 && Date.now() < deadline + 2000) await sleep(10)
+  t.equal(sim.stats.aborted, 1)
+})
