@@ -280,3 +280,14 @@ t.test('the provider fails repeatedly: it is marked unhealthy and skipped until 
   t.equal(stack.sims.get(A)!.stats.requests, before, 'the unhealthy provider was not tried')
   t.same(JSON.parse(res.text).x_svc_trace.attempts, [{ provider: B, status: 200 }])
 })
+
+t.test('a stream that goes idle past body_timeout ends with a provider_timeout SSE error event', async (t) => {
+  // Role chunk and first token at once, then 5 s between tokens: far past a 300 ms idle limit.
+  const stack = await twoProviders(t, { tokensPerS: 0.2, completionTokens: 5 }, { upstream: { body_timeout_ms: 300 } })
+  const res = await post(stack, { ...HELLO, stream: true }, PRICE)
+  const events = res.text.split('\n\n').filter((e) => e.length > 0)
+  t.notOk(events.includes('data: [DONE]'))
+  const last = JSON.parse(events.at(-1)!.slice(6))
+  t.equal(last.error.code, 'provider_timeout')
+  t.same(last.x_svc_trace.attempts, [{ provider: A, status: 200, error: 'body_timeout' }])
+})
