@@ -1,6 +1,6 @@
 /**
  * Sampling and reasoning parameters as bits, so "does this provider support everything the request asks
- * for" is one AND on the hot path. Aliases share a bit (max_completion_tokens is max_tokens, reasoning_effort
+ * for" is one AND on the hot path. Aliases share a bit (reasoning_effort
  * is reasoning).
  */
 
@@ -21,7 +21,8 @@ define('frequency_penalty')
 define('presence_penalty')
 define('repetition_penalty')
 define('seed')
-define('max_tokens', 'max_completion_tokens')
+// max_tokens / max_completion_tokens are not here on purpose: spec §4.7 rule 4 judges the output length by the
+// provider's advertised max_completion_tokens cap alone, not by whether it lists the parameter.
 define('stop')
 define('logit_bias')
 define('logprobs', 'top_logprobs')

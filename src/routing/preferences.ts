@@ -214,17 +214,19 @@ export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): vo
         if (typeof value !== 'string') throw new RouterError('invalid_request', 'provider.address must be a string')
         if (prefs.address === '' && value.trim() !== '') prefs.address = value.trim().toLowerCase()
         break
-      case 'sort':
-        if (value !== 'latency' && value !== 'price') {
+      case 'sort': {
+        const sort = typeof value === 'string' ? value.trim() : value
+        if (sort !== 'latency' && sort !== 'price') {
           throw new RouterError('invalid_provider_header', `provider.sort must be "latency" or "price", got ${JSON.stringify(value)}`)
         }
         if (!prefs.sortSet) {
-          prefs.sort = value === 'latency' ? SORT_LATENCY : SORT_PRICE
+          prefs.sort = sort === 'latency' ? SORT_LATENCY : SORT_PRICE
           prefs.sortSet = true
         }
         break
+      }
       case 'trust_mode': {
-        const rank = typeof value === 'string' ? tierRank(value) : UNSET
+        const rank = typeof value === 'string' ? tierRank(value.trim()) : UNSET
         if (rank === UNSET) {
           throw new RouterError('invalid_trust_mode', `provider.trust_mode must be one of ${TIER_NAMES.join(', ')}, got ${JSON.stringify(value)}`)
         }

@@ -46,6 +46,12 @@ const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-
 const JSON_HEADERS = ['Content-Type', 'application/json']
 const DONE_EVENT = Buffer.from('data: [DONE]\n\n')
 const MAX_ERROR_BODY = 64 * 1024
+/** A JSON answer larger than this is a broken provider, not a completion (the router must hold it whole). */
+const MAX_JSON_RESPONSE = 64 * 1024 * 1024
+
+function responseTooLarge(): Error {
+  return Object.assign(new Error(`provider response exceeds ${MAX_JSON_RESPONSE} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' })
+}
 
 /** Outcome of one attempt that did not produce the answer. */
 interface Miss {
@@ -263,6 +269,10 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
       return
     }
     if (this.#phase === Phase.Passthrough && this.#size + chunk.length > MAX_ERROR_BODY) return
+    if (this.#size + chunk.length > MAX_JSON_RESPONSE) {
+      controller.abort(responseTooLarge())
+      return
+    }
     this.#parts.push(chunk)
     this.#size += chunk.length
   }

@@ -18,6 +18,7 @@ const BY_CODE: Readonly<Record<string, UpstreamFailure>> = {
   UND_ERR_CLOSED: { reason: 'connection_closed', timeout: false },
   UND_ERR_DESTROYED: { reason: 'connection_closed', timeout: false },
   UND_ERR_RESPONSE_STATUS_CODE: { reason: 'bad_status', timeout: false },
+  UND_ERR_RES_EXCEEDED_MAX_SIZE: { reason: 'response_too_large', timeout: false },
   UND_ERR_INVALID_RETURN_VALUE: { reason: 'protocol_error', timeout: false },
   HPE_INVALID_CONSTANT: { reason: 'protocol_error', timeout: false },
   ECONNREFUSED: { reason: 'connection_refused', timeout: false },

@@ -56,6 +56,7 @@ export class SseRelay {
       this.#pending = null
     }
     if (this.#first) {
+      this.#first = false
       if (data.indexOf(LF2) === -1 && data.indexOf(CRLF2) !== -1) this.#delim = CRLF2
     }
     const delim = this.#delim
@@ -84,10 +85,8 @@ export class SseRelay {
 
   #forward(region: Buffer, emit: Emit): void {
     const delim = this.#delim
-    if (this.#first) {
-      this.#first = false
-      this.#readChatId(region)
-    }
+    // Usually found in the first event; a provider that opens with a comment (": ping") gets looked at again.
+    if (this.chatId === '') this.#readChatId(region)
     for (let at = region.indexOf(delim); at !== -1; at = region.indexOf(delim, at + delim.length)) this.events++
 
     // [DONE] is always the last event: hold it back.

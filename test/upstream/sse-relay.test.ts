@@ -99,3 +99,10 @@ t.test('escaped "usage" text inside content does not confuse the scanner', async
   t.equal(out, tricky.slice(0, -DONE.length))
   t.equal(relay.usage, null)
 })
+
+t.test('a stream that opens with a comment still yields the chat id from the first data event', async (t) => {
+  const body = ': ping\n\n' + chunk(' a') + DONE
+  const { out, relay } = relayAll([Buffer.from(': ping\n\n'), Buffer.from(chunk(' a') + DONE)], false)
+  t.equal(out, body.slice(0, -DONE.length))
+  t.equal(relay.chatId, ID)
+})

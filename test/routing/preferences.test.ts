@@ -1,0 +1,325 @@
+/**
+ * Unit tests of the routing preferences (spec §4.7): the header parser, the deprecated body `provider`
+ * object merged field by field (header wins), and the decimal parser behind the three price ceilings.
+ */
+import t from 'tap'
+import { RouterError } from '../../src/errors.js'
+import {
+  mergeBodyPreferences,
+  parseDecimal,
+  parseRoutingHeaders,
+  RoutingPrefs,
+  SORT_DEFAULT,
+  SORT_LATENCY,
+  SORT_PRICE,
+  UNSET,
+} from '../../src/routing/preferences.js'
+import type { RequestHead } from '../../src/server/request-head.js'
+
+type RoutingHeaders = Partial<
+  Pick<
+    RequestHead,
+    | 'providerAddress'
+    | 'providerSort'
+    | 'providerTrustMode'
+    | 'providerAllowFallbacks'
+    | 'providerRequireParameters'
+    | 'maxPricePrompt'
+    | 'maxPriceCompletion'
+    | 'maxPriceImage'
+  >
+>
+
+/** A request head as the front end copies it out: absent headers are empty strings, as uWS reports them. */
+function head(headers: RoutingHeaders = {}): RequestHead {
+  return {
+    requestId: 'req_test',
+    method: 'post',
+    path: '/v1/chat/completions',
+    query: '',
+    startedAt: 0,
+    authorization: '',
+    contentType: 'application/json',
+    contentLength: '',
+    providerAddress: '',
+    providerSort: '',
+    providerTrustMode: '',
+    providerAllowFallbacks: '',
+    providerRequireParameters: '',
+    maxPricePrompt: '',
+    maxPriceCompletion: '',
+    maxPriceImage: '',
+    ...headers,
+    remoteAddress: () => '127.0.0.1',
+  }
+}
+
+function parse(headers: RoutingHeaders): { prefs: RoutingPrefs; err: RouterError | null } {
+  const prefs = new RoutingPrefs()
+  const err = parseRoutingHeaders(head(headers), prefs)
+  return { prefs, err }
+}
+
+/** The error code `mergeBodyPreferences` throws, or null when it accepts the object. */
+function bodyError(provider: unknown, prefs = new RoutingPrefs()): string | null {
+  try {
+    mergeBodyPreferences(provider, prefs)
+    return null
+  } catch (err) {
+    if (!(err instanceof RouterError)) throw err
+    return err.code
+  }
+}
+
+const ADDRESS = '0x' + 'ab'.repeat(20)
+
+t.test('absent headers leave every preference unset', async (t) => {
+  const { prefs, err } = parse({})
+  t.equal(err, null)
+  t.equal(prefs.address, '')
+  t.equal(prefs.sort, SORT_DEFAULT)
+  t.equal(prefs.sortSet, false)
+  t.equal(prefs.tier, UNSET)
+  t.equal(prefs.allowFallbacks, UNSET)
+  t.equal(prefs.requireParameters, UNSET)
+  t.equal(prefs.maxPrompt, UNSET)
+  t.equal(prefs.maxCompletion, UNSET)
+  t.equal(prefs.maxImage, UNSET)
+  t.equal(prefs.fallbacksAllowed(), true, 'fallbacks default on')
+  t.equal(prefs.requiresParameters(), false, 'require-parameters defaults off')
+})
+
+t.test('blank and whitespace-only headers count as unset, never as malformed', async (t) => {
+  for (const blank of ['', ' ', '   ', '\t', ' \t ']) {
+    const { prefs, err } = parse({
+      providerAddress: blank,
+      providerSort: blank,
+      providerTrustMode: blank,
+      providerAllowFallbacks: blank,
+      providerRequireParameters: blank,
+      maxPricePrompt: blank,
+      maxPriceCompletion: blank,
+      maxPriceImage: blank,
+    })
+    t.equal(err, null, `${JSON.stringify(blank)} is accepted`)
+    t.equal(prefs.address, '')
+    t.equal(prefs.sortSet, false)
+    t.equal(prefs.tier, UNSET)
+    t.equal(prefs.allowFallbacks, UNSET)
+    t.equal(prefs.requireParameters, UNSET)
+    t.equal(prefs.maxPrompt, UNSET)
+    t.equal(prefs.maxCompletion, UNSET)
+    t.equal(prefs.maxImage, UNSET)
+  }
+})
+
+t.test('values are trimmed before they are checked', async (t) => {
+  const { prefs, err } = parse({
+    providerSort: ' price ',
+    providerTrustMode: '\tverified ',
+    providerAllowFallbacks: ' false',
+    providerRequireParameters: 'true ',
+    maxPricePrompt: ' 0.5 ',
+  })
+  t.equal(err, null)
+  t.equal(prefs.sort, SORT_PRICE)
+  t.equal(prefs.tier, 1)
+  t.equal(prefs.allowFallbacks, 0)
+  t.equal(prefs.requireParameters, 1)
+  t.equal(prefs.maxPrompt, 0.5)
+})
+
+t.test('pin header is trimmed and lower-cased, and turns fallbacks off by default', async (t) => {
+  const { prefs, err } = parse({ providerAddress: ` ${ADDRESS.toUpperCase().replace('0X', '0x')} ` })
+  t.equal(err, null)
+  t.equal(prefs.address, ADDRESS)
+  t.equal(prefs.fallbacksAllowed(), false, 'pinned: fallbacks default off')
+  const withFallbacks = parse({ providerAddress: ADDRESS, providerAllowFallbacks: 'true' })
+  t.equal(withFallbacks.prefs.fallbacksAllowed(), true, 'Allow-Fallbacks true re-enables them')
+  const unpinnedOff = parse({ providerAllowFallbacks: 'false' })
+  t.equal(unpinnedOff.prefs.fallbacksAllowed(), false, 'Allow-Fallbacks false holds without a pin')
+})
+
+t.test('sort accepts exactly latency and price', async (t) => {
+  t.equal(parse({ providerSort: 'latency' }).prefs.sort, SORT_LATENCY)
+  t.equal(parse({ providerSort: 'latency' }).prefs.sortSet, true)
+  t.equal(parse({ providerSort: 'price' }).prefs.sort, SORT_PRICE)
+  for (const bad of ['Latency', 'PRICE', 'Price', 'fastest', 'cheapest', 'latency,price', 'pric']) {
+    const { err } = parse({ providerSort: bad })
+    t.equal(err?.code, 'invalid_provider_header', `sort ${JSON.stringify(bad)} is rejected`)
+    t.equal(err?.status, 400)
+  }
+})
+
+t.test('trust mode accepts exactly standard, verified and private as ranks 0..2', async (t) => {
+  t.equal(parse({ providerTrustMode: 'standard' }).prefs.tier, 0)
+  t.equal(parse({ providerTrustMode: 'verified' }).prefs.tier, 1)
+  t.equal(parse({ providerTrustMode: 'private' }).prefs.tier, 2)
+  for (const bad of ['Private', 'VERIFIED', 'Standard', 'high', 'none', 'tee']) {
+    const { err } = parse({ providerTrustMode: bad })
+    t.equal(err?.code, 'invalid_trust_mode', `trust mode ${JSON.stringify(bad)} is rejected`)
+    t.equal(err?.status, 400)
+  }
+})
+
+t.test('boolean headers accept true/false in any case and nothing else', async (t) => {
+  for (const field of ['providerAllowFallbacks', 'providerRequireParameters'] as const) {
+    const key = field === 'providerAllowFallbacks' ? 'allowFallbacks' : 'requireParameters'
+    for (const [value, want] of [['true', 1], ['false', 0], ['TRUE', 1], ['False', 0], ['tRuE', 1], ['FALSE', 0]] as const) {
+      const { prefs, err } = parse({ [field]: value })
+      t.equal(err, null, `${field}=${value} accepted`)
+      t.equal(prefs[key], want, `${field}=${value} is ${want}`)
+    }
+    for (const bad of ['1', '0', 'yes', 'no', 'on', 'off', 't', 'f', 'truee', 'fals', 'true1']) {
+      const { err } = parse({ [field]: bad })
+      t.equal(err?.code, 'invalid_provider_header', `${field}=${JSON.stringify(bad)} rejected`)
+      t.equal(err?.status, 400)
+    }
+  }
+})
+
+t.test('each price header takes a finite non-negative decimal and rejects anything else', async (t) => {
+  for (const field of ['maxPricePrompt', 'maxPriceCompletion', 'maxPriceImage'] as const) {
+    const key = field === 'maxPricePrompt' ? 'maxPrompt' : field === 'maxPriceCompletion' ? 'maxCompletion' : 'maxImage'
+    for (const [value, want] of [['0', 0], ['0.5', 0.5], ['10', 10], ['007.250', 7.25]] as const) {
+      const { prefs, err } = parse({ [field]: value })
+      t.equal(err, null, `${field}=${value} accepted`)
+      t.equal(prefs[key], want)
+    }
+    for (const bad of ['NaN', 'Inf', 'Infinity', '-1', '-0', '+1', '1e3', 'abc', '0x10', '1.', '.5', '1.2.3', '1,5', '1 5', '$1']) {
+      const { err } = parse({ [field]: bad })
+      t.equal(err?.code, 'invalid_max_price_usd', `${field}=${JSON.stringify(bad)} rejected`)
+      t.equal(err?.status, 400)
+    }
+  }
+})
+
+t.test('the first malformed header is reported, naming the header', async (t) => {
+  const { err } = parse({ providerSort: 'fastest', providerTrustMode: 'high' })
+  t.equal(err?.code, 'invalid_provider_header')
+  t.match(err?.message, /X-SVC-Provider-Sort/)
+  t.match(parse({ maxPriceCompletion: 'NaN' }).err?.message, /X-SVC-Provider-Max-Price-Usd-Completion/)
+  t.match(parse({ providerRequireParameters: 'yes' }).err?.message, /X-SVC-Provider-Require-Parameters/)
+})
+
+t.test('parseDecimal accepts plain decimals only', async (t) => {
+  t.equal(parseDecimal('0'), 0)
+  t.equal(parseDecimal('12'), 12)
+  t.equal(parseDecimal('0.25'), 0.25)
+  t.equal(parseDecimal('10.0'), 10)
+  t.equal(parseDecimal('1'.repeat(64)), Number('1'.repeat(64)), '64 characters is the longest accepted')
+  for (const bad of ['', '1'.repeat(65), 'NaN', 'Infinity', '-Infinity', 'Inf', '-1', '+1', '1e3', '1E3', '0x10', '0b1', '1.', '.5', '.', '1..2', ' 1', '1 ', 'abc', '١']) {
+    t.equal(parseDecimal(bad), UNSET, `${JSON.stringify(bad)} is not a decimal`)
+  }
+})
+
+t.test('body provider object applies each field when no header set it', async (t) => {
+  const prefs = new RoutingPrefs()
+  mergeBodyPreferences(
+    {
+      address: ` ${ADDRESS.toUpperCase().replace('0X', '0x')} `,
+      sort: 'latency',
+      trust_mode: 'verified',
+      allow_fallbacks: true,
+      require_parameters: 'TRUE',
+      max_price: { prompt: 1.5, completion: '2', image: 0 },
+    },
+    prefs,
+  )
+  t.equal(prefs.address, ADDRESS)
+  t.equal(prefs.sort, SORT_LATENCY)
+  t.equal(prefs.sortSet, true)
+  t.equal(prefs.tier, 1)
+  t.equal(prefs.allowFallbacks, 1)
+  t.equal(prefs.requireParameters, 1)
+  t.equal(prefs.maxPrompt, 1.5)
+  t.equal(prefs.maxCompletion, 2)
+  t.equal(prefs.maxImage, 0)
+})
+
+t.test('header wins over the body field by field', async (t) => {
+  const { prefs, err } = parse({
+    providerSort: 'latency',
+    providerTrustMode: 'private',
+    providerAllowFallbacks: 'false',
+    providerRequireParameters: 'false',
+    maxPricePrompt: '3',
+  })
+  t.equal(err, null)
+  mergeBodyPreferences(
+    {
+      sort: 'price',
+      trust_mode: 'standard',
+      allow_fallbacks: true,
+      require_parameters: true,
+      max_price: { prompt: 0.1, completion: 0.2 },
+    },
+    prefs,
+  )
+  t.equal(prefs.sort, SORT_LATENCY, 'header sort kept')
+  t.equal(prefs.tier, 2, 'header trust mode kept')
+  t.equal(prefs.allowFallbacks, 0, 'header allow-fallbacks kept')
+  t.equal(prefs.requireParameters, 0, 'header require-parameters kept')
+  t.equal(prefs.maxPrompt, 3, 'header prompt ceiling kept')
+  t.equal(prefs.maxCompletion, 0.2, 'body completion ceiling applies: the header left it unset')
+  t.equal(prefs.maxImage, UNSET)
+})
+
+t.test('body max_price applies while the header sets only trust mode', async (t) => {
+  const { prefs } = parse({ providerTrustMode: 'standard' })
+  mergeBodyPreferences({ max_price: { prompt: 0.5 } }, prefs)
+  t.equal(prefs.tier, 0)
+  t.equal(prefs.maxPrompt, 0.5)
+})
+
+t.test('body pin does not replace a header pin', async (t) => {
+  const { prefs } = parse({ providerAddress: ADDRESS })
+  mergeBodyPreferences({ address: '0x' + '1'.repeat(40) }, prefs)
+  t.equal(prefs.address, ADDRESS)
+})
+
+t.test('absent, null and empty body provider objects change nothing', async (t) => {
+  for (const provider of [undefined, null, {}, { sort: null, trust_mode: undefined, max_price: null }, { max_price: { prompt: null } }, { address: '  ' }]) {
+    const prefs = new RoutingPrefs()
+    t.equal(bodyError(provider, prefs), null, `${JSON.stringify(provider)} accepted`)
+    t.equal(prefs.address, '')
+    t.equal(prefs.sortSet, false)
+    t.equal(prefs.tier, UNSET)
+    t.equal(prefs.maxPrompt, UNSET)
+  }
+})
+
+t.test('malformed body fields give the same code as their header', async (t) => {
+  t.equal(bodyError({ sort: 'fastest' }), 'invalid_provider_header')
+  t.equal(bodyError({ sort: 'Price' }), 'invalid_provider_header')
+  t.equal(bodyError({ sort: 1 }), 'invalid_provider_header')
+  t.equal(bodyError({ trust_mode: 'high' }), 'invalid_trust_mode')
+  t.equal(bodyError({ trust_mode: 'Private' }), 'invalid_trust_mode')
+  t.equal(bodyError({ trust_mode: 2 }), 'invalid_trust_mode')
+  for (const bad of ['yes', 'no', '1', 1, 0, {}]) {
+    t.equal(bodyError({ allow_fallbacks: bad }), 'invalid_provider_header', `allow_fallbacks ${JSON.stringify(bad)}`)
+    t.equal(bodyError({ require_parameters: bad }), 'invalid_provider_header', `require_parameters ${JSON.stringify(bad)}`)
+  }
+  for (const bad of [-1, 'NaN', 'Inf', '1e3', '-1', 'abc', true, [1]]) {
+    for (const dim of ['prompt', 'completion', 'image']) {
+      t.equal(bodyError({ max_price: { [dim]: bad } }), 'invalid_max_price_usd', `max_price.${dim} ${JSON.stringify(bad)}`)
+    }
+  }
+  t.equal(bodyError({ max_price: 5 }), 'invalid_max_price_usd', 'max_price must be an object')
+  t.equal(bodyError({ max_price: [1] }), 'invalid_max_price_usd', 'max_price must not be an array')
+})
+
+t.test('a malformed body field is rejected even when the header sets the same field', async (t) => {
+  const { prefs } = parse({ providerSort: 'price' })
+  t.equal(bodyError({ sort: 'fastest' }, prefs), 'invalid_provider_header')
+})
+
+t.test('unknown body fields and a non-object provider are invalid_request', async (t) => {
+  t.equal(bodyError({ order: ['a'] }), 'invalid_request')
+  t.equal(bodyError({ sort: 'price', ignore: [] }), 'invalid_request')
+  t.equal(bodyError({ max_price: { request: 1 } }), 'invalid_request')
+  t.equal(bodyError({ address: 5 }), 'invalid_request')
+  t.equal(bodyError('price'), 'invalid_request')
+  t.equal(bodyError(['price']), 'invalid_request')
+  t.equal(bodyError(true), 'invalid_request')
+})
