@@ -1,8 +1,11 @@
 #!/usr/bin/env node
-/** The svc-router command line: `serve`, `simulate-provider`, and later the operator commands on the store. */
+/** The svc-router command line: `serve`, `simulate-provider`, and the operator commands on the store. */
 import { parseArgs } from 'node:util'
 import { ConfigError, loadConfig } from './config/index.js'
+import { devKeysBanner } from './operator/bootstrap.js'
+import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
 import { RegistryError } from './registry/file-source.js'
+import { SchemaTooNewError } from './store/sqlite/migrate.js'
 import { serve } from './serve.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 
@@ -11,6 +14,8 @@ const USAGE = `usage: svc-router <command> [options]
 commands:
   serve [--config FILE]      run the router (default config: built-in defaults; SVC_* env vars override)
   simulate-provider [...]    run a simulated OpenAI-compatible provider (see simulate-provider --help)
+  accounts <command> [...]   deposits, credits, rate limits of accounts (see accounts --help)
+  mgmt-keys <command> [...]  create, list, revoke mk- management keys (see mgmt-keys --help)
 
 options:
   -h, --help                 show this help
@@ -35,6 +40,13 @@ async function serveCommand(argv: string[]): Promise<void> {
   const config = loadConfig({ file: values.config, env: process.env })
   const router = await serve(config)
   process.stdout.write(`svc-router listening on ${router.url}\n`)
+  if (router.devKeys !== null) process.stdout.write(devKeysBanner(router.devKeys, router.url))
+  else if (config.dev.bootstrap) {
+    process.stdout.write(
+      'dev bootstrap skipped: the store already has accounts and keys are shown only once ' +
+        '(new ones: svc-router mgmt-keys create <wallet> --scopes all --name <name> --config <file>)\n',
+    )
+  }
   let closing = false
   const shutdown = (): void => {
     if (closing) return
@@ -48,6 +60,12 @@ async function serveCommand(argv: string[]): Promise<void> {
   process.on('SIGTERM', shutdown)
 }
 
+const operatorIo: OperatorIo = {
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+  env: process.env,
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv
   switch (command) {
@@ -55,6 +73,12 @@ async function main(argv: string[]): Promise<void> {
       return serveCommand(rest)
     case 'simulate-provider':
       return simulateProviderCommand(rest)
+    case 'accounts':
+      process.exitCode = await accountsCommand(rest, operatorIo)
+      return
+    case 'mgmt-keys':
+      process.exitCode = await mgmtKeysCommand(rest, operatorIo)
+      return
     case undefined:
     case '-h':
     case '--help':
@@ -68,8 +92,10 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof ConfigError || err instanceof RegistryError) {
+  if (err instanceof ConfigError || err instanceof RegistryError || err instanceof SchemaTooNewError) {
     process.stderr.write(`svc-router: ${err.message}\n`)
+  } else if (err instanceof OperatorUsageError) {
+    process.stderr.write(`svc-router: ${err.message} (see --help)\n`)
   } else if ((err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS')) {
     process.stderr.write(`svc-router: ${(err as Error).message}\n`)
   } else {

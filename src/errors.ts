@@ -85,6 +85,7 @@ export function statusOf(code: ErrorCode): number {
 /** The reason phrase uWS needs in the status line. */
 export const STATUS_LINE: Readonly<Record<number, string>> = {
   200: '200 OK',
+  201: '201 Created',
   202: '202 Accepted',
   400: '400 Bad Request',
   401: '401 Unauthorized',

@@ -2,16 +2,25 @@
  * Composition root: config in, a listening router out. Wires the stages in the order of DESIGN.md §1 and
  * owns everything that must be closed on shutdown.
  */
-import { createOpenAuthenticator } from './auth/principal.js'
+import { createKeyAuthenticators, type KeyAuthenticators, type MgmtAuthenticator } from './auth/authenticate.js'
+import { Credentials } from './auth/credentials.js'
+import { KeyCache } from './auth/key-cache.js'
+import { beginManagement } from './auth/management-stage.js'
 import { RateLimiter } from './auth/rate-limit.js'
 import type { Config } from './config/index.js'
+import { RouterError } from './errors.js'
 import { HealthBook } from './health/health.js'
 import { log, setLogLevel } from './log.js'
 import { loadRegistryFile, watchRegistryFile, type RegistryWatcher } from './registry/file-source.js'
 import type { RegistrySnapshot } from './registry/types.js'
 import { RoutingTable } from './routing/table.js'
-import { listen, type Route } from './server/app.js'
+import { listen, type Handler, type Route } from './server/app.js'
 import { startSimulator, type SimulatorHandle } from './simulator/simulator.js'
+import { bootstrapDevAccount, type DevKeys } from './operator/bootstrap.js'
+import { openStore } from './store/open.js'
+import type { Store } from './store/store.js'
+import { createAccount } from './surfaces/account.js'
+import { createApiKeys } from './surfaces/api-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { createChatCompletions } from './surfaces/chat-completions.js'
 import type { InferenceDeps } from './surfaces/inference.js'
@@ -21,7 +30,33 @@ export interface RunningRouter {
   readonly url: string
   readonly port: number
   readonly table: RoutingTable
+  readonly store: Store
+  /** Issues and revokes keys with the router's cache kept in step (the test harness makes its keys here). */
+  readonly credentials: Credentials
+  /** The dev account's keys when this start bootstrapped one (`dev.bootstrap` on an empty store), else null. */
+  readonly devKeys: DevKeys | null
   close(): Promise<void>
+}
+
+/**
+ * /v1/management-keys needs a wallet session in the console (spec §4.1, §5), which no bearer key is: a valid
+ * key of either kind gets 403 access_denied; no key or a bad one gets the 401 any endpoint gives.
+ */
+function createManagementKeysRefusal(auth: KeyAuthenticators): Handler {
+  const refusal = new RouterError(
+    'access_denied',
+    'management keys are managed from a signed-in wallet session in the console; API and management keys cannot call /v1/management-keys',
+  )
+  const refuse = (result: RouterError | object): RouterError => (result instanceof RouterError ? result : refusal)
+  const anyKey: MgmtAuthenticator = (head) => {
+    const result = auth.any(head)
+    return result instanceof Promise ? result.then(refuse) : refuse(result)
+  }
+  return function refuseManagementKeys(head, reply) {
+    beginManagement(anyKey, head, reply, 'keys:manage', false, async () => {
+      throw new Error('unreachable: every credential is refused')
+    })
+  }
 }
 
 /** Boots the simulated providers a registry asks for (`simulate:`), keyed by address; returns the running set. */
@@ -53,6 +88,36 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
 
 export async function serve(config: Config): Promise<RunningRouter> {
   setLogLevel(config.log.level)
+  // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
+  const store = openStore(config.store)
+  const cache = new KeyCache(store, { defaultRateLimit: config.limits.requests_per_minute })
+  // The operator CLI writes to the same store from another process: drop cached keys when it does.
+  const stopWatchingStore = store.onExternalChange(() => cache.clear())
+  const auth = createKeyAuthenticators(cache, store)
+  const credentials = new Credentials(store, cache)
+  let devKeys: DevKeys | null = null
+  try {
+    if (config.dev.bootstrap) {
+      devKeys = await bootstrapDevAccount(store, credentials, { wallet: config.dev.wallet, depositUsd: config.dev.deposit_usd })
+    }
+    return await serveWith(config, { store, credentials, auth, devKeys, stopWatchingStore })
+  } catch (err) {
+    stopWatchingStore()
+    await store.close()
+    throw err
+  }
+}
+
+interface AuthParts {
+  readonly store: Store
+  readonly credentials: Credentials
+  readonly auth: KeyAuthenticators
+  readonly devKeys: DevKeys | null
+  readonly stopWatchingStore: () => void
+}
+
+/** The rest of the start, once the store is open; `serve` closes the store if this throws. */
+async function serveWith(config: Config, { store, credentials, auth, devKeys, stopWatchingStore }: AuthParts): Promise<RunningRouter> {
   const snapshot = loadRegistryFile(config.registry.path, 1)
   const simulators = new Map<string, SimulatorHandle>()
   await reconcileSimulators(snapshot, simulators)
@@ -101,21 +166,48 @@ export async function serve(config: Config): Promise<RunningRouter> {
       maxAttempts: config.routing.max_attempts,
     },
     limiter: new RateLimiter(config.limits.requests_per_minute),
-    authenticate: createOpenAuthenticator(config.limits.requests_per_minute),
+    authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
   const catalog = createCatalog(table)
+  const apiKeys = createApiKeys({ authenticate: auth.management, credentials, store })
+  // Billing (the next stage) holds in-flight reservations in memory; until it lands nothing is reserved.
+  const account = createAccount({ authenticate: auth.management, store, reserved: () => 0n })
+  const refuseManagementKeys = createManagementKeysRefusal(auth)
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: createChatCompletions(deps) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
+    { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
+    { method: 'post', pattern: '/v1/api-keys', handler: apiKeys.create },
+    { method: 'patch', pattern: '/v1/api-keys/:id', handler: apiKeys.update },
+    { method: 'del', pattern: '/v1/api-keys/:id', handler: apiKeys.revoke },
+    { method: 'get', pattern: '/v1/account/balance', handler: account.balance },
+    { method: 'get', pattern: '/v1/account/funds', handler: account.funds },
+    { method: 'get', pattern: '/v1/account/usage/stats', handler: account.usageStats },
+    ...(['get', 'post', 'patch', 'del'] as const).flatMap((method) => [
+      { method, pattern: '/v1/management-keys', handler: refuseManagementKeys },
+      { method, pattern: '/v1/management-keys/:id', handler: refuseManagementKeys },
+    ]),
   ]
-  const app = await listen(config.server.host, config.server.port, routes)
+  let app: Awaited<ReturnType<typeof listen>>
+  try {
+    app = await listen(config.server.host, config.server.port, routes)
+  } catch (err) {
+    watcher?.close()
+    await table.close()
+    await pools.close()
+    await Promise.all([...simulators.values()].map((s) => s.close()))
+    throw err
+  }
 
   return {
     url: app.url,
     port: app.port,
     table,
+    store,
+    credentials,
+    devKeys,
     async close() {
       app.close()
       watcher?.close()
@@ -123,6 +215,8 @@ export async function serve(config: Config): Promise<RunningRouter> {
       await pools.close()
       await Promise.all([...simulators.values()].map((s) => s.close()))
       simulators.clear()
+      stopWatchingStore()
+      await store.close()
     },
   }
 }

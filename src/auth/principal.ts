@@ -4,6 +4,7 @@
  */
 import type { RouterError } from '../errors.js'
 import type { RequestHead } from '../server/request-head.js'
+import type { ResetPeriod } from '../store/store.js'
 
 export interface Principal {
   readonly accountId: string
@@ -15,13 +16,18 @@ export interface Principal {
   readonly allowedProviders: ReadonlySet<string> | null
   /** The account's request limit per minute. */
   readonly rateLimit: number
+  /** The key's spending cap in atto-USD, null when it has none (for the billing stage). */
+  readonly creditLimit: bigint | null
+  /** When the key's spend counted against `creditLimit` starts again. */
+  readonly resetPeriod: ResetPeriod
 }
 
 /** Synchronous on a cache hit; a Promise only when the store must be read. */
 export type Authenticator = (head: RequestHead) => Principal | RouterError | Promise<Principal | RouterError>
 
 /**
- * The stage used until accounts exist: every request belongs to one local account with the configured limit.
+ * Every request as one local account with the configured limit: no credential checked. The baseline of the
+ * auth benchmark (bench/micro/auth.bench.ts); `serve` uses the key authenticator (./authenticate.ts).
  */
 export function createOpenAuthenticator(requestsPerMinute: number): Authenticator {
   const local: Principal = {
@@ -31,6 +37,8 @@ export function createOpenAuthenticator(requestsPerMinute: number): Authenticato
     allowedModels: null,
     allowedProviders: null,
     rateLimit: requestsPerMinute,
+    creditLimit: null,
+    resetPeriod: 'never',
   }
   return function authenticateOpen(): Principal {
     return local

@@ -32,6 +32,17 @@ const StoreSchema = z.strictObject({
   path: z.string().min(1).default('../data/svc.db'),
 })
 
+/** A deposit of up to 1e9 USD: exact as a JS number when written with at most 6 decimals. */
+const DevSchema = z.strictObject({
+  /** On an empty store, create a dev account with a deposit and print a dev sk- and mk- key once. */
+  bootstrap: z.boolean().default(false),
+  wallet: z
+    .string()
+    .regex(/^0x[0-9a-f]{40}$/, 'must be a lower-case wallet address (0x followed by 40 lower-case hex digits)')
+    .default('0x00000000000000000000000000000000000de0de'),
+  deposit_usd: z.number().positive().max(1e9).default(10),
+})
+
 const LimitsSchema = z.strictObject({
   requests_per_minute: z.int().positive().default(600),
 })
@@ -68,6 +79,7 @@ export const ConfigSchema = z.strictObject({
   upstream: UpstreamSchema.prefault({}),
   routing: RoutingSchema.prefault({}),
   log: LogSchema.prefault({}),
+  dev: DevSchema.prefault({}),
 })
 
 /** Dotted paths of the keys that hold file paths (resolved to absolute by the loader). */

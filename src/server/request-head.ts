@@ -21,6 +21,8 @@ export interface RequestHead {
   readonly maxPricePrompt: string
   readonly maxPriceCompletion: string
   readonly maxPriceImage: string
+  /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
+  readonly params?: readonly string[]
   /** Resolved lazily: only the auth audit needs it. */
   remoteAddress(): string
 }

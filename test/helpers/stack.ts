@@ -3,12 +3,16 @@
  * config file, and `serve()` composed exactly as `svc-router serve` composes it. Everything is torn down with
  * the test.
  */
+import { randomBytes } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { stringify } from 'yaml'
+import type { ApiKeySettings } from '../../src/auth/credentials.js'
+import { parseUsd } from '../../src/billing/money.js'
 import { loadConfig } from '../../src/config/index.js'
 import { serve, type RunningRouter } from '../../src/serve.js'
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from '../../src/simulator/simulator.js'
+import { SCOPES, type Scope } from '../../src/store/store.js'
 
 export interface TestModel {
   id: string
@@ -31,12 +35,32 @@ export interface TestProvider {
   url?: string
 }
 
+/** A key made for a test: its secret, id, and the header to send it with. */
+export interface TestKey {
+  readonly key: string
+  readonly id: string
+  readonly auth: Record<string, string>
+}
+
 export interface Stack {
   readonly url: string
   /** An sk- key of a funded test account: send it as `Authorization: Bearer <key>` on inference calls. */
   readonly key: string
   /** `{ authorization: 'Bearer <key>' }`, to spread into request headers. */
   readonly auth: Record<string, string>
+  /** The key id of `key`. */
+  readonly keyId: string
+  /** The wallet of the funded test account (TEST_DEPOSIT_USD) that `key` and `mgmtKey` belong to. */
+  readonly account: string
+  /** An mk- key of the test account with every scope. */
+  readonly mgmtKey: string
+  readonly mgmtAuth: Record<string, string>
+  /** Another sk- key, of the test account unless `account` is given (the account is created if needed). */
+  newApiKey(settings?: Partial<ApiKeySettings> & { account?: string }): Promise<TestKey>
+  /** An mk- key with `scopes` (default: all), of the test account unless `account` is given. */
+  newMgmtKey(scopes?: readonly Scope[], account?: string): Promise<TestKey>
+  /** A new account with a random wallet and a deposit (default TEST_DEPOSIT_USD; '0' for none). */
+  newAccount(depositUsd?: string): Promise<string>
   readonly router: RunningRouter
   /** Simulators by provider address. */
   readonly sims: ReadonlyMap<string, SimulatorHandle>
@@ -51,6 +75,15 @@ interface TapLike {
 }
 
 export const DEFAULT_PRICE = { prompt: 0.1, completion: 0.3 }
+
+/** The deposit of every test account, in USD. */
+export const TEST_DEPOSIT_USD = '1000'
+/** The wallet of the test account of every stack. */
+export const TEST_ACCOUNT = '0x00000000000000000000000000000000000000a1'
+
+function bearer(key: string): Record<string, string> {
+  return { authorization: `Bearer ${key}` }
+}
 
 /** A 0x address made of one repeated hex digit, e.g. addr('a') = 0xaaaa…aaaa. */
 export function addr(digit: string): string {
@@ -98,10 +131,46 @@ export async function startStack(
     await router.close()
     await Promise.all([...sims.values()].map((s) => s.close()))
   })
-  // Until accounts exist the router serves one open local account; the key is sent anyway so tests keep
-  // working unchanged once authentication is enforced.
-  const key = 'sk-test-open'
-  return { url: router.url, key, auth: { authorization: `Bearer ${key}` }, router, sims, registryPath, dir }
+
+  // Keys are made through the router's own Credentials, so its key cache sees them at once.
+  const { credentials, store } = router
+  async function newAccount(depositUsd: string = TEST_DEPOSIT_USD): Promise<string> {
+    const wallet = '0x' + randomBytes(20).toString('hex')
+    const amount = parseUsd(depositUsd)
+    if (amount === null) throw new Error(`bad test deposit ${depositUsd}`)
+    if (amount > 0n) await store.addFunds(wallet, 'deposit', amount, 'test deposit', Date.now())
+    else await store.ensureAccount(wallet, Date.now())
+    return wallet
+  }
+  async function newApiKey(settings: Partial<ApiKeySettings> & { account?: string } = {}): Promise<TestKey> {
+    const { account = TEST_ACCOUNT, ...rest } = settings
+    const { record, secret } = await credentials.issueApiKey(account, { name: 'test', ...rest })
+    return { key: secret, id: record.id, auth: bearer(secret) }
+  }
+  async function newMgmtKey(scopes: readonly Scope[] = SCOPES, account = TEST_ACCOUNT): Promise<TestKey> {
+    const { record, secret } = await credentials.issueMgmtKey(account, 'test', scopes)
+    return { key: secret, id: record.id, auth: bearer(secret) }
+  }
+
+  await store.addFunds(TEST_ACCOUNT, 'deposit', parseUsd(TEST_DEPOSIT_USD)!, 'test deposit', Date.now())
+  const api = await newApiKey()
+  const mgmt = await newMgmtKey()
+  return {
+    url: router.url,
+    key: api.key,
+    auth: api.auth,
+    keyId: api.id,
+    account: TEST_ACCOUNT,
+    mgmtKey: mgmt.key,
+    mgmtAuth: mgmt.auth,
+    newApiKey,
+    newMgmtKey,
+    newAccount,
+    router,
+    sims,
+    registryPath,
+    dir,
+  }
 }
 
 /** A free loopback port with nothing listening on it (connections are refused). */

@@ -1,0 +1,128 @@
+/**
+ * Authentication of every endpoint (spec §5, §7): `Authorization: Bearer sk-…` for inference, `Bearer mk-…`
+ * with a scope for the account and key endpoints. Synchronous on a cache hit (hash, LRU get, constant-time
+ * compare, expiry check), a Promise only when the store must be read. Errors are prebuilt: a flood of bad
+ * tokens costs no allocation beyond its hash, and every invalid key gets the very same answer, whatever the
+ * reason (unknown, malformed, truncated, revoked, expired).
+ *
+ * Never logs a token or a hash.
+ */
+import { RouterError } from '../errors.js'
+import { log } from '../log.js'
+import type { RequestHead } from '../server/request-head.js'
+import type { Scope, Store } from '../store/store.js'
+import type { CacheEntry, KeyCache, MgmtEntry } from './key-cache.js'
+import { BAD_TOKEN, digestMatches, digestToken, NO_TOKEN, parseAuthorization } from './keys.js'
+import type { Authenticator, Principal } from './principal.js'
+import { normalizeSourceIp } from './source-ip.js'
+
+/** Who called an account or key endpoint. */
+export interface MgmtPrincipal {
+  readonly accountId: string
+  readonly keyId: string
+  readonly scopes: ReadonlySet<Scope>
+}
+
+/** A management key holding `scope`: sync on a cache hit, like Authenticator. */
+export type MgmtAuthenticator = (head: RequestHead, scope: Scope) => MgmtPrincipal | RouterError | Promise<MgmtPrincipal | RouterError>
+
+export interface KeyAuthenticators {
+  /** sk- keys only: the inference surfaces. */
+  readonly inference: Authenticator
+  /** mk- keys holding `scope`: the account and key endpoints. */
+  readonly management: MgmtAuthenticator
+  /** Any valid key, of either kind: for endpoints that then refuse every bearer credential. */
+  readonly any: (head: RequestHead) => CacheEntry | RouterError | Promise<CacheEntry | RouterError>
+}
+
+export interface KeyAuthOptions {
+  /** Minimum gap between two audit writes of one management key (spec §8: 60 s). */
+  readonly auditIntervalMs?: number
+  readonly now?: () => number
+}
+
+export const MISSING_AUTHORIZATION = new RouterError(
+  'missing_authorization',
+  'missing Authorization header: send Authorization: Bearer <key>',
+)
+export const INVALID_API_KEY = new RouterError('invalid_api_key', 'invalid API key: unknown, malformed, expired or revoked')
+const MGMT_KEY_ON_INFERENCE = new RouterError(
+  'insufficient_scope',
+  'management keys (mk-) cannot call inference endpoints: use an API key (sk-)',
+)
+const API_KEY_ON_MANAGEMENT = new RouterError(
+  'insufficient_scope',
+  'API keys (sk-) cannot call account or key endpoints: use a management key (mk-) with the required scope',
+)
+const LACKS_SCOPE: Record<Scope, RouterError> = {
+  'account:read': new RouterError('insufficient_scope', 'this management key lacks the account:read scope'),
+  'keys:read': new RouterError('insufficient_scope', 'this management key lacks the keys:read scope'),
+  'keys:create': new RouterError('insufficient_scope', 'this management key lacks the keys:create scope'),
+  'keys:manage': new RouterError('insufficient_scope', 'this management key lacks the keys:manage scope'),
+}
+
+export function createKeyAuthenticators(cache: KeyCache, store: Store, options: KeyAuthOptions = {}): KeyAuthenticators {
+  const auditIntervalMs = options.auditIntervalMs ?? 60_000
+  const now = options.now ?? Date.now
+
+  /** Writes last_used_at / last_source_ip, at most once per key per interval; never delays the request. */
+  function audit(entry: MgmtEntry, head: RequestHead, at: number): void {
+    if (at - entry.lastAuditAt < auditIntervalMs) return
+    entry.lastAuditAt = at
+    let ip: string
+    try {
+      ip = normalizeSourceIp(head.remoteAddress())
+    } catch {
+      ip = ''
+    }
+    store.touchMgmtKey(entry.keyId, at, ip, auditIntervalMs).catch((err: unknown) => {
+      log.warn('management key audit write failed', { key_id: entry.keyId, err: String(err) })
+    })
+  }
+
+  function check(entry: CacheEntry | null, hash: string, head: RequestHead): CacheEntry | RouterError {
+    if (entry === null || !digestMatches(entry.hashBytes, hash)) return INVALID_API_KEY
+    if (entry.kind === 'api') {
+      if (entry.expiresAt !== Infinity && entry.expiresAt <= now()) {
+        cache.markDead(hash)
+        return INVALID_API_KEY
+      }
+      return entry
+    }
+    audit(entry, head, now())
+    return entry
+  }
+
+  function resolve(head: RequestHead): CacheEntry | RouterError | Promise<CacheEntry | RouterError> {
+    const token = parseAuthorization(head.authorization)
+    if (token === NO_TOKEN) return MISSING_AUTHORIZATION
+    if (token === BAD_TOKEN) return INVALID_API_KEY
+    const hash = digestToken(token)
+    const found = cache.lookup(hash)
+    if (found instanceof Promise) return found.then((entry) => check(entry, hash, head))
+    return check(found, hash, head)
+  }
+
+  function asInference(result: CacheEntry | RouterError): Principal | RouterError {
+    if (result instanceof RouterError) return result
+    return result.kind === 'api' ? result.principal : MGMT_KEY_ON_INFERENCE
+  }
+
+  function asManagement(result: CacheEntry | RouterError, scope: Scope): MgmtPrincipal | RouterError {
+    if (result instanceof RouterError) return result
+    if (result.kind === 'api') return API_KEY_ON_MANAGEMENT
+    return result.scopes.has(scope) ? result : LACKS_SCOPE[scope]
+  }
+
+  return {
+    inference: function authenticateApiKey(head) {
+      const result = resolve(head)
+      return result instanceof Promise ? result.then(asInference) : asInference(result)
+    },
+    management: function authenticateMgmtKey(head, scope) {
+      const result = resolve(head)
+      return result instanceof Promise ? result.then((r) => asManagement(r, scope)) : asManagement(result, scope)
+    },
+    any: resolve,
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * Issuing, changing and revoking keys: the store write and the cache invalidation in one step, so the very
+ * next request sees the change (spec §3: no grace period). Used by the key endpoints, the operator CLI (which
+ * has no cache: the server notices its writes through Store.onExternalChange) and the test harness.
+ */
+import { randomUUID } from 'node:crypto'
+import type {
+  AccountRecord,
+  ApiKeyPatch,
+  ApiKeyRecord,
+  MgmtKeyRecord,
+  ResetPeriod,
+  Scope,
+  Store,
+  TrustMode,
+} from '../store/store.js'
+import type { KeyCache } from './key-cache.js'
+import { API_KEY_PREFIX, hashSecret, MGMT_KEY_PREFIX, newSecret, previewOf } from './keys.js'
+
+export interface ApiKeySettings {
+  readonly name: string
+  readonly trustMode?: TrustMode | null
+  readonly creditLimit?: bigint | null
+  readonly resetPeriod?: ResetPeriod
+  readonly expiresAt?: number | null
+  readonly allowedModels?: readonly string[] | null
+  readonly allowedProviders?: readonly string[] | null
+}
+
+/** A new key with its secret: the only moment the secret exists outside the caller's hands. */
+export interface Issued<R> {
+  readonly record: R
+  readonly secret: string
+}
+
+export class Credentials {
+  readonly #store: Store
+  readonly #cache: KeyCache | null
+  readonly #now: () => number
+
+  constructor(store: Store, cache: KeyCache | null, now: () => number = Date.now) {
+    this.#store = store
+    this.#cache = cache
+    this.#now = now
+  }
+
+  async issueApiKey(accountId: string, settings: ApiKeySettings): Promise<Issued<ApiKeyRecord>> {
+    const now = this.#now()
+    await this.#store.ensureAccount(accountId, now)
+    const secret = newSecret(API_KEY_PREFIX)
+    const hash = hashSecret(secret)
+    const record = await this.#store.createApiKey({
+      id: randomUUID(),
+      accountId,
+      hash,
+      preview: previewOf(secret),
+      name: settings.name,
+      trustMode: settings.trustMode ?? null,
+      creditLimit: settings.creditLimit ?? null,
+      resetPeriod: settings.resetPeriod ?? 'never',
+      expiresAt: settings.expiresAt ?? null,
+      allowedModels: emptyAsNull(settings.allowedModels),
+      allowedProviders: emptyAsNull(settings.allowedProviders),
+      createdAt: now,
+    })
+    // A lookup of this hash may have been cached as unknown (however unlikely for fresh randomness).
+    this.#cache?.invalidate(hash)
+    return { record, secret }
+  }
+
+  async updateApiKey(accountId: string, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null> {
+    const record = await this.#store.updateApiKey(accountId, keyId, {
+      ...patch,
+      ...(patch.allowedModels !== undefined && { allowedModels: emptyAsNull(patch.allowedModels) }),
+      ...(patch.allowedProviders !== undefined && { allowedProviders: emptyAsNull(patch.allowedProviders) }),
+    })
+    if (record !== null) this.#cache?.invalidate(record.hash)
+    return record
+  }
+
+  async revokeApiKey(accountId: string, keyId: string): Promise<ApiKeyRecord | null> {
+    const record = await this.#store.revokeApiKey(accountId, keyId, this.#now())
+    if (record !== null) this.#cache?.invalidate(record.hash)
+    return record
+  }
+
+  async issueMgmtKey(accountId: string, name: string, scopes: readonly Scope[]): Promise<Issued<MgmtKeyRecord>> {
+    const now = this.#now()
+    await this.#store.ensureAccount(accountId, now)
+    const secret = newSecret(MGMT_KEY_PREFIX)
+    const hash = hashSecret(secret)
+    const record = await this.#store.createMgmtKey({
+      id: randomUUID(),
+      accountId,
+      hash,
+      preview: previewOf(secret),
+      name,
+      scopes: [...new Set(scopes)],
+      createdAt: now,
+    })
+    this.#cache?.invalidate(hash)
+    return { record, secret }
+  }
+
+  async revokeMgmtKey(keyId: string): Promise<MgmtKeyRecord | null> {
+    const record = await this.#store.revokeMgmtKey(keyId, this.#now())
+    if (record !== null) this.#cache?.invalidate(record.hash)
+    return record
+  }
+
+  /** Sets the account's requests-per-minute override (null: back to the default). */
+  async setRateLimit(accountId: string, limit: number | null): Promise<AccountRecord | null> {
+    const account = await this.#store.setAccountRateLimit(accountId, limit)
+    // Every key of the account carries the limit in its cached Principal.
+    this.#cache?.clear()
+    return account
+  }
+}
+
+function emptyAsNull(list: readonly string[] | null | undefined): readonly string[] | null {
+  return list === undefined || list === null || list.length === 0 ? null : [...new Set(list)]
+}

@@ -1,0 +1,11 @@
+/** Opens the store the configuration names (DESIGN.md §3 `store:`). */
+import type { Config } from '../config/index.js'
+import { openSqliteStore } from './sqlite/sqlite-store.js'
+import type { Store } from './store.js'
+
+export function openStore(config: Config['store']): Store {
+  switch (config.kind) {
+    case 'sqlite':
+      return openSqliteStore({ path: config.path })
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * The SQLite schema, as numbered migrations applied in order at start (src/store/sqlite/migrate.ts). A
+ * migration is never edited once released: change the schema by appending one.
+ *
+ * Money columns are TEXT holding an integer amount of atto-USD: SQLite integers are 64-bit and would overflow
+ * past ~9.2 USD. The database never adds money up (no SUM() on these columns); the store does it with BigInt.
+ */
+
+export interface Migration {
+  readonly version: number
+  readonly name: string
+  readonly sql: string
+}
+
+/** A CHECK that a TEXT money column holds a non-negative integer written in digits only. */
+const money = (column: string): string => `CHECK (length(${column}) > 0 AND ${column} NOT GLOB '*[^0-9]*')`
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'accounts, keys and ledger',
+    sql: `
+      CREATE TABLE accounts (
+        id          TEXT PRIMARY KEY CHECK (length(id) = 42 AND substr(id, 1, 2) = '0x' AND substr(id, 3) NOT GLOB '*[^0-9a-f]*'),
+        rate_limit  INTEGER CHECK (rate_limit IS NULL OR rate_limit > 0),
+        -- Running totals of the journal, updated in the same transaction as each entry.
+        deposited   TEXT NOT NULL DEFAULT '0' ${money('deposited')},
+        credited    TEXT NOT NULL DEFAULT '0' ${money('credited')},
+        spent       TEXT NOT NULL DEFAULT '0' ${money('spent')},
+        created_at  INTEGER NOT NULL
+      ) STRICT;
+
+      CREATE TABLE api_keys (
+        id                TEXT PRIMARY KEY,
+        account_id        TEXT NOT NULL REFERENCES accounts(id),
+        hash              TEXT NOT NULL UNIQUE,
+        preview           TEXT NOT NULL,
+        name              TEXT NOT NULL,
+        trust_mode        TEXT CHECK (trust_mode IN ('standard', 'verified', 'private')),
+        revoked_at        INTEGER,
+        credit_limit      TEXT CHECK (credit_limit IS NULL OR (length(credit_limit) > 0 AND credit_limit NOT GLOB '*[^0-9]*')),
+        reset_period      TEXT NOT NULL DEFAULT 'never' CHECK (reset_period IN ('never', 'daily', 'weekly', 'monthly')),
+        expires_at        INTEGER,
+        allowed_models    TEXT,  -- JSON array of model ids; NULL = unrestricted
+        allowed_providers TEXT,  -- JSON array of lower-case addresses; NULL = unrestricted
+        created_at        INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX api_keys_by_account ON api_keys (account_id, created_at);
+
+      CREATE TABLE mgmt_keys (
+        id              TEXT PRIMARY KEY,
+        account_id      TEXT NOT NULL REFERENCES accounts(id),
+        hash            TEXT NOT NULL UNIQUE,
+        preview         TEXT NOT NULL,
+        name            TEXT NOT NULL,
+        scopes          TEXT NOT NULL,  -- space-separated
+        revoked_at      INTEGER,
+        created_at      INTEGER NOT NULL,
+        last_used_at    INTEGER,
+        last_source_ip  TEXT
+      ) STRICT;
+      CREATE INDEX mgmt_keys_by_account ON mgmt_keys (account_id, created_at);
+
+      -- The ledger: append-only. A charge names the request it bills, and a request is billed at most once.
+      CREATE TABLE journal (
+        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+        account_id  TEXT NOT NULL REFERENCES accounts(id),
+        kind        TEXT NOT NULL CHECK (kind IN ('deposit', 'credit', 'charge')),
+        amount      TEXT NOT NULL ${money('amount')},
+        request_id  TEXT CHECK ((kind = 'charge') = (request_id IS NOT NULL)),
+        key_id      TEXT,
+        memo        TEXT NOT NULL DEFAULT '',
+        created_at  INTEGER NOT NULL
+      ) STRICT;
+      CREATE UNIQUE INDEX journal_charge_per_request ON journal (request_id) WHERE kind = 'charge';
+      CREATE INDEX journal_by_account ON journal (account_id, seq);
+      CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal BEGIN SELECT RAISE(ABORT, 'journal is append-only'); END;
+      CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal BEGIN SELECT RAISE(ABORT, 'journal is append-only'); END;
+
+      -- One row per billed request.
+      CREATE TABLE usage_records (
+        request_id         TEXT PRIMARY KEY,
+        account_id         TEXT NOT NULL REFERENCES accounts(id),
+        key_id             TEXT NOT NULL,
+        model              TEXT NOT NULL,
+        provider           TEXT NOT NULL,
+        day                TEXT NOT NULL,  -- UTC, YYYY-MM-DD
+        created_at         INTEGER NOT NULL,
+        prompt_tokens      INTEGER NOT NULL,
+        completion_tokens  INTEGER NOT NULL,
+        images             INTEGER NOT NULL,
+        audio_ms           INTEGER NOT NULL,
+        cost               TEXT NOT NULL ${money('cost')}
+      ) STRICT;
+      CREATE INDEX usage_records_by_account ON usage_records (account_id, day);
+
+      -- Daily roll-up of usage_records per (account, day, model, key): what usage stats and key spend read.
+      CREATE TABLE usage_daily (
+        account_id         TEXT NOT NULL,
+        day                TEXT NOT NULL,
+        model              TEXT NOT NULL,
+        key_id             TEXT NOT NULL,
+        requests           INTEGER NOT NULL,
+        prompt_tokens      INTEGER NOT NULL,
+        completion_tokens  INTEGER NOT NULL,
+        images             INTEGER NOT NULL,
+        audio_ms           INTEGER NOT NULL,
+        cost               TEXT NOT NULL ${money('cost')},
+        PRIMARY KEY (account_id, day, model, key_id)
+      ) STRICT, WITHOUT ROWID;
+      CREATE INDEX usage_daily_by_key ON usage_daily (key_id, day);
+    `,
+  },
+]

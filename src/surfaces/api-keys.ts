@@ -1,0 +1,240 @@
+/**
+ * `sk-` key administration with an `mk-` key (spec §4.3–4.5): GET and POST /v1/api-keys, PATCH and DELETE
+ * /v1/api-keys/:id. A key of another account is answered exactly like a key that does not exist (404).
+ *
+ * Bodies are validated strictly: a wrong type, an out-of-range value or an unknown field is a 400 that names
+ * the field, never silently ignored or replaced by a default.
+ */
+import type { MgmtAuthenticator } from '../auth/authenticate.js'
+import type { Credentials } from '../auth/credentials.js'
+import { beginManagement, type ManagementStart } from '../auth/management-stage.js'
+import { formatUsd, numberToDecimal, parseUsd } from '../billing/money.js'
+import { RouterError } from '../errors.js'
+import type { Reply } from '../server/reply.js'
+import type { RequestHead } from '../server/request-head.js'
+import { sendJson } from '../server/respond.js'
+import { periodStartDay } from '../store/days.js'
+import { RESET_PERIODS, TRUST_MODES, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store, type TrustMode } from '../store/store.js'
+import { parseJsonObject } from './inference.js'
+
+export interface ApiKeysDeps {
+  readonly authenticate: MgmtAuthenticator
+  readonly credentials: Credentials
+  readonly store: Store
+  readonly now?: () => number
+}
+
+type Handler = (head: RequestHead, reply: Reply) => void
+
+export const CURRENCY = 'USD'
+const MAX_NAME = 200
+const MAX_LIST = 1000
+const MAX_MODEL_ID = 256
+const ADDRESS = /^0x[0-9a-fA-F]{40}$/
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+/** ISO 8601 date or date-time; a date-time must say its offset (no local-time guessing). */
+const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/
+const FIELDS = new Set(['name', 'trust_mode', 'credit_limit', 'reset_period', 'expires_at', 'allowed_models', 'allowed_providers'])
+
+function bad(message: string): RouterError {
+  return new RouterError('invalid_request', message)
+}
+
+function parseName(value: unknown): string {
+  if (typeof value !== 'string') throw bad('name must be a string')
+  const name = value.trim()
+  if (name.length === 0) throw bad('name must not be empty')
+  if (name.length > MAX_NAME) throw bad(`name must be at most ${MAX_NAME} characters`)
+  return name
+}
+
+function parseTrustMode(value: unknown): TrustMode | null {
+  if (value === null || value === '') return null
+  if (typeof value !== 'string' || !(TRUST_MODES as readonly string[]).includes(value)) {
+    throw new RouterError('invalid_trust_mode', 'trust_mode must be one of standard, verified, private (or null for none)')
+  }
+  return value as TrustMode
+}
+
+function parseCreditLimit(value: unknown): bigint | null {
+  if (value === null) return null
+  const text = typeof value === 'number' ? numberToDecimal(value) : typeof value === 'string' ? value : null
+  const atto = text === null ? null : parseUsd(text)
+  if (atto === null) throw bad('credit_limit must be a non-negative USD amount as a decimal string (e.g. "25.50") or number, or null')
+  return atto
+}
+
+function parseResetPeriod(value: unknown): ResetPeriod {
+  if (typeof value !== 'string' || !(RESET_PERIODS as readonly string[]).includes(value)) {
+    throw bad(`reset_period must be one of ${RESET_PERIODS.join(', ')}`)
+  }
+  return value as ResetPeriod
+}
+
+function parseExpiresAt(value: unknown, now: number): number | null {
+  if (value === null) return null
+  const ms = typeof value === 'string' && ISO_TIMESTAMP.test(value) ? Date.parse(value) : NaN
+  if (!Number.isFinite(ms)) throw bad('expires_at must be an ISO 8601 timestamp with a time zone (e.g. "2030-01-31T00:00:00Z"), or null')
+  if (ms <= now) throw bad('expires_at must be in the future')
+  return ms
+}
+
+function parseList(field: string, value: unknown, item: (v: unknown, i: number) => string): string[] | null {
+  if (value === null) return null
+  if (!Array.isArray(value)) throw bad(`${field} must be an array of strings, or null`)
+  if (value.length > MAX_LIST) throw bad(`${field} must have at most ${MAX_LIST} entries`)
+  const out = value.map(item)
+  return out.length === 0 ? null : [...new Set(out)]
+}
+
+function parseModels(value: unknown): string[] | null {
+  return parseList('allowed_models', value, (v, i) => {
+    if (typeof v !== 'string' || v.length === 0 || v.length > MAX_MODEL_ID) {
+      throw bad(`allowed_models[${i}] must be a non-empty model id of at most ${MAX_MODEL_ID} characters`)
+    }
+    return v
+  })
+}
+
+function parseProviders(value: unknown): string[] | null {
+  return parseList('allowed_providers', value, (v, i) => {
+    if (typeof v !== 'string' || !ADDRESS.test(v)) throw bad(`allowed_providers[${i}] must be a provider address (0x followed by 40 hex digits)`)
+    return v.toLowerCase()
+  })
+}
+
+/** The settable fields of a create or update body; absent fields stay undefined. */
+export function parseKeyFields(body: Record<string, unknown>, now: number): ApiKeyPatch {
+  for (const field of Object.keys(body)) {
+    if (!FIELDS.has(field)) throw bad(`unknown field ${JSON.stringify(field)}; settable fields: ${[...FIELDS].join(', ')}`)
+  }
+  const has = (f: string): boolean => body[f] !== undefined
+  return {
+    ...(has('name') && { name: parseName(body.name) }),
+    ...(has('trust_mode') && { trustMode: parseTrustMode(body.trust_mode) }),
+    ...(has('credit_limit') && { creditLimit: parseCreditLimit(body.credit_limit) }),
+    ...(has('reset_period') && { resetPeriod: parseResetPeriod(body.reset_period) }),
+    ...(has('expires_at') && { expiresAt: parseExpiresAt(body.expires_at, now) }),
+    ...(has('allowed_models') && { allowedModels: parseModels(body.allowed_models) }),
+    ...(has('allowed_providers') && { allowedProviders: parseProviders(body.allowed_providers) }),
+  }
+}
+
+function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString()
+}
+
+/** The key object of spec §2.1 (without `key`). */
+export function keyJson(key: ApiKeyRecord, used: bigint, now: number): Record<string, unknown> {
+  const expired = key.expiresAt !== null && key.expiresAt <= now
+  return {
+    key_id: key.id,
+    key_preview: key.preview,
+    name: key.name,
+    trust_mode: key.trustMode ?? '',
+    status: key.revoked ? 'revoked' : expired ? 'expired' : 'active',
+    revoked: key.revoked,
+    credit_limit: key.creditLimit === null ? null : formatUsd(key.creditLimit),
+    used: formatUsd(used),
+    currency: CURRENCY,
+    reset_period: key.resetPeriod,
+    expires_at: iso(key.expiresAt),
+    allowed_models: key.allowedModels,
+    allowed_providers: key.allowedProviders,
+    created_at: new Date(key.createdAt).toISOString(),
+  }
+}
+
+/**
+ * What each key has spent in its current reset period. Spend comes from the ledger's daily roll-up, which
+ * stays empty until billing records charges.
+ */
+async function usedByKey(store: Store, accountId: string, keys: readonly ApiKeyRecord[], now: number): Promise<Map<string, bigint>> {
+  const used = new Map<string, bigint>()
+  const bySince = new Map<string | null, ApiKeyRecord[]>()
+  for (const key of keys) {
+    const since = periodStartDay(key.resetPeriod, now)
+    bySince.set(since, [...(bySince.get(since) ?? []), key])
+  }
+  for (const [since, group] of bySince) {
+    const spend = await store.spendByKey(accountId, since)
+    for (const key of group) used.set(key.id, spend.get(key.id) ?? 0n)
+  }
+  return used
+}
+
+function keyIdOf(head: RequestHead): string {
+  const id = head.params?.[0] ?? ''
+  // Not a UUID: it cannot name a key, so it is an unknown key, not a malformed request.
+  if (!UUID.test(id)) throw notFound(id)
+  return id
+}
+
+function notFound(id: string): RouterError {
+  return new RouterError('api_key_not_found', `no API key ${JSON.stringify(id)} in this account`)
+}
+
+export interface ApiKeysSurface {
+  readonly list: Handler
+  readonly create: Handler
+  readonly update: Handler
+  readonly revoke: Handler
+}
+
+export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
+  const now = deps.now ?? Date.now
+
+  function body(start: ManagementStart): Record<string, unknown> {
+    const parsed = parseJsonObject(start.body ?? Buffer.alloc(0))
+    if (parsed instanceof RouterError) throw parsed
+    return parsed
+  }
+
+  async function one(key: ApiKeyRecord, at: number): Promise<Record<string, unknown>> {
+    const used = await usedByKey(deps.store, key.accountId, [key], at)
+    return keyJson(key, used.get(key.id) ?? 0n, at)
+  }
+
+  async function list({ reply, principal, headers }: ManagementStart): Promise<void> {
+    const at = now()
+    const keys = await deps.store.listApiKeys(principal.accountId)
+    const used = await usedByKey(deps.store, principal.accountId, keys, at)
+    const data = keys.map((k) => keyJson(k, used.get(k.id) ?? 0n, at))
+    sendJson(reply, 200, JSON.stringify({ object: 'list', data }), headers)
+  }
+
+  async function create(start: ManagementStart): Promise<void> {
+    const fields = parseKeyFields(body(start), now())
+    if (fields.name === undefined) throw bad('name is required')
+    const { record, secret } = await deps.credentials.issueApiKey(start.principal.accountId, { ...fields, name: fields.name })
+    const json = keyJson(record, 0n, now())
+    // `key` right after `key_id`: the secret, shown this once.
+    sendJson(start.reply, 201, JSON.stringify({ key_id: json.key_id, key: secret, ...json }), start.headers)
+  }
+
+  async function update(start: ManagementStart): Promise<void> {
+    const id = keyIdOf(start.head)
+    const fields = parseKeyFields(body(start), now())
+    if (Object.keys(fields).length === 0) throw bad(`nothing to update: send at least one of ${[...FIELDS].join(', ')}`)
+    const record = await deps.credentials.updateApiKey(start.principal.accountId, id, fields)
+    if (record === null) throw notFound(id)
+    sendJson(start.reply, 200, JSON.stringify(await one(record, now())), start.headers)
+  }
+
+  async function revoke(start: ManagementStart): Promise<void> {
+    const id = keyIdOf(start.head)
+    const before = await deps.store.getApiKey(start.principal.accountId, id)
+    if (before === null) throw notFound(id)
+    const record = await deps.credentials.revokeApiKey(start.principal.accountId, id)
+    if (record === null) throw notFound(id)
+    const message = before.revoked ? 'API key was already revoked' : 'API key revoked'
+    sendJson(start.reply, 200, JSON.stringify({ message, key_id: record.id }), start.headers)
+  }
+
+  return {
+    list: (head, reply) => beginManagement(deps.authenticate, head, reply, 'keys:read', false, list),
+    create: (head, reply) => beginManagement(deps.authenticate, head, reply, 'keys:create', true, create),
+    update: (head, reply) => beginManagement(deps.authenticate, head, reply, 'keys:manage', true, update),
+    revoke: (head, reply) => beginManagement(deps.authenticate, head, reply, 'keys:manage', false, revoke),
+  }
+}

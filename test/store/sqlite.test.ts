@@ -1,0 +1,131 @@
+/**
+ * The SQLite store: the Store contract on a file and in memory, then what only SQLite has (migrations, WAL,
+ * money as TEXT, the append-only journal, noticing another process's writes).
+ */
+import t from 'tap'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { parseUsd } from '../../src/billing/money.js'
+import { migrate, SchemaTooNewError, schemaVersion } from '../../src/store/sqlite/migrate.js'
+import { MIGRATIONS } from '../../src/store/sqlite/migrations.js'
+import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
+import { storeContract, type Test } from './contract.js'
+
+const A = '0x' + 'a'.repeat(40)
+const T0 = Date.UTC(2025, 0, 15)
+
+t.test('contract: SQLite file', async (t) => {
+  storeContract(t, (t: Test) => openSqliteStore({ path: join(t.testdir(), 'svc.db') }))
+})
+
+t.test('contract: SQLite :memory:', async (t) => {
+  storeContract(t, () => openSqliteStore({ path: ':memory:' }))
+})
+
+t.test('opening creates the data directory, WAL mode, and applies every migration once', async (t) => {
+  const path = join(t.testdir(), 'nested', 'data', 'svc.db')
+  const store = openSqliteStore({ path, now: () => T0 })
+  await store.close()
+  const db = new Database(path)
+  t.teardown(() => db.close())
+  t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
+  t.equal(schemaVersion(db), MIGRATIONS.at(-1)!.version)
+  t.strictSame(db.prepare('SELECT version, name, applied_at FROM schema_migrations').all(), [
+    { version: 1, name: MIGRATIONS[0]!.name, applied_at: T0 },
+  ])
+  t.strictSame(migrate(db, T0 + 1), [], 'a second run applies nothing')
+})
+
+t.test('reopening keeps the data', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const first = openSqliteStore({ path })
+  await first.addFunds(A, 'deposit', 5n, '', T0)
+  await first.close()
+  const second = openSqliteStore({ path })
+  t.teardown(() => second.close())
+  t.equal((await second.totals(A)).deposited, 5n)
+})
+
+t.test('migrations: a newer schema is refused, a failing migration leaves nothing behind', async (t) => {
+  const db = new Database(':memory:')
+  t.teardown(() => db.close())
+  const plan = [
+    { version: 1, name: 'one', sql: 'CREATE TABLE one (x INTEGER)' },
+    { version: 2, name: 'two', sql: 'CREATE TABLE two (x INTEGER); CREATE TABLE broken (' },
+  ]
+  t.throws(() => migrate(db, T0, plan))
+  t.equal(schemaVersion(db), 1, 'the first migration stayed, the broken one rolled back')
+  t.strictSame(db.prepare("SELECT name FROM sqlite_master WHERE name IN ('one', 'two')").all(), [{ name: 'one' }])
+  t.strictSame(migrate(db, T0, plan.slice(0, 1)), [])
+  t.throws(() => migrate(db, T0, []), SchemaTooNewError, 'a database newer than the code is refused')
+})
+
+t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = openSqliteStore({ path })
+  const amount = parseUsd('12345678.123456789012345678')!
+  await store.addFunds(A, 'deposit', amount, '', T0)
+  await store.close()
+  const db = new Database(path, { readonly: true })
+  t.teardown(() => db.close())
+  const row = db.prepare('SELECT amount, typeof(amount) AS type FROM journal').get() as { amount: string; type: string }
+  t.strictSame(row, { amount: amount.toString(), type: 'text' })
+  t.equal((db.prepare('SELECT deposited FROM accounts').get() as { deposited: string }).deposited, '12345678123456789012345678')
+})
+
+t.test('the journal is append-only', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = openSqliteStore({ path })
+  await store.addFunds(A, 'deposit', 5n, '', T0)
+  await store.close()
+  const db = new Database(path)
+  t.teardown(() => db.close())
+  t.throws(() => db.prepare("UPDATE journal SET amount = '6'").run(), /append-only/)
+  t.throws(() => db.prepare('DELETE FROM journal').run(), /append-only/)
+  t.throws(() => db.prepare("INSERT INTO journal (account_id, kind, amount, created_at) VALUES (?, 'deposit', '1.5', 0)").run(A), /CHECK/)
+  t.throws(
+    () => db.prepare("INSERT INTO journal (account_id, kind, amount, created_at) VALUES (?, 'charge', '1', 0)").run(A),
+    /CHECK/,
+    'a charge must name its request',
+  )
+})
+
+t.test('onExternalChange fires for another connection commits, not for our own', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = openSqliteStore({ path, changePollMs: 10 })
+  t.teardown(() => store.close())
+  let calls = 0
+  const stop = store.onExternalChange(() => calls++)
+  await store.addFunds(A, 'deposit', 1n, 'ours', T0)
+  await new Promise((r) => setTimeout(r, 60))
+  t.equal(calls, 0, 'our own writes are not external')
+
+  const other = openSqliteStore({ path })
+  await other.addFunds(A, 'deposit', 1n, 'theirs', T0)
+  await other.close()
+  const deadline = Date.now() + 2000
+  while (calls === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  t.equal(calls, 1, 'another process wrote')
+
+  stop()
+  const third = openSqliteStore({ path })
+  await third.addFunds(A, 'deposit', 1n, 'again', T0)
+  await third.close()
+  await new Promise((r) => setTimeout(r, 60))
+  t.equal(calls, 1, 'an unsubscribed listener is not called')
+})
+
+t.test('running totals stay exact when two connections to one file take turns writing', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const one = openSqliteStore({ path })
+  const two = openSqliteStore({ path })
+  t.teardown(async () => {
+    await one.close()
+    await two.close()
+  })
+  const writes = []
+  for (let i = 0; i < 50; i++) writes.push(one.addFunds(A, 'deposit', 1n, '', T0), two.addFunds(A, 'deposit', 2n, '', T0))
+  await Promise.all(writes)
+  t.equal((await one.totals(A)).deposited, 150n)
+  t.equal((await one.journal(A)).length, 100)
+})
