@@ -79,15 +79,6 @@ export function upstreamBody(raw: Buffer, body: Record<string, unknown>, chat: C
 }
 
 export function createChatCompletions(deps: InferenceDeps): (head: RequestHead, reply: Reply) => void {
-  function onStart(start: InferenceStart): void {
-    const { reply, head, headers } = start
-    reply.readBody(
-      deps.maxJsonBodyBytes,
-      (raw) => onBody(start, raw),
-      (err) => sendError(reply, err, head.requestId, headers),
-    )
-  }
-
   function onBody(start: InferenceStart, raw: Buffer): void {
     const { reply, head, headers, prefs, principal } = start
     const fail = (err: RouterError): void => sendError(reply, err, head.requestId, headers)
@@ -142,6 +133,6 @@ export function createChatCompletions(deps: InferenceDeps): (head: RequestHead, 
   }
 
   return function handleChatCompletions(head: RequestHead, reply: Reply): void {
-    beginInference(deps, head, reply, onStart)
+    beginInference(deps, head, reply, onBody)
   }
 }

@@ -34,22 +34,54 @@ export interface InferenceStart {
 const resetClock = new ResetClock()
 
 /**
- * Runs the common stages and calls `next` when they pass; otherwise answers with the stage's error.
- * Synchronous whenever authentication is (a warm key cache).
+ * Runs the common stages and calls `next` with the whole JSON body once they passed and it has arrived;
+ * otherwise answers with the first error. Synchronous whenever authentication is (a warm key cache).
+ *
+ * The body is read from the start, before authentication: uWS hands the body only to a reader attached during
+ * the route callback, and a cache miss makes authentication finish later (a networked store's read outlives
+ * the callback). A request refused early has its remaining body ignored.
  */
-export function beginInference(deps: InferenceDeps, head: RequestHead, reply: Reply, next: (start: InferenceStart) => void): void {
+export function beginInference(
+  deps: InferenceDeps,
+  head: RequestHead,
+  reply: Reply,
+  next: (start: InferenceStart, body: Buffer) => void,
+): void {
+  let body: Buffer | null = null
+  let admitted: InferenceStart | null = null
+  let refused = false
+  const refuse = (err: RouterError, headers: HeaderList): void => {
+    if (refused) return
+    refused = true
+    sendError(reply, err, head.requestId, headers)
+  }
+  const admit = (start: InferenceStart): void => {
+    if (refused) return
+    admitted = start
+    if (body !== null) next(start, body)
+  }
+  reply.readBody(
+    deps.maxJsonBodyBytes,
+    (raw) => {
+      if (refused) return
+      body = raw
+      if (admitted !== null) next(admitted, raw)
+    },
+    (err) => refuse(err, admitted?.headers ?? ['x-request-id', head.requestId]),
+  )
+
   const authed = deps.authenticate(head)
   if (authed instanceof Promise) {
     authed.then(
-      (result) => afterAuth(deps, head, reply, result, next),
+      (result) => afterAuth(deps, head, reply, result, admit, refuse),
       (err: unknown) => {
         log.error('authentication failed', { err: String(err) })
-        sendError(reply, toRouterError(err), head.requestId, ['x-request-id', head.requestId])
+        refuse(toRouterError(err), ['x-request-id', head.requestId])
       },
     )
     return
   }
-  afterAuth(deps, head, reply, authed, next)
+  afterAuth(deps, head, reply, authed, admit, refuse)
 }
 
 function afterAuth(
@@ -57,12 +89,10 @@ function afterAuth(
   head: RequestHead,
   reply: Reply,
   authed: Principal | RouterError,
-  next: (start: InferenceStart) => void,
+  admit: (start: InferenceStart) => void,
+  refuse: (err: RouterError, headers: HeaderList) => void,
 ): void {
-  if (authed instanceof RouterError) {
-    sendError(reply, authed, head.requestId, ['x-request-id', head.requestId])
-    return
-  }
+  if (authed instanceof RouterError) return refuse(authed, ['x-request-id', head.requestId])
   const rate = deps.limiter.take(authed.accountId, Date.now(), authed.rateLimit)
   const headers = [
     'x-request-id',
@@ -78,16 +108,12 @@ function afterAuth(
     const err = new RouterError('rate_limit_exceeded', `account request limit of ${rate.limit} per minute reached`, {
       'Retry-After': String(rate.retryAfter),
     })
-    sendError(reply, err, head.requestId, headers)
-    return
+    return refuse(err, headers)
   }
   const prefs = new RoutingPrefs()
   const bad = parseRoutingHeaders(head, prefs)
-  if (bad !== null) {
-    sendError(reply, bad, head.requestId, headers)
-    return
-  }
-  next({ head, reply, principal: authed, prefs, headers })
+  if (bad !== null) return refuse(bad, headers)
+  admit({ head, reply, principal: authed, prefs, headers })
 }
 
 /**

@@ -11,6 +11,8 @@ const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
 export interface SpawnedRouter {
   readonly url: string
+  /** The dev account's sk- key, printed once by the router on its empty store. */
+  readonly key: string
   readonly child: ChildProcess
   /** Resident set size of the router process, in MiB. */
   rssMiB(): number
@@ -36,23 +38,27 @@ export async function spawnRouter(
       registry: { path: 'providers.yaml', watch: false },
       store: { path: join(dir, 'svc.db') },
       log: { level: 'error' },
+      dev: { bootstrap: true },
     }),
   )
   const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => {
     child.kill('SIGKILL')
   })
-  const url = await new Promise<string>((resolve, reject) => {
+  // The banner with the dev keys follows the listening line on stdout.
+  const [url, key] = await new Promise<[string, string]>((resolve, reject) => {
     let out = ''
     child.stdout!.on('data', (b: Buffer) => {
       out += b.toString()
-      const m = /listening on (http:\/\/\S+)/.exec(out)
-      if (m) resolve(m[1]!)
+      const listening = /listening on (http:\/\/\S+)/.exec(out)
+      const devKey = /(sk-[A-Za-z0-9_-]{43})/.exec(out)
+      if (listening && devKey) resolve([listening[1]!, devKey[1]!])
     })
     child.once('exit', (code) => reject(new Error(`router exited with ${code} before listening: ${out}`)))
   })
   return {
     url,
+    key,
     child,
     rssMiB() {
       const status = readFileSync(`/proc/${child.pid}/status`, 'utf8')

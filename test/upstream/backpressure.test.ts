@@ -32,7 +32,7 @@ t.test('a client that stops reading stalls the provider; the router does not buf
   const sim = await startSimulator({ completionTokens: TOKENS })
   t.teardown(() => sim.close())
   const router = await spawnRouter(t, [{ address: P, url: sim.url, models: [{ id: MODEL, price: { prompt: 0.1, completion: 0.1 } }] }])
-  const target = { url: router.url, auth: { authorization: 'Bearer sk-test-open' } }
+  const target = { url: router.url, auth: { authorization: `Bearer ${router.key}` } }
   // Warm the streaming path once so its first-use allocations (code, JIT) are not counted as buffering.
   const warm = rawRequest(target, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'warm' }], max_tokens: 4 })
   await new Promise<void>((resolve) => warm.on('data', (b: Buffer) => b.toString().includes('[DONE]') && resolve()))
