@@ -3,6 +3,7 @@
 import { parseArgs } from 'node:util'
 import { ConfigError, loadConfig } from './config/index.js'
 import { devKeysBanner } from './operator/bootstrap.js'
+import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
 import { RegistryError } from './registry/file-source.js'
 import { SchemaTooNewError } from './store/sqlite/migrate.js'
@@ -16,6 +17,7 @@ commands:
   simulate-provider [...]    run a simulated OpenAI-compatible provider (see simulate-provider --help)
   accounts <command> [...]   deposits, credits, rate limits of accounts (see accounts --help)
   mgmt-keys <command> [...]  create, list, revoke mk- management keys (see mgmt-keys --help)
+  api-keys <command> [...]   create, list, revoke sk- API keys of an account (see api-keys --help)
 
 options:
   -h, --help                 show this help
@@ -78,6 +80,9 @@ async function main(argv: string[]): Promise<void> {
       return
     case 'mgmt-keys':
       process.exitCode = await mgmtKeysCommand(rest, operatorIo)
+      return
+    case 'api-keys':
+      process.exitCode = await apiKeysCommand(rest, operatorIo)
       return
     case undefined:
     case '-h':

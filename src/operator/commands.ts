@@ -1,5 +1,6 @@
 /**
- * Operator commands on the store (DESIGN.md §2): `svc-router accounts …` and `svc-router mgmt-keys …`. They
+ * Operator commands on the store (DESIGN.md §2): `svc-router accounts …` and `svc-router mgmt-keys …` (and
+ * `api-keys …`, in api-keys-command.ts). They
  * open the store the config names (the same `--config` as `serve`), so they work while the router runs: the
  * router notices the change within a second (Store.onExternalChange) and drops its cached keys.
  *
@@ -47,14 +48,14 @@ scopes (comma-separated, or "all"): ${SCOPES.join(', ')}
 --config FILE is the config the router runs with (npm start: config/default.yaml).
 `
 
-function wallet(text: string | undefined): string {
+export function wallet(text: string | undefined): string {
   if (text === undefined) throw new OperatorUsageError('missing <wallet>')
   const parsed = parseWallet(text)
   if ('problem' in parsed) throw new OperatorUsageError(`invalid wallet ${JSON.stringify(text)}: ${parsed.problem}`)
   return parsed.wallet
 }
 
-function usd(text: string | undefined): bigint {
+export function usd(text: string | undefined): bigint {
   if (text === undefined) throw new OperatorUsageError('missing <usd> amount')
   const amount = parseUsd(text)
   if (amount === null || amount === 0n) throw new OperatorUsageError(`invalid amount ${JSON.stringify(text)}: expected a positive decimal USD amount`)
@@ -73,28 +74,34 @@ export function parseScopes(text: string | undefined): Scope[] {
   return out
 }
 
-function iso(ms: number | null): string {
+export function iso(ms: number | null): string {
   return ms === null ? '-' : new Date(ms).toISOString()
 }
 
-function mgmtKeyLines(keys: readonly MgmtKeyRecord[]): string {
-  const header = ['key_id', 'account', 'name', 'scopes', 'status', 'preview', 'created_at', 'last_used_at', 'last_source_ip']
-  const rows = keys.map((k) => [
-    k.id,
-    k.accountId,
-    k.name,
-    k.scopes.join(','),
-    k.revoked ? 'revoked' : 'active',
-    k.preview,
-    iso(k.createdAt),
-    iso(k.lastUsedAt),
-    k.lastSourceIp ?? '-',
-  ])
+/** Rows as a plain text table with a header line, columns padded to their widest cell. */
+export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)))
   return [header, ...rows].map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n') + '\n'
 }
 
-async function withStore<T>(configFile: string | undefined, io: OperatorIo, fn: (store: Store) => Promise<T>): Promise<T> {
+function mgmtKeyLines(keys: readonly MgmtKeyRecord[]): string {
+  return table(
+    ['key_id', 'account', 'name', 'scopes', 'status', 'preview', 'created_at', 'last_used_at', 'last_source_ip'],
+    keys.map((k) => [
+      k.id,
+      k.accountId,
+      k.name,
+      k.scopes.join(','),
+      k.revoked ? 'revoked' : 'active',
+      k.preview,
+      iso(k.createdAt),
+      iso(k.lastUsedAt),
+      k.lastSourceIp ?? '-',
+    ]),
+  )
+}
+
+export async function withStore<T>(configFile: string | undefined, io: OperatorIo, fn: (store: Store) => Promise<T>): Promise<T> {
   const config = loadConfig({ file: configFile, env: io.env })
   // On stderr, so stdout stays the command's answer: which file was used is the first thing to check.
   io.err(`store: ${config.store.path}\n`)
@@ -106,7 +113,7 @@ async function withStore<T>(configFile: string | undefined, io: OperatorIo, fn: 
   }
 }
 
-const COMMON = { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } as const
+export const COMMON = { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } as const
 
 /** `svc-router accounts …`; resolves to the exit code. */
 export async function accountsCommand(argv: string[], io: OperatorIo): Promise<number> {
