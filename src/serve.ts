@@ -2,6 +2,8 @@
  * Composition root: config in, a listening router out. Wires the stages in the order of DESIGN.md §1 and
  * owns everything that must be closed on shutdown.
  */
+import { ChargeWriter } from './billing/charge-writer.js'
+import { Ledger } from './billing/ledger.js'
 import { createKeyAuthenticators, type KeyAuthenticators, type MgmtAuthenticator } from './auth/authenticate.js'
 import { Credentials } from './auth/credentials.js'
 import { KeyCache } from './auth/key-cache.js'
@@ -26,6 +28,9 @@ import { createChatCompletions } from './surfaces/chat-completions.js'
 import type { InferenceDeps } from './surfaces/inference.js'
 import { UpstreamPools } from './upstream/pools.js'
 
+/** Charges per group-commit transaction at most. */
+const CHARGE_BATCH = 256
+
 export interface RunningRouter {
   readonly url: string
   readonly port: number
@@ -35,6 +40,8 @@ export interface RunningRouter {
   readonly credentials: Credentials
   /** The dev account's keys when this start bootstrapped one (`dev.bootstrap` on an empty store), else null. */
   readonly devKeys: DevKeys | null
+  /** Budgets and charges of in-flight requests. */
+  readonly ledger: Ledger
   close(): Promise<void>
 }
 
@@ -153,6 +160,13 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     }, { firstVersion: snapshot.version })
   }
 
+  // Billing: charges go to the store by group commit; budgets live in the ledger's memory, rebuilt from the
+  // store's durable totals on start (reservations of requests that died with a previous process are gone).
+  const writer = new ChargeWriter(store, { maxBatch: CHARGE_BATCH })
+  const ledger = new Ledger(store, writer)
+  const stopWatchingLedger = store.onExternalChange(() => {
+    ledger.refresh().catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
+  })
   const deps: InferenceDeps = {
     table,
     exchange: {
@@ -164,15 +178,15 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
         ewmaAlpha: config.routing.latency_ewma_alpha,
       },
       maxAttempts: config.routing.max_attempts,
+      ledger,
     },
     limiter: new RateLimiter(config.limits.requests_per_minute),
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
   const catalog = createCatalog(table)
-  const apiKeys = createApiKeys({ authenticate: auth.management, credentials, store })
-  // Billing (the next stage) holds in-flight reservations in memory; until it lands nothing is reserved.
-  const account = createAccount({ authenticate: auth.management, store, reserved: () => 0n })
+  const apiKeys = createApiKeys({ authenticate: auth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
+  const account = createAccount({ authenticate: auth.management, store, reserved: (accountId) => ledger.reserved(accountId) })
   const refuseManagementKeys = createManagementKeysRefusal(auth)
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: createChatCompletions(deps) },
@@ -195,6 +209,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     app = await listen(config.server.host, config.server.port, routes)
   } catch (err) {
     watcher?.close()
+    stopWatchingLedger()
+    await writer.close()
     await table.close()
     await pools.close()
     await Promise.all([...simulators.values()].map((s) => s.close()))
@@ -208,9 +224,13 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     store,
     credentials,
     devKeys,
+    ledger,
     async close() {
       app.close()
       watcher?.close()
+      stopWatchingLedger()
+      // Charges settled before the close are written before the store goes.
+      await writer.close()
       await table.close()
       await pools.close()
       await Promise.all([...simulators.values()].map((s) => s.close()))

@@ -27,6 +27,29 @@ export function chatCost(offer: Offer, usage: ChatUsage): Cost {
   }
 }
 
+/** Output bound of a request that sent no max_tokens to an offer that reports neither output cap nor context. */
+export const DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+/**
+ * The most output a chat request can produce at this offer: its max_tokens / max_completion_tokens when sent
+ * (-1 when not), else the offer's reported output cap, else its context length, else the default.
+ */
+export function maxOutputTokens(offer: Offer, requested: number): number {
+  if (requested > 0) return requested
+  if (offer.maxCompletionTokens > 0) return offer.maxCompletionTokens
+  const context = offer.model.context_length
+  if (typeof context === 'number' && Number.isSafeInteger(context) && context > 0) return context
+  return DEFAULT_MAX_OUTPUT_TOKENS
+}
+
+/**
+ * What admission reserves for a chat request at this offer: every byte of the body counted as a prompt token
+ * (a BPE token covers at least one byte, so this bounds any tokenizer) plus the most output it can produce.
+ */
+export function chatWorstCase(offer: Offer, bodyBytes: number, requestedMaxOutput: number): bigint {
+  return chatReservation(offer, bodyBytes, maxOutputTokens(offer, requestedMaxOutput))
+}
+
 /** Worst case of a chat request: its prompt estimate plus the whole output it may ask for. */
 export function chatReservation(offer: Offer, promptTokens: number, maxOutputTokens: number): bigint {
   return BigInt(promptTokens) * offer.promptPrice + BigInt(maxOutputTokens) * offer.completionPrice

@@ -16,7 +16,10 @@ export interface TraceFields {
   readonly requestId: string
   readonly provider: string | null
   readonly model: string
+  /** The billed cost: exactly what the ledger recorded for the request. */
   readonly cost: Cost
+  /** The cost was capped at the reservation (the provider reported more than the request could produce). */
+  readonly capped?: boolean
   readonly usage: ChatUsage | Record<string, unknown> | null
   readonly attempts: readonly Attempt[]
   /** performance.now() at arrival. */
@@ -36,6 +39,7 @@ export function traceObject(f: TraceFields): Record<string, unknown> {
       output_cost: formatUsd(f.cost.output),
       total_cost: formatUsd(f.cost.input + f.cost.output),
       currency: 'USD',
+      ...(f.capped === true && { capped: true }),
     },
     usage: f.usage,
     attempts: f.attempts,

@@ -214,6 +214,14 @@ export interface Store {
    * already billed throws StoreConflictError and changes nothing (no double charge).
    */
   recordCharge(charge: Charge): Promise<JournalEntry>
+  /**
+   * Group commit: bills every charge of the batch in ONE transaction (one durable commit for all). Each charge
+   * keeps the semantics of recordCharge on its own: the outcome at index i is its journal entry, or the error
+   * recordCharge would have thrown for it (StoreConflictError for a request already billed, inside the batch or
+   * before it), and such a charge changes nothing while the others are still written. The promise rejects only
+   * when the transaction itself failed, and then nothing of the batch was written.
+   */
+  recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]>
   totals(accountId: string): Promise<AccountTotals>
   /** The journal of an account, oldest first. */
   journal(accountId: string): Promise<JournalEntry[]>

@@ -3,9 +3,8 @@
  * /usage/stats. Everything is read from the ledger (journal totals, the daily usage roll-up); amounts are
  * exact decimal strings in USD.
  *
- * Until the billing stage lands the journal holds deposits and credits only, so `spent` and usage are zero,
- * and `reserved` (money held by in-flight requests, which lives in the billing stage's memory, not in the
- * store) comes from `deps.reserved`, which serve() wires to 0 for now.
+ * `reserved` (money held by in-flight requests) lives in the billing ledger's memory, not in the store, and
+ * comes from `deps.reserved` (serve() wires it to the ledger).
  */
 import type { MgmtAuthenticator } from '../auth/authenticate.js'
 import { beginManagement, type ManagementStart } from '../auth/management-stage.js'

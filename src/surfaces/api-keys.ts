@@ -21,6 +21,11 @@ export interface ApiKeysDeps {
   readonly authenticate: MgmtAuthenticator
   readonly credentials: Credentials
   readonly store: Store
+  /**
+   * The key's spend in its current reset period as the billing ledger holds it (what its credit limit is
+   * enforced against, charges settled a moment ago included), or null when the ledger has no book for it.
+   */
+  readonly used?: (key: ApiKeyRecord) => bigint | null
   readonly now?: () => number
 }
 
@@ -146,13 +151,19 @@ export function keyJson(key: ApiKeyRecord, used: bigint, now: number): Record<st
 }
 
 /**
- * What each key has spent in its current reset period. Spend comes from the ledger's daily roll-up, which
- * stays empty until billing records charges.
+ * What each key has spent in its current reset period (00:00 UTC; weeks from Monday, months from the 1st):
+ * the billing ledger's figure when it holds the key, else the store's daily roll-up from the period's first day.
  */
-async function usedByKey(store: Store, accountId: string, keys: readonly ApiKeyRecord[], now: number): Promise<Map<string, bigint>> {
+async function usedByKey(deps: ApiKeysDeps, accountId: string, keys: readonly ApiKeyRecord[], now: number): Promise<Map<string, bigint>> {
+  const store = deps.store
   const used = new Map<string, bigint>()
   const bySince = new Map<string | null, ApiKeyRecord[]>()
   for (const key of keys) {
+    const live = deps.used?.(key) ?? null
+    if (live !== null) {
+      used.set(key.id, live)
+      continue
+    }
     const since = periodStartDay(key.resetPeriod, now)
     bySince.set(since, [...(bySince.get(since) ?? []), key])
   }
@@ -191,14 +202,14 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
   }
 
   async function one(key: ApiKeyRecord, at: number): Promise<Record<string, unknown>> {
-    const used = await usedByKey(deps.store, key.accountId, [key], at)
+    const used = await usedByKey(deps, key.accountId, [key], at)
     return keyJson(key, used.get(key.id) ?? 0n, at)
   }
 
   async function list({ reply, principal, headers }: ManagementStart): Promise<void> {
     const at = now()
     const keys = await deps.store.listApiKeys(principal.accountId)
-    const used = await usedByKey(deps.store, principal.accountId, keys, at)
+    const used = await usedByKey(deps, principal.accountId, keys, at)
     const data = keys.map((k) => keyJson(k, used.get(k.id) ?? 0n, at))
     sendJson(reply, 200, JSON.stringify({ object: 'list', data }), headers)
   }

@@ -1,7 +1,8 @@
 /**
  * POST /v1/chat/completions (OpenAI style, spec §4.2): validate, route, forward, stream back with the trace.
  */
-import { RouterError } from '../errors.js'
+import { RouterError, toRouterError } from '../errors.js'
+import { log } from '../log.js'
 import { requestMask } from '../routing/params.js'
 import { mergeBodyPreferences } from '../routing/preferences.js'
 import { DIMENSION_CHAT, select } from '../routing/select.js'
@@ -114,22 +115,36 @@ export function createChatCompletions(deps: InferenceDeps): (head: RequestHead, 
     )
     if (selection instanceof RouterError) return fail(selection)
 
-    const exchange = new Exchange(
-      deps.exchange,
-      {
-        requestId: head.requestId,
-        startedAt: head.startedAt,
-        model: chat.model,
-        path: '/v1/chat/completions',
-        body: upstreamBody(raw, body, chat),
-        stream: chat.stream,
-        clientWantsUsage: chat.clientWantsUsage,
-        baseHeaders: headers,
-      },
-      reply,
-      selection,
-    )
-    exchange.start()
+    const forward = (): void => {
+      if (reply.aborted) return
+      const billing = principal.keyId === null ? null : ledger.open(principal, head.requestId)
+      const exchange = new Exchange(
+        deps.exchange,
+        {
+          requestId: head.requestId,
+          startedAt: head.startedAt,
+          model: chat.model,
+          path: '/v1/chat/completions',
+          body: upstreamBody(raw, body, chat),
+          stream: chat.stream,
+          clientWantsUsage: chat.clientWantsUsage,
+          baseHeaders: headers,
+          maxOutput: chat.maxOutput,
+          billing,
+        },
+        reply,
+        selection,
+      )
+      exchange.start()
+    }
+    // The ledger reads a principal's books from the store once; after that admission is synchronous.
+    const ledger = deps.exchange.ledger
+    const warming = principal.keyId === null ? null : ledger.prepare(principal)
+    if (warming === null) return forward()
+    warming.then(forward, (err: unknown) => {
+      log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
+      fail(toRouterError(err))
+    })
   }
 
   return function handleChatCompletions(head: RequestHead, reply: Reply): void {

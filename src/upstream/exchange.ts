@@ -4,11 +4,16 @@
  * the first byte, 5xx and 429 move on to the next candidate when fallbacks are allowed; any other 4xx goes back
  * as it is; once a byte has reached the client, a failure ends the stream with an SSE error event and no [DONE].
  *
+ * Billing (DESIGN.md §4): before each attempt the request's reservation is (re)priced for that candidate; a
+ * response's last byte (`[DONE]`, the end of the JSON) goes out only once its charge is durable; a request that
+ * fails, is refused or is abandoned before the provider produced anything releases its reservation.
+ *
  * Backpressure both ways: a slow client pauses the upstream read (and so, through TCP, the provider); a client
  * that goes away aborts the upstream request at once.
  */
 import type { Dispatcher } from 'undici'
-import { chatCost, meteredUsage, type ChatUsage, type Cost } from '../billing/cost.js'
+import { chatCost, chatWorstCase, meteredUsage, type ChatUsage, type Cost } from '../billing/cost.js'
+import type { BilledCost, Ledger, Reservation } from '../billing/ledger.js'
 import { spliceTrace, traceMember, traceObject, ZERO_COST, type Attempt, type TraceFields } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
 import type { HealthBook, HealthSettings } from '../health/health.js'
@@ -25,6 +30,8 @@ export interface ExchangeContext {
   readonly book: HealthBook
   readonly health: HealthSettings
   readonly maxAttempts: number
+  /** Budgets and charges; surfaces open each request's reservation from it. */
+  readonly ledger: Ledger
 }
 
 export interface ExchangeRequest {
@@ -39,6 +46,10 @@ export interface ExchangeRequest {
   readonly clientWantsUsage: boolean
   /** Headers every response of this request carries (request id, rate limit). */
   readonly baseHeaders: HeaderList
+  /** max_tokens / max_completion_tokens as sent, -1 when absent (bounds the reservation). */
+  readonly maxOutput: number
+  /** The request's hold on its account and key; null when nothing is billed (no key). */
+  readonly billing: Reservation | null
 }
 
 const UPSTREAM_HEADERS_BASE = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
@@ -100,6 +111,16 @@ export class Exchange {
       this.#failAll()
       return
     }
+    const billing = this.#req.billing
+    if (billing !== null) {
+      // Re-priced for this candidate: the previous one's hold is given back first.
+      const refused = billing.reserve(chatWorstCase(offer, this.#req.body.length, this.#req.maxOutput))
+      if (refused !== null) {
+        this.#finished = true
+        this.#sendFailure(refused)
+        return
+      }
+    }
     const handler = new AttemptHandler(this, offer)
     this.#current = handler
     handler.dispatch()
@@ -132,7 +153,9 @@ export class Exchange {
     this.#finished = true
     const handler = this.#current
     this.#current = null
+    // The attempt under way settles or releases when its abort lands; with none, nothing was produced.
     if (handler !== null) handler.abort(new Error('client disconnected'))
+    else this.#req.billing?.release()
   }
 
   #failAll(): void {
@@ -144,6 +167,12 @@ export class Exchange {
         : this.#lastTimedOut
           ? new RouterError('provider_timeout', `the provider did not answer in time (${tried} tried)`)
           : new RouterError('provider_error', `every provider tried failed (${tried} tried)`)
+    this.#sendFailure(err)
+  }
+
+  /** An error answer before any byte went out: nothing is billed, the reservation is given back. */
+  #sendFailure(err: RouterError): void {
+    this.#req.billing?.release()
     const body = JSON.stringify({
       error: { message: err.message, type: err.type, code: err.code },
       request_id: this.#req.requestId,
@@ -157,7 +186,8 @@ export class Exchange {
         startedAt: this.#req.startedAt,
       }),
     })
-    this.#reply.send(err.status, [...JSON_HEADERS, ...this.#req.baseHeaders], body)
+    const extra = err.headers === undefined ? [] : Object.entries(err.headers).flat()
+    this.#reply.send(err.status, [...JSON_HEADERS, ...this.#req.baseHeaders, ...extra], body)
   }
 }
 
@@ -292,7 +322,8 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     const phase = this.#phase
     this.#phase = Phase.Done
     this.#release()
-    if (phase === Phase.Draining || this.#x.reply.aborted) return
+    if (phase === Phase.Draining) return
+    if (this.#x.reply.aborted) return this.#billAbandoned(phase, true)
     if (phase === Phase.Passthrough) return this.#passThrough()
     if (this.#relay !== null) return this.#endStream()
     this.#endJson()
@@ -303,8 +334,8 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     this.#phase = Phase.Done
     this.#release()
     const reply = this.#x.reply
-    if (this.#abortReason !== null || reply.aborted) return
     if (phase === Phase.Draining) return
+    if (this.#abortReason !== null || reply.aborted) return this.#billAbandoned(phase, false)
     const failure = classifyUpstreamError(err)
     if (!reply.started) {
       this.#offer.provider.health.recordFailure(performance.now(), this.#x.ctx.health)
@@ -320,12 +351,64 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     this.#x.finish()
     const code = failure.timeout ? 'provider_timeout' : 'provider_error'
     const message = failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
-    const event = JSON.stringify({
-      error: { message, type: 'provider_error', code },
-      request_id: this.#x.request.requestId,
-      x_svc_trace: traceObject(this.#traceFields(this.#streamUsage())),
+    // What the provider produced is billed (the relay's estimate), then the stream ends with the error event.
+    const usage = this.#streamUsage()
+    this.#bill(usage, (billed, err) => {
+      const event = JSON.stringify({
+        error: { message, type: 'provider_error', code },
+        request_id: this.#x.request.requestId,
+        x_svc_trace: traceObject(this.#traceFields(usage, err === null ? billed : null)),
+      })
+      reply.end(`data: ${event}\n\n`)
     })
-    reply.end(`data: ${event}\n\n`)
+  }
+
+  /**
+   * The client went away. A provider that produced something (stream events relayed, or a whole answer that
+   * arrived) is billed for it, since it did the work; otherwise the reservation is released.
+   */
+  #billAbandoned(phase: Phase, complete: boolean): void {
+    const billing = this.#x.request.billing
+    if (billing === null || !billing.open) return
+    if (phase !== Phase.Relaying) return billing.release()
+    const relay = this.#relay
+    if (relay !== null) {
+      if (relay.events === 0 && relay.forwardedBytes === 0 && !complete) return billing.release()
+      if (complete) relay.finish(() => {})
+      this.#bill(this.#streamUsage(), () => {})
+      return
+    }
+    if (!complete) return billing.release()
+    const parsed = parseObject(this.#body())
+    if (parsed === null) return billing.release()
+    this.#bill(meteredUsage(parsed.usage, this.#x.request.body.length, completionEstimate(parsed.choices)), () => {})
+  }
+
+  /**
+   * Settles the request at this offer's prices for `usage`; `then` runs once the charge is durable, with the
+   * billed amount, or with the error that kept it from being recorded. Without billing it runs at once.
+   */
+  #bill(usage: ChatUsage, then: (billed: BilledCost, err: RouterError | null) => void): void {
+    const x = this.#x
+    const cost = chatCost(this.#offer, usage)
+    const billing = x.request.billing
+    if (billing === null) return then({ ...cost, capped: false }, null)
+    if (!billing.open) {
+      // Released already (the client went away meanwhile): nothing is recorded, so nothing is delivered.
+      return then({ ...ZERO_COST, capped: false }, new RouterError('server_error', 'the request was no longer billable'))
+    }
+    billing.settle(
+      {
+        model: x.request.model,
+        provider: this.#offer.provider.address,
+        promptTokens: usage.prompt_tokens,
+        completionTokens: usage.completion_tokens,
+        images: 0,
+        audioMs: 0,
+        cost,
+      },
+      then,
+    )
   }
 
   #release(): void {
@@ -336,6 +419,7 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
 
   #passThrough(): void {
     const x = this.#x
+    x.request.billing?.release()
     x.answered({ provider: this.#offer.provider.address, status: this.#status, error: `http_${this.#status}` })
     x.finish()
     const body = Buffer.concat(this.#parts, this.#size)
@@ -349,14 +433,16 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     return meteredUsage(relay.usage, this.#x.request.body.length, Math.max(0, relay.events - 2))
   }
 
-  #traceFields(usage: ChatUsage): TraceFields {
+  /** `billed` null: nothing was recorded, so the trace shows a zero cost. */
+  #traceFields(usage: ChatUsage, billed: BilledCost | null): TraceFields {
     const x = this.#x
-    const cost: Cost = chatCost(this.#offer, usage)
+    const cost: Cost = billed ?? ZERO_COST
     return {
       requestId: x.request.requestId,
       provider: this.#offer.provider.address,
       model: x.request.model,
       cost,
+      capped: billed?.capped === true,
       usage,
       attempts: x.attempts,
       startedAt: x.request.startedAt,
@@ -370,35 +456,45 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     x.answered({ provider: this.#offer.provider.address, status: this.#status })
     x.finish()
     const reply = x.reply
-    const trace = traceObject(this.#traceFields(this.#streamUsage()))
-    const chunk = JSON.stringify({
-      id: relay.chatId,
-      object: 'chat.completion.chunk',
-      created: Math.floor(Date.now() / 1000),
-      model: x.request.model,
-      choices: [],
-      x_svc_trace: trace,
-    })
     if (!reply.started) {
       // The provider sent no event at all before ending: still a well-formed (empty) stream for the client.
       reply.begin(200, [...SSE_HEADERS, ...x.request.baseHeaders])
     }
-    reply.cork(() => {
-      reply.write(`data: ${chunk}\n\n`)
-      reply.end(DONE_EVENT)
+    const usage = this.#streamUsage()
+    // The trace chunk and [DONE] wait for the durable charge: a delivered stream is always a billed one.
+    this.#bill(usage, (billed, err) => {
+      if (err !== null) {
+        const event = JSON.stringify({
+          error: { message: err.message, type: err.type, code: err.code },
+          request_id: x.request.requestId,
+          x_svc_trace: traceObject(this.#traceFields(usage, null)),
+        })
+        reply.end(`data: ${event}\n\n`)
+        return
+      }
+      const chunk = JSON.stringify({
+        id: relay.chatId,
+        object: 'chat.completion.chunk',
+        created: Math.floor(Date.now() / 1000),
+        model: x.request.model,
+        choices: [],
+        x_svc_trace: traceObject(this.#traceFields(usage, billed)),
+      })
+      reply.cork(() => {
+        reply.write(`data: ${chunk}\n\n`)
+        reply.end(DONE_EVENT)
+      })
     })
+  }
+
+  #body(): Buffer {
+    return this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat(this.#parts, this.#size)
   }
 
   #endJson(): void {
     const x = this.#x
-    const body = this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat(this.#parts, this.#size)
-    let parsed: { id?: unknown; usage?: unknown; choices?: unknown } | null = null
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value !== null && typeof value === 'object' && !Array.isArray(value)) parsed = value
-    } catch {
-      parsed = null
-    }
+    const body = this.#body()
+    const parsed = parseObject(body)
     if (parsed === null) {
       this.#offer.provider.health.recordFailure(performance.now(), x.ctx.health)
       x.missed(this, { attempt: { provider: this.#offer.provider.address, status: this.#status, error: 'invalid_json' }, timeout: false })
@@ -407,10 +503,34 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     x.answered({ provider: this.#offer.provider.address, status: this.#status })
     x.finish()
     const usage = meteredUsage(parsed.usage, x.request.body.length, completionEstimate(parsed.choices))
-    const out = spliceTrace(body, traceMember(this.#traceFields(usage))) ?? body
     const chatId = typeof parsed.id === 'string' ? parsed.id : ''
-    const headers = chatId === '' ? [...JSON_HEADERS, ...x.request.baseHeaders] : [...JSON_HEADERS, 'SVC-Res-Key', chatId, ...x.request.baseHeaders]
-    x.reply.send(this.#status, headers, out)
+    // The body (its end included) goes out only once the charge is durable.
+    this.#bill(usage, (billed, err) => {
+      if (err !== null) {
+        const failure = JSON.stringify({
+          error: { message: err.message, type: err.type, code: err.code },
+          request_id: x.request.requestId,
+          x_svc_trace: traceObject(this.#traceFields(usage, null)),
+        })
+        x.reply.send(err.status, [...JSON_HEADERS, ...x.request.baseHeaders], failure)
+        return
+      }
+      const out = spliceTrace(body, traceMember(this.#traceFields(usage, billed))) ?? body
+      const headers = chatId === '' ? [...JSON_HEADERS, ...x.request.baseHeaders] : [...JSON_HEADERS, 'SVC-Res-Key', chatId, ...x.request.baseHeaders]
+      x.reply.send(this.#status, headers, out)
+    })
+  }
+}
+
+type ChatResponse = { id?: unknown; usage?: unknown; choices?: unknown }
+
+/** The provider's JSON answer as an object, or null when it is not one. */
+function parseObject(body: Buffer): ChatResponse | null {
+  try {
+    const value: unknown = JSON.parse(body.toString('utf8'))
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as ChatResponse) : null
+  } catch {
+    return null
   }
 }
 

@@ -7,6 +7,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { stringify } from 'yaml'
+import { formatUsd, parseUsd } from '../../src/billing/money.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from '../../src/operator/commands.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { call, chat, isError, MODEL, oneProviderStack, P } from '../auth/http.js'
@@ -180,10 +181,12 @@ t.test('serve with dev.bootstrap on an empty store prints a dev sk- and mk- key 
   const mk = /(mk-[A-Za-z0-9_-]{43})/.exec(first.out())?.[1]
   t.ok(sk && mk, 'both keys printed')
   t.match(first.out(), /deposit of 10 USD/)
-  t.equal((await chat({ url: first.url }, { authorization: `Bearer ${sk}` })).status, 200, 'the sk- key serves inference')
+  const served = await chat({ url: first.url }, { authorization: `Bearer ${sk}` })
+  t.equal(served.status, 200, 'the sk- key serves inference')
   t.ok(isError(await chat({ url: first.url }, {}), 401, 'missing_authorization'))
   const balance = await call({ url: first.url }, 'GET', '/v1/account/balance', { headers: { authorization: `Bearer ${mk}` } })
-  t.equal(balance.json.total_balance, '10', 'the mk- key reads the funded account')
+  const billed = parseUsd(served.json.x_svc_trace.billing.total_cost)!
+  t.equal(balance.json.total_balance, formatUsd(parseUsd('10')! - billed), 'the mk- key reads the funded account, less the call it paid for')
   await first.stop()
 
   const second = await start()

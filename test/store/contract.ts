@@ -312,6 +312,74 @@ export function storeContract(t: Test, factory: StoreFactory): void {
     t.equal((await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 1)
   })
 
+  t.test('recordCharges: one batch, each charge as recordCharge would bill it', async (t) => {
+    const store = await open(t)
+    await store.addFunds(A, 'deposit', usd('10'), '', T0)
+    await store.addFunds(B, 'deposit', usd('10'), '', T0)
+    const ka = await store.createApiKey(apiKey(A))
+    const kb = await store.createApiKey(apiKey(B))
+    const first = charge(A, ka.id, { cost: usd('0.000000000000000001') })
+    const batch = [
+      first,
+      charge(A, ka.id, { cost: usd('2'), promptTokens: 1, completionTokens: 1 }),
+      charge(B, kb.id, { cost: usd('3'), at: T0 + DAY }),
+      charge(A, ka.id, { model: 'm2', cost: usd('0.5') }),
+    ]
+    const out = await store.recordCharges(batch)
+    t.equal(out.length, 4)
+    for (let i = 0; i < out.length; i++) {
+      const entry = out[i]
+      if (entry instanceof Error) {
+        t.fail(`charge ${i} failed: ${entry.message}`)
+        continue
+      }
+      t.equal(entry.kind, 'charge')
+      t.equal(entry.requestId, batch[i]!.requestId)
+      t.equal(entry.amount, batch[i]!.cost)
+      t.equal(entry.keyId, batch[i]!.keyId)
+    }
+    t.strictSame(await store.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('2.500000000000000001') })
+    t.strictSame(await store.totals(B), { deposited: usd('10'), credited: 0n, spent: usd('3') })
+    const rows = await store.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
+    t.strictSame(
+      rows.map((r) => [r.model, r.requests, r.promptTokens, r.completionTokens, r.cost]),
+      [
+        ['m1', 2, 11, 21, usd('2.000000000000000001')],
+        ['m2', 1, 10, 20, usd('0.5')],
+      ],
+    )
+    t.strictSame((await store.journal(A)).filter((e) => e.kind === 'charge').map((e) => e.requestId), [batch[0]!.requestId, batch[1]!.requestId, batch[3]!.requestId], 'journal in batch order')
+    t.strictSame(await store.recordCharges([]), [], 'an empty batch writes nothing')
+  })
+
+  t.test('recordCharges: a duplicate, a bad charge or an unknown account fails alone, the rest is billed', async (t) => {
+    const store = await open(t)
+    await store.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.createApiKey(apiKey(A))
+    const billed = charge(A, key.id, { cost: usd('1') })
+    await store.recordCharge(billed)
+    const again = charge(A, key.id, { cost: usd('2') })
+    const out = await store.recordCharges([
+      { ...billed, cost: usd('5') },
+      again,
+      { ...again, cost: usd('7') },
+      charge(A, key.id, { cost: -1n }),
+      charge(B, randomUUID(), { cost: usd('1') }),
+      charge(A, key.id, { cost: usd('0.25') }),
+    ])
+    t.type(out[0], StoreConflictError, 'already billed before the batch')
+    t.notOk(out[1] instanceof Error)
+    t.type(out[2], StoreConflictError, 'billed earlier in the same batch')
+    t.type(out[3], RangeError)
+    t.ok(out[4] instanceof Error && !(out[4] instanceof StoreConflictError), 'unknown account')
+    t.notOk(out[5] instanceof Error)
+    t.strictSame(await store.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('3.25') })
+    const charges = (await store.journal(A)).filter((e) => e.kind === 'charge')
+    t.strictSame(charges.map((e) => e.amount), [usd('1'), usd('2'), usd('0.25')])
+    t.equal((await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 3)
+    t.equal(await store.countAccounts(), 1, 'the unknown account was not created')
+  })
+
   t.test('a charge to an unknown account is refused and changes nothing', async (t) => {
     const store = await open(t)
     await t.rejects(store.recordCharge(charge(B, randomUUID())))

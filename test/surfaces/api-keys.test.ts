@@ -56,12 +56,15 @@ t.test('create with only a name: every field of spec §2.1, the secret once', as
   const created = Date.parse(key.created_at)
   t.ok(created >= before - 1000 && created <= Date.now() + 1000)
   t.match(key.created_at, /Z$/)
-  t.equal((await chat(stack, { authorization: `Bearer ${key.key}` })).status, 200, 'the new key works at once')
+  const served = await chat(stack, { authorization: `Bearer ${key.key}` })
+  t.equal(served.status, 200, 'the new key works at once')
 
   const listed = (await list()).find((k) => k.key_id === key.key_id)!
   t.notOk('key' in listed, 'the list never shows the secret')
-  const { key: _secret, ...shown } = key
-  t.strictSame(listed, shown, 'the list shows what create showed, minus the secret')
+  const { key: _secret, used: _unused, ...shown } = key
+  const { used, ...rest } = listed
+  t.strictSame(rest, shown, 'the list shows what create showed, minus the secret')
+  t.equal(used, served.json.x_svc_trace.billing.total_cost, 'and the key has used what its one call was billed')
 })
 
 t.test('create with every field', async (t) => {

@@ -163,9 +163,33 @@ function isUniqueViolation(err: unknown): boolean {
   return code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY'
 }
 
-function count(n: number, what: string): number {
-  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`${what} must be a non-negative integer (got ${n})`)
-  return n
+/** The error recordCharge gives a malformed charge before touching the database, or null. */
+function invalidCharge(c: Charge): RangeError | null {
+  if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
+  if (c.requestId.length === 0) return new RangeError('a charge must name its request')
+  for (const [n, what] of [
+    [c.promptTokens, 'promptTokens'],
+    [c.completionTokens, 'completionTokens'],
+    [c.images, 'images'],
+    [c.audioMs, 'audioMs'],
+  ] as const) {
+    if (!Number.isSafeInteger(n) || n < 0) return new RangeError(`${what} must be a non-negative integer (got ${n})`)
+  }
+  return null
+}
+
+/** One (account, day, model, key) roll-up row's share of a batch. */
+interface DailySum {
+  readonly accountId: string
+  readonly day: string
+  readonly model: string
+  readonly keyId: string
+  requests: number
+  prompt: number
+  completion: number
+  images: number
+  audioMs: number
+  cost: bigint
 }
 
 /** Every statement, prepared once. */
@@ -207,9 +231,9 @@ function prepareStatements(db: Database.Database) {
     dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(
       'SELECT * FROM usage_daily WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?',
     ),
-    insertDaily: db.prepare(`INSERT INTO usage_daily (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
-      images, audio_ms, cost) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`),
-    updateDaily: db.prepare(`UPDATE usage_daily SET requests = requests + 1, prompt_tokens = prompt_tokens + ?,
+    insertDailySum: db.prepare(`INSERT INTO usage_daily (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
+      images, audio_ms, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+    addDailySum: db.prepare(`UPDATE usage_daily SET requests = requests + ?, prompt_tokens = prompt_tokens + ?,
       completion_tokens = completion_tokens + ?, images = images + ?, audio_ms = audio_ms + ?, cost = ?
       WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?`),
     spendSince: db.prepare<[string, string], { key_id: string; cost: string }>(
@@ -391,33 +415,76 @@ export class SqliteStore implements Store {
   }
 
   async recordCharge(c: Charge): Promise<JournalEntry> {
+    const [outcome] = await this.recordCharges([c])
+    if (outcome instanceof Error) throw outcome
+    return outcome!
+  }
+
+  async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
     this.#check()
-    if (c.cost < 0n) throw new RangeError(`a charge cannot be negative (got ${c.cost})`)
-    const counts = [
-      count(c.promptTokens, 'promptTokens'),
-      count(c.completionTokens, 'completionTokens'),
-      count(c.images, 'images'),
-      count(c.audioMs, 'audioMs'),
-    ] as const
-    const day = utcDay(c.at)
-    const charge = this.#db.transaction((): JournalEntry => {
-      const account = this.#q.account.get(c.accountId)
-      if (account === undefined) throw new Error(`no account ${c.accountId}`)
-      let seq: number | bigint
-      try {
-        seq = this.#q.insertJournal.run(c.accountId, 'charge', c.cost.toString(), c.requestId, c.keyId, '', c.at).lastInsertRowid
-        this.#q.insertUsage.run(c.requestId, c.accountId, c.keyId, c.model, c.provider, day, c.at, ...counts, c.cost.toString())
-      } catch (err) {
-        if (isUniqueViolation(err)) throw new StoreConflictError(`request ${c.requestId} is already billed`)
-        throw err
+    const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
+    const write = this.#db.transaction((): void => {
+      // Totals and roll-up rows are added up here with BigInt and written once per batch: a batch of 256
+      // charges on one account is one accounts UPDATE, not 256.
+      const accounts = new Map<string, { row: AccountRow; spent: bigint }>()
+      const daily = new Map<string, DailySum>()
+      for (let i = 0; i < charges.length; i++) {
+        const c = charges[i]!
+        const invalid = invalidCharge(c)
+        if (invalid !== null) {
+          out[i] = invalid
+          continue
+        }
+        let account = accounts.get(c.accountId)
+        if (account === undefined) {
+          const row = this.#q.account.get(c.accountId)
+          if (row === undefined) {
+            out[i] = new Error(`no account ${c.accountId}`)
+            continue
+          }
+          account = { row, spent: BigInt(row.spent) }
+          accounts.set(c.accountId, account)
+        }
+        const day = utcDay(c.at)
+        const cost = c.cost.toString()
+        let seq: number | bigint
+        try {
+          // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
+          seq = this.#q.insertJournal.run(c.accountId, 'charge', cost, c.requestId, c.keyId, '', c.at).lastInsertRowid
+        } catch (err) {
+          if (!isUniqueViolation(err)) throw err
+          out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+          continue
+        }
+        this.#q.insertUsage.run(c.requestId, c.accountId, c.keyId, c.model, c.provider, day, c.at, c.promptTokens, c.completionTokens, c.images, c.audioMs, cost)
+        account.spent += c.cost
+        const dk = `${c.accountId}\u0000${day}\u0000${c.model}\u0000${c.keyId}`
+        let sum = daily.get(dk)
+        if (sum === undefined) {
+          sum = { accountId: c.accountId, day, model: c.model, keyId: c.keyId, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
+          daily.set(dk, sum)
+        }
+        sum.requests++
+        sum.prompt += c.promptTokens
+        sum.completion += c.completionTokens
+        sum.images += c.images
+        sum.audioMs += c.audioMs
+        sum.cost += c.cost
+        out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
       }
-      const daily = this.#q.dailyRow.get(c.accountId, day, c.model, c.keyId)
-      if (daily === undefined) this.#q.insertDaily.run(c.accountId, day, c.model, c.keyId, ...counts, c.cost.toString())
-      else this.#q.updateDaily.run(...counts, (BigInt(daily.cost) + c.cost).toString(), c.accountId, day, c.model, c.keyId)
-      this.#q.setTotals.run(account.deposited, account.credited, (BigInt(account.spent) + c.cost).toString(), c.accountId)
-      return toJournal(this.#q.journalEntry.get(seq)!)
+      for (const d of daily.values()) {
+        const row = this.#q.dailyRow.get(d.accountId, d.day, d.model, d.keyId)
+        if (row === undefined) {
+          this.#q.insertDailySum.run(d.accountId, d.day, d.model, d.keyId, d.requests, d.prompt, d.completion, d.images, d.audioMs, d.cost.toString())
+        } else {
+          const cost = (BigInt(row.cost) + d.cost).toString()
+          this.#q.addDailySum.run(d.requests, d.prompt, d.completion, d.images, d.audioMs, cost, d.accountId, d.day, d.model, d.keyId)
+        }
+      }
+      for (const [id, a] of accounts) this.#q.setTotals.run(a.row.deposited, a.row.credited, a.spent.toString(), id)
     })
-    return charge.immediate()
+    write.immediate()
+    return out
   }
 
   async totals(accountId: string): Promise<AccountTotals> {

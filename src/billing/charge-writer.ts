@@ -1,0 +1,144 @@
+/**
+ * Group commit for charges (DESIGN.md §4, durability): settled charges queue here and are written to the store
+ * in ONE transaction per batch. The first charge of a batch schedules the flush with setImmediate, so every
+ * charge settled in the same event-loop turn shares one durable commit; a full batch flushes at once. Each
+ * charge's callback runs after the commit returned (SQLite: WAL, synchronous=FULL, so the charge is on disk),
+ * and that callback is what releases the response's last byte.
+ *
+ * One batch is in flight at a time, which keeps the journal in settle order and gives `quiesce` a moment when
+ * the store's totals and this queue together account for every settled charge exactly once.
+ */
+import type { Charge, JournalEntry, Store } from '../store/store.js'
+
+/** The journal entry of the charge, or why it was not written. */
+export type ChargeDone = (outcome: JournalEntry | Error) => void
+
+export interface ChargeWriterOptions {
+  /** Charges per transaction at most; a full batch is written without waiting for the end of the turn. */
+  readonly maxBatch?: number
+}
+
+export const DEFAULT_MAX_BATCH = 256
+
+export class ChargeWriter {
+  readonly #store: Store
+  readonly #maxBatch: number
+  #queue: Charge[] = []
+  #done: ChargeDone[] = []
+  /** The batch being committed (empty when none). */
+  #inflight: readonly Charge[] = []
+  #writing = false
+  #scheduled = false
+  #holds = 0
+  #idle: (() => void)[] = []
+  #closed = false
+  /** Transactions committed and charges in them, for the benchmark and the logs. */
+  batches = 0
+  written = 0
+
+  constructor(store: Store, options: ChargeWriterOptions = {}) {
+    this.#store = store
+    this.#maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH
+  }
+
+  /** Queues a charge; `done` runs once, after the transaction holding it committed or failed. */
+  enqueue(charge: Charge, done: ChargeDone): void {
+    if (this.#closed) {
+      queueMicrotask(() => done(new Error('the charge writer is closed')))
+      return
+    }
+    this.#queue.push(charge)
+    this.#done.push(done)
+    if (this.#queue.length >= this.#maxBatch) this.#flush()
+    else this.#schedule()
+  }
+
+  /** Every charge handed over and not committed yet (queued or in the transaction under way). */
+  *pending(): IterableIterator<Charge> {
+    yield* this.#inflight
+    yield* this.#queue
+  }
+
+  get queued(): number {
+    return this.#queue.length + this.#inflight.length
+  }
+
+  /**
+   * Runs `fn` while no batch commits: at any point inside it, what the store holds plus `pending()` is every
+   * settled charge exactly once, whatever the store's latency. Charges keep queueing meanwhile.
+   */
+  async quiesce<T>(fn: () => Promise<T>): Promise<T> {
+    this.#holds++
+    try {
+      while (this.#writing) await new Promise<void>((resolve) => this.#idle.push(resolve))
+      return await fn()
+    } finally {
+      this.#holds--
+      if (this.#holds === 0 && this.#queue.length > 0) this.#schedule()
+    }
+  }
+
+  /** Resolves when everything queued so far is committed (or failed). */
+  async drain(): Promise<void> {
+    while (this.#queue.length > 0 || this.#writing) {
+      if (!this.#writing) this.#flush()
+      // Held by quiesce: look again on the next turn rather than wait for a batch that has not started.
+      if (!this.#writing) await new Promise<void>((resolve) => setImmediate(resolve))
+      else await new Promise<void>((resolve) => this.#idle.push(resolve))
+    }
+  }
+
+  /** Writes what is queued, then refuses new charges. */
+  async close(): Promise<void> {
+    await this.drain()
+    this.#closed = true
+  }
+
+  #schedule(): void {
+    if (this.#scheduled) return
+    this.#scheduled = true
+    setImmediate(() => {
+      this.#scheduled = false
+      this.#flush()
+    })
+  }
+
+  #flush(): void {
+    if (this.#writing || this.#holds > 0 || this.#queue.length === 0) return
+    const batch = this.#queue.length <= this.#maxBatch ? this.#queue : this.#queue.slice(0, this.#maxBatch)
+    const done = this.#done.length <= this.#maxBatch ? this.#done : this.#done.slice(0, this.#maxBatch)
+    this.#queue = batch === this.#queue ? [] : this.#queue.slice(batch.length)
+    this.#done = done === this.#done ? [] : this.#done.slice(done.length)
+    this.#writing = true
+    this.#inflight = batch
+    let written: Promise<(JournalEntry | Error)[]>
+    try {
+      written = this.#store.recordCharges(batch)
+    } catch (err) {
+      written = Promise.reject(err as Error)
+    }
+    written.then(
+      (outcomes) => {
+        this.batches++
+        this.written += batch.length
+        this.#finish(done, (i) => outcomes[i] ?? new Error('the store returned no outcome for this charge'))
+      },
+      (err: unknown) => {
+        const failure = err instanceof Error ? err : new Error(String(err))
+        this.#finish(done, () => failure)
+      },
+    )
+  }
+
+  #finish(done: readonly ChargeDone[], outcome: (i: number) => JournalEntry | Error): void {
+    this.#writing = false
+    this.#inflight = []
+    const idle = this.#idle
+    this.#idle = []
+    // The next batch starts before the callbacks run: it holds the charges settled while this one committed.
+    if (this.#queue.length >= this.#maxBatch) this.#flush()
+    else if (this.#queue.length > 0 && this.#holds === 0) this.#schedule()
+    for (let i = 0; i < done.length; i++) done[i]!(outcome(i))
+    for (const resolve of idle) resolve()
+  }
+}

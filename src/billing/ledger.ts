@@ -1,0 +1,375 @@
+/**
+ * The billing ledger in memory (DESIGN.md §4, budgets): per account what is available (deposited + credited −
+ * spent − reserved) and per key what its current reset period has used and what its in-flight requests hold.
+ * Admission reserves a request's worst case against both; settlement replaces the reservation by the real cost
+ * and hands the charge to the group-commit writer; a failed request releases it.
+ *
+ * Exact under concurrency because Node runs one turn at a time: every check and the update it guards happen
+ * synchronously in the same turn, so no two requests can both see room that only one of them fits in. The
+ * books are read from the store once (on a principal's first request, on a period change, when another
+ * process wrote to the store) and then kept current here: no store read on the hot path once warm.
+ *
+ * Reservations live only in memory, so a crash releases them by construction; on start the books are rebuilt
+ * from the durable totals (deposits − charges), which is the ledger's recovery.
+ */
+import type { Principal } from '../auth/principal.js'
+import { RouterError } from '../errors.js'
+import { log } from '../log.js'
+import type { Charge, ResetPeriod, Store } from '../store/store.js'
+import type { ChargeWriter } from './charge-writer.js'
+import type { Cost } from './cost.js'
+import { formatUsd } from './money.js'
+import { periodBounds } from './periods.js'
+
+interface AccountBook {
+  deposited: bigint
+  credited: bigint
+  /** Durable charges plus those settled and still on their way to the store. */
+  spent: bigint
+  reserved: bigint
+}
+
+interface KeyBook {
+  readonly accountId: string
+  period: ResetPeriod
+  /** Bounds of the current period, epoch ms. */
+  start: number
+  end: number
+  /** Spend of the current period, settled charges included as soon as they settle. */
+  used: bigint
+  reserved: bigint
+}
+
+/** What a settled request is billed for, with the cost at the served offer's prices. */
+export interface Bill {
+  readonly model: string
+  readonly provider: string
+  readonly promptTokens: number
+  readonly completionTokens: number
+  readonly images: number
+  readonly audioMs: number
+  readonly cost: Cost
+}
+
+/** The amount actually billed: the cost, or the reservation when the cost exceeded it (`capped`). */
+export interface BilledCost extends Cost {
+  readonly capped: boolean
+}
+
+/** Called once the charge is durable (`err` null), or could not be recorded. */
+export type Settled = (billed: BilledCost, err: RouterError | null) => void
+
+export interface LedgerOptions {
+  /** The clock that decides reset periods and charge times (injectable for the boundary tests). */
+  readonly now?: () => number
+}
+
+function tokenCount(n: number): number {
+  return Number.isSafeInteger(n) && n > 0 ? n : 0
+}
+
+function roll(key: KeyBook, now: number): void {
+  if (now < key.end && now >= key.start) return
+  // Every charge settled so far has `at` < end (settling rolls first), so the new period starts empty.
+  const b = periodBounds(key.period, now)
+  key.start = b.start
+  key.end = b.end
+  key.used = 0n
+}
+
+export class Ledger {
+  readonly #store: Store
+  readonly #writer: ChargeWriter
+  readonly #now: () => number
+  readonly #accounts = new Map<string, AccountBook>()
+  readonly #keys = new Map<string, KeyBook>()
+  readonly #loads = new Map<string, Promise<void>>()
+  #refreshing: Promise<void> | null = null
+  #refreshAgain = false
+
+  constructor(store: Store, writer: ChargeWriter, options: LedgerOptions = {}) {
+    this.#store = store
+    this.#writer = writer
+    this.#now = options.now ?? Date.now
+  }
+
+  get writer(): ChargeWriter {
+    return this.#writer
+  }
+
+  /** null when the principal's books are in memory; otherwise a Promise that resolves once they are. */
+  prepare(principal: Principal): Promise<void> | null {
+    const accountReady = this.#accounts.has(principal.accountId)
+    const key = principal.keyId === null ? undefined : this.#keys.get(principal.keyId)
+    const keyReady = principal.keyId === null || (key !== undefined && key.period === principal.resetPeriod)
+    if (accountReady && keyReady) return null
+    const loads: Promise<void>[] = []
+    if (!accountReady) loads.push(this.#loadAccount(principal.accountId))
+    if (!keyReady) loads.push(this.#loadKey(principal.accountId, principal.keyId!, principal.resetPeriod))
+    return Promise.all(loads).then(() => undefined)
+  }
+
+  /** A request's reservation, empty until `reserve`. The principal must be prepared. */
+  open(principal: Principal, requestId: string): Reservation {
+    const account = this.#accounts.get(principal.accountId)
+    const key = principal.keyId === null ? null : this.#keys.get(principal.keyId)
+    if (account === undefined || key === undefined) throw new Error(`ledger: books of ${principal.accountId} are not loaded (call prepare first)`)
+    return new Reservation(this.#writer, this.#now, requestId, principal, account, key)
+  }
+
+  /** atto-USD held by the account's in-flight requests. */
+  reserved(accountId: string): bigint {
+    return this.#accounts.get(accountId)?.reserved ?? 0n
+  }
+
+  /** What the account can still reserve, or null when its books are not in memory. */
+  available(accountId: string): bigint | null {
+    const a = this.#accounts.get(accountId)
+    return a === undefined ? null : a.deposited + a.credited - a.spent - a.reserved
+  }
+
+  /** The key's spend in its current `period`, or null when the ledger does not hold that key's book. */
+  used(keyId: string, period: ResetPeriod): bigint | null {
+    const key = this.#keys.get(keyId)
+    if (key === undefined || key.period !== period) return null
+    roll(key, this.#now())
+    return key.used
+  }
+
+  /**
+   * Re-reads every book from the store (another process, e.g. the operator CLI's deposit, changed it).
+   * Reservations are kept: they are this process's own.
+   */
+  refresh(): Promise<void> {
+    if (this.#refreshing !== null) {
+      this.#refreshAgain = true
+      return this.#refreshing
+    }
+    const run = async (): Promise<void> => {
+      do {
+        this.#refreshAgain = false
+        for (const id of [...this.#accounts.keys()]) await this.#loadAccount(id, true)
+        for (const [id, key] of [...this.#keys]) await this.#loadKey(key.accountId, id, key.period, true)
+      } while (this.#refreshAgain)
+    }
+    this.#refreshing = run().finally(() => {
+      this.#refreshing = null
+    })
+    return this.#refreshing
+  }
+
+  #once(name: string, load: () => Promise<void>, force: boolean): Promise<void> {
+    const running = this.#loads.get(name)
+    if (running !== undefined && !force) return running
+    const p = (running ?? Promise.resolve()).then(load).finally(() => {
+      if (this.#loads.get(name) === p) this.#loads.delete(name)
+    })
+    this.#loads.set(name, p)
+    return p
+  }
+
+  #loadAccount(accountId: string, force = false): Promise<void> {
+    return this.#once(
+      'a:' + accountId,
+      () =>
+        // Quiesced: no batch commits between the read and the sum below, so durable + pending counts each
+        // settled charge exactly once.
+        this.#writer.quiesce(async () => {
+          const t = await this.#store.totals(accountId)
+          let pending = 0n
+          for (const c of this.#writer.pending()) if (c.accountId === accountId) pending += c.cost
+          const book = this.#accounts.get(accountId)
+          if (book === undefined) {
+            this.#accounts.set(accountId, { deposited: t.deposited, credited: t.credited, spent: t.spent + pending, reserved: 0n })
+            return
+          }
+          book.deposited = t.deposited
+          book.credited = t.credited
+          book.spent = t.spent + pending
+        }),
+      force,
+    )
+  }
+
+  #loadKey(accountId: string, keyId: string, period: ResetPeriod, force = false): Promise<void> {
+    return this.#once(
+      `k:${keyId}:${period}`,
+      () =>
+        this.#writer.quiesce(async () => {
+          const b = periodBounds(period, this.#now())
+          const spend = await this.#store.spendByKey(accountId, b.startDay)
+          let used = spend.get(keyId) ?? 0n
+          for (const c of this.#writer.pending()) if (c.keyId === keyId && c.at >= b.start) used += c.cost
+          const book = this.#keys.get(keyId)
+          if (book === undefined) {
+            this.#keys.set(keyId, { accountId, period, start: b.start, end: b.end, used, reserved: 0n })
+            return
+          }
+          book.period = period
+          book.start = b.start
+          book.end = b.end
+          book.used = used
+        }),
+      force,
+    )
+  }
+}
+
+/**
+ * One request's hold on its account and key. `reserve` (re)prices it for the candidate about to be tried,
+ * `settle` turns it into a charge, `release` gives it back; after either of the last two it is closed and
+ * every further call is a no-op (release) or an error (reserve, settle).
+ */
+export class Reservation {
+  readonly requestId: string
+  readonly #writer: ChargeWriter
+  readonly #now: () => number
+  readonly #accountId: string
+  readonly #keyId: string | null
+  readonly #limit: bigint | null
+  readonly #account: AccountBook
+  readonly #key: KeyBook | null
+  #amount = 0n
+  #open = true
+
+  constructor(writer: ChargeWriter, now: () => number, requestId: string, principal: Principal, account: AccountBook, key: KeyBook | null) {
+    this.requestId = requestId
+    this.#writer = writer
+    this.#now = now
+    this.#accountId = principal.accountId
+    this.#keyId = principal.keyId
+    this.#limit = principal.creditLimit
+    this.#account = account
+    this.#key = key
+  }
+
+  /** atto-USD held now. */
+  get amount(): bigint {
+    return this.#amount
+  }
+
+  get open(): boolean {
+    return this.#open
+  }
+
+  /**
+   * Holds `amount` in place of what was held before (failover re-prices for the next candidate). The new
+   * amount must fit on its own once the old one is given back; if it does not, nothing stays held and the 402
+   * to answer with is returned.
+   */
+  reserve(amount: bigint): RouterError | null {
+    if (!this.#open) throw new Error(`reservation of ${this.requestId} is closed`)
+    this.#unhold()
+    const key = this.#key
+    if (key !== null) {
+      roll(key, this.#now())
+      const limit = this.#limit
+      if (limit !== null && key.used + key.reserved + amount > limit) {
+        return new RouterError(
+          'credit_limit_exceeded',
+          `this key's credit limit of ${formatUsd(limit)} USD cannot cover this request: ${formatUsd(key.used)} used this period, ` +
+            `${formatUsd(key.reserved)} held by requests in flight, up to ${formatUsd(amount)} needed`,
+        )
+      }
+    }
+    const a = this.#account
+    const available = a.deposited + a.credited - a.spent - a.reserved
+    if (amount > available) {
+      return new RouterError(
+        'insufficient_balance',
+        `the account balance cannot cover this request: ${formatUsd(available < 0n ? 0n : available)} USD available, up to ${formatUsd(amount)} needed`,
+      )
+    }
+    a.reserved += amount
+    if (key !== null) key.reserved += amount
+    this.#amount = amount
+    return null
+  }
+
+  /**
+   * Replaces the reservation by the charge of `bill` and queues it for the next group commit; `done` runs once
+   * the charge is durable (or failed to be). Returns the billed amount at once, for the trace.
+   *
+   * Never bills more than was reserved: a provider reporting more usage than the request could produce is
+   * billed min(actual, reservation), and logged. That keeps "balance never below zero, used never past the
+   * credit limit" a hard guarantee whatever a provider reports.
+   */
+  settle(bill: Bill, done: Settled): BilledCost {
+    if (!this.#open) throw new Error(`reservation of ${this.requestId} is closed`)
+    this.#open = false
+    const held = this.#amount
+    this.#unhold()
+    let input = bill.cost.input
+    let output = bill.cost.output
+    const capped = input + output > held
+    if (capped) {
+      log.warn('billed cost capped at the reservation: the provider reported more than the request could produce', {
+        request_id: this.requestId,
+        provider: bill.provider,
+        cost: formatUsd(input + output),
+        reserved: formatUsd(held),
+      })
+      if (input > held) input = held
+      output = held - input
+    }
+    const total = input + output
+    const billed: BilledCost = { input, output, capped }
+    const now = this.#now()
+    const a = this.#account
+    a.spent += total
+    const key = this.#key
+    let keyStart = 0
+    if (key !== null) {
+      roll(key, now)
+      key.used += total
+      keyStart = key.start
+    }
+    if (this.#keyId === null) {
+      // No key, no usage record (the store keys them by key): nothing durable to wait for.
+      queueMicrotask(() => done(billed, null))
+      return billed
+    }
+    const charge: Charge = {
+      requestId: this.requestId,
+      accountId: this.#accountId,
+      keyId: this.#keyId,
+      model: bill.model,
+      provider: bill.provider,
+      at: now,
+      promptTokens: tokenCount(bill.promptTokens),
+      completionTokens: tokenCount(bill.completionTokens),
+      images: tokenCount(bill.images),
+      audioMs: tokenCount(bill.audioMs),
+      cost: total,
+    }
+    this.#writer.enqueue(charge, (outcome) => {
+      if (!(outcome instanceof Error)) return done(billed, null)
+      // Not recorded: take it back out of the books so admission stays exact, and fail the response.
+      a.spent -= total
+      if (key !== null && key.start === keyStart) key.used -= total
+      log.error('CHARGE NOT RECORDED: the response ends with an error instead of its last byte', {
+        request_id: this.requestId,
+        account: this.#accountId,
+        cost: formatUsd(total),
+        err: outcome.message,
+      })
+      done(billed, new RouterError('server_error', 'the charge for this request could not be recorded, so the response was not completed'))
+    })
+    return billed
+  }
+
+  /** Gives the reservation back without a charge (failed, refused or abandoned request). */
+  release(): void {
+    if (!this.#open) return
+    this.#open = false
+    this.#unhold()
+  }
+
+  #unhold(): void {
+    const amount = this.#amount
+    if (amount === 0n) return
+    this.#account.reserved -= amount
+    if (this.#key !== null) this.#key.reserved -= amount
+    this.#amount = 0n
+  }
+}
