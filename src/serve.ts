@@ -204,16 +204,23 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       { method, pattern: '/v1/management-keys/:id', handler: refuseManagementKeys },
     ]),
   ]
-  let app: Awaited<ReturnType<typeof listen>>
-  try {
-    app = await listen(config.server.host, config.server.port, routes)
-  } catch (err) {
+  /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
+  async function stopServing(): Promise<void> {
     watcher?.close()
     stopWatchingLedger()
+    // Charges settled before the close are written before the store goes.
     await writer.close()
     await table.close()
     await pools.close()
     await Promise.all([...simulators.values()].map((s) => s.close()))
+    simulators.clear()
+  }
+
+  let app: Awaited<ReturnType<typeof listen>>
+  try {
+    app = await listen(config.server.host, config.server.port, routes)
+  } catch (err) {
+    await stopServing()
     throw err
   }
 
@@ -227,14 +234,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     ledger,
     async close() {
       app.close()
-      watcher?.close()
-      stopWatchingLedger()
-      // Charges settled before the close are written before the store goes.
-      await writer.close()
-      await table.close()
-      await pools.close()
-      await Promise.all([...simulators.values()].map((s) => s.close()))
-      simulators.clear()
+      await stopServing()
       stopWatchingStore()
       await store.close()
     },
