@@ -30,6 +30,11 @@ const StoreSchema = z.strictObject({
   kind: z.enum(['sqlite']).default('sqlite'),
   /** Relative to the config file's directory; returned absolute. */
   path: z.string().min(1).default('../data/svc.db'),
+  /**
+   * full: every commit (a charge before its response's last byte, a revoke) is fsynced and survives a power cut.
+   * normal: commits survive a crash of the process but not of the machine, and skip the fsync (faster last byte).
+   */
+  synchronous: z.enum(['full', 'normal']).default('full'),
 })
 
 /** A deposit of up to 1e9 USD: exact as a JS number when written with at most 6 decimals. */

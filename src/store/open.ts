@@ -6,6 +6,6 @@ import type { Store } from './store.js'
 export function openStore(config: Config['store']): Store {
   switch (config.kind) {
     case 'sqlite':
-      return openSqliteStore({ path: config.path })
+      return openSqliteStore({ path: config.path, synchronous: config.synchronous })
   }
 }

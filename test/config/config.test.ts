@@ -15,7 +15,7 @@ function defaultsWithPathsIn(dir: string): Config {
   return {
     server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_multipart_body_bytes: 104857600 },
     registry: { source: 'file', path: join(dir, 'providers.yaml'), watch: true },
-    store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db') },
+    store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full' },
     limits: { requests_per_minute: 600 },
     upstream: {
       connect_timeout_ms: 10000,
@@ -312,4 +312,13 @@ t.test('the shipped config files load', async (t) => {
   const raw = parse(readFileSync(join(CONFIG_DIR, 'example.full.yaml'), 'utf8')) as Record<string, Record<string, unknown>>
   const listed = Object.entries(raw).flatMap(([section, keys]) => Object.keys(keys).map((key) => `${section}.${key}`))
   t.strictSame(listed.sort(), CONFIG_LEAVES.map((leaf) => leaf.path).sort())
+})
+
+t.test('store.synchronous: full by default, normal on request, anything else refused', async (t) => {
+  t.equal(loadConfig({ file: configFile(t, 'store: { synchronous: normal }\n') }).store.synchronous, 'normal')
+  t.equal(loadConfig({ env: { SVC_STORE_SYNCHRONOUS: 'normal' } }).store.synchronous, 'normal')
+  t.equal(loadConfig({}).store.synchronous, 'full')
+  const problems = problemsOf(t, () => loadConfig({ file: configFile(t, 'store: { synchronous: off }\n') }))
+  t.equal(problems.length, 1)
+  t.match(problems[0], /store\.synchronous/)
 })

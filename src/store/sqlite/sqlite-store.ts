@@ -32,6 +32,8 @@ import { migrate } from './migrate.js'
 export interface SqliteStoreOptions {
   /** Database file, or ':memory:'. Its directory is created if missing. */
   readonly path: string
+  /** 'full' (default): commits are fsynced and survive a power cut; 'normal': they survive a process crash. */
+  readonly synchronous?: 'full' | 'normal'
   /** How often to look for commits by other processes (PRAGMA data_version). */
   readonly changePollMs?: number
   readonly now?: () => number
@@ -269,7 +271,8 @@ export class SqliteStore implements Store {
     try {
       this.#db.pragma('journal_mode = WAL')
       // FULL: a revoke or a charge that was acknowledged survives a power cut, not only a process crash.
-      this.#db.pragma('synchronous = FULL')
+      // NORMAL (opt-in): in WAL mode a commit still survives the process dying, without waiting for an fsync.
+      this.#db.pragma(options.synchronous === 'normal' ? 'synchronous = NORMAL' : 'synchronous = FULL')
       this.#db.pragma('foreign_keys = ON')
       this.#db.pragma('busy_timeout = 5000')
       migrate(this.#db, this.#now())
