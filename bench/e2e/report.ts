@@ -1,0 +1,458 @@
+/**
+ * BENCHMARKS.md and bench/e2e/added-latency.svg from one e2e run. Every table states absolute figures and
+ * ratios to the direct baseline and to nginx measured in the same run; "added" latency of a proxy is its
+ * percentile minus direct's. The micro-benchmark section (written by bench/run.mjs) is carried over as it is.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { LoadResult } from './load.js'
+import type { Usage } from './processes.js'
+import { formatMs, formatRatio, PERCENTILE_LABEL, PERCENTILES, type Distribution, type Percentile } from './stats.js'
+import { addedLatencySvg } from './svg.js'
+import { SIM_SETTINGS, TARGET_IDS, TARGET_NAMES, type TargetId } from './targets.js'
+import { PORTKEY_HONO_OVERRIDE } from './proxies.js'
+
+export type WorkloadId = 'latency' | 'throughput' | 'open1000' | 'open2000' | 'ttft' | 'streams'
+
+/** The sizes of the phases, as run.ts ran them. */
+export interface Plan {
+  /** Unmeasured warm-up per target: a burst of JSON requests for `ms`, then `streams` streams. */
+  readonly warm: { readonly ms: number; readonly streams: number }
+  readonly latency: { readonly warmup: number; readonly count: number; readonly maxMs: number }
+  readonly throughput: { readonly warmupMs: number; readonly durationMs: number }
+  readonly open: { readonly durationMs: number; readonly drainMs: number; readonly warmup: number }
+  readonly ttft: { readonly count: number; readonly warmup: number; readonly maxMs: number }
+  readonly concurrent: { readonly maxMs: number }
+  readonly connections: number
+  readonly ttftConcurrency: number
+  readonly streams: number
+  /** Rounds of the latency and open-loop workloads (best round per target kept). */
+  readonly rounds: number
+}
+
+export interface Measurement {
+  readonly load: LoadResult | null
+  readonly error: string | null
+  /** Peak RSS and CPU time of the target's process tree during the workload (null for direct). */
+  readonly usage: Usage | null
+  /** How many rounds the target ran (this is the best of them by p99). */
+  readonly rounds: number
+}
+
+export interface RunData {
+  readonly quick: boolean
+  readonly startedAt: Date
+  readonly seconds: number
+  readonly machine: {
+    readonly cpu: string
+    readonly cores: number
+    readonly memoryGb: number
+    readonly node: string
+    readonly kernel: string
+    readonly undici: string
+    readonly loadStart: readonly number[]
+    readonly loadEnd: readonly number[]
+  }
+  readonly targets: Readonly<Record<TargetId, { version: string; unavailable: string | null; idleRssMb: number | null }>>
+  readonly plan: Plan
+  readonly results: Readonly<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>>
+}
+
+const START = '<!-- micro:start -->'
+const END = '<!-- micro:end -->'
+const SVG_PATH = 'bench/e2e/added-latency.svg'
+const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router']
+const COLORS: Readonly<Record<TargetId, string>> = { direct: '#999999', nginx: '#4e79a7', portkey: '#e15759', router: '#59a14f' }
+
+class View {
+  constructor(readonly data: RunData) {}
+
+  load(w: WorkloadId, t: TargetId): LoadResult | null {
+    return this.data.results[w]?.[t]?.load ?? null
+  }
+
+  rss(w: WorkloadId, t: TargetId): number | null {
+    return this.data.results[w]?.[t]?.usage?.peakRssMb ?? null
+  }
+
+  /** The target's own CPU time per request it served during the workload, in ms (NaN for direct). */
+  cpuPerRequest(w: WorkloadId, t: TargetId): number {
+    const m = this.data.results[w]?.[t]
+    if (m?.usage == null || m.load === null || m.load.sent === 0) return Number.NaN
+    return m.usage.cpuMs / m.load.sent
+  }
+
+  dist(w: WorkloadId, t: TargetId, which: 'latency' | 'ttft' | 'gap' = 'latency'): Distribution | null {
+    const d = this.load(w, t)?.[which] ?? null
+    return d === null || d.count === 0 ? null : d
+  }
+
+  pct(w: WorkloadId, t: TargetId, p: Percentile, which: 'latency' | 'ttft' = 'latency'): number {
+    return this.dist(w, t, which)?.[p] ?? Number.NaN
+  }
+
+  added(w: WorkloadId, t: TargetId, p: Percentile, which: 'latency' | 'ttft' = 'latency'): number {
+    return this.pct(w, t, p, which) - this.pct(w, 'direct', p, which)
+  }
+
+  rps(w: WorkloadId, t: TargetId): number {
+    return this.load(w, t)?.rps ?? Number.NaN
+  }
+
+  measured(t: TargetId): boolean {
+    return this.data.targets[t].unavailable === null
+  }
+
+  /** The rows to show: every target, with unavailable ones kept so the table says why. */
+  rows(): TargetId[] {
+    return [...TARGET_IDS]
+  }
+
+  failure(w: WorkloadId, t: TargetId): string | null {
+    if (!this.measured(t)) return 'unavailable (see Notes)'
+    const m = this.data.results[w]?.[t]
+    if (m === undefined) return 'not run'
+    if (m.load === null) return `failed: ${m.error ?? '?'}`
+    return null
+  }
+}
+
+const ms = formatMs
+const mb = (v: number | null): string => (v === null || !Number.isFinite(v) ? 'n/a' : `${v.toFixed(0)} MB`)
+const int = (v: number): string => (Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : 'n/a')
+
+function table(head: readonly string[], rows: readonly (readonly string[])[]): string[] {
+  return [`| ${head.join(' | ')} |`, `| ${head.map((_, i) => (i === 0 ? '---' : '---:')).join(' | ')} |`, ...rows.map((r) => `| ${r.join(' | ')} |`)]
+}
+
+function errorsCell(r: LoadResult | null): string {
+  if (r === null) return 'n/a'
+  const parts = [`${r.errors}`]
+  if (r.incomplete > 0) parts.push(`${r.incomplete} unfinished`)
+  return parts.join(', ') + (r.firstError !== null ? ` (${r.firstError.slice(0, 60)})` : '')
+}
+
+function targetsSection(v: View): string[] {
+  const rows: string[][] = []
+  const verdict = (ok: boolean | null): string => (ok === null ? 'not measured' : ok ? 'yes' : '**no**')
+  const routerAdded = v.added('latency', 'router', 'p50')
+  const nginxAdded = v.added('latency', 'nginx', 'p50')
+  // nginx can come out at or below zero (within noise of direct): the target then asks for ~zero as well.
+  rows.push([
+    'svc-router added p50 ≤ 1.5× nginx added p50 (1 connection)',
+    nginxAdded > 0
+      ? `${ms(routerAdded)} vs ${ms(nginxAdded)} = ${formatRatio(routerAdded, nginxAdded)}`
+      : `${ms(routerAdded)} vs ${ms(nginxAdded)} (nginx indistinguishable from direct in this run)`,
+    verdict(Number.isFinite(routerAdded) && Number.isFinite(nginxAdded) ? routerAdded <= 1.5 * Math.max(0, nginxAdded) : null),
+  ])
+  const p99 = v.added('open2000', 'router', 'p99')
+  const unfinished = v.load('open2000', 'router')?.incomplete ?? 0
+  const directP99 = v.pct('open2000', 'direct', 'p99')
+  rows.push([
+    'svc-router added p99 ≤ 1 ms at 2,000 req/s (open loop)',
+    `${ms(p99)} (svc-router p99 ${ms(v.pct('open2000', 'router', 'p99'))}, direct p99 ${ms(directP99)})${unfinished > 0 ? `, ${unfinished} unfinished` : ''}`,
+    !Number.isFinite(p99)
+      ? 'not measured'
+      : unfinished > 0
+        ? '**no**'
+        : p99 < 0
+          ? 'inconclusive: direct\'s own tail was longer (outside load)'
+          : verdict(p99 <= 1),
+  ])
+  const rt = v.rps('throughput', 'router')
+  const ng = v.rps('throughput', 'nginx')
+  const pk = v.rps('throughput', 'portkey')
+  rows.push(['svc-router throughput ≥ 0.6× nginx (64 connections)', `${int(rt)} vs ${int(ng)} req/s = ${formatRatio(rt, ng)}`, verdict(Number.isFinite(rt) && Number.isFinite(ng) ? rt >= 0.6 * ng : null)])
+  rows.push(['svc-router throughput ≥ 5× Portkey', `${int(rt)} vs ${int(pk)} req/s = ${formatRatio(rt, pk)}`, verdict(Number.isFinite(rt) && Number.isFinite(pk) ? rt >= 5 * pk : null)])
+  const ttft = v.added('ttft', 'router', 'p50', 'ttft')
+  rows.push(['svc-router added TTFT ≤ 100 µs (p50)', ms(ttft), verdict(Number.isFinite(ttft) ? ttft <= 0.1 : null)])
+  const s = v.load('streams', 'router')
+  const rss = v.rss('streams', 'router')
+  rows.push([
+    '500 concurrent streams through svc-router complete, under 200 MB RSS',
+    s === null ? 'n/a' : `${s.ok}/500 complete, peak RSS ${mb(rss)}`,
+    verdict(s === null || rss === null ? null : s.ok === 500 && rss < 200),
+  ])
+  return ['## Targets', '', ...table(['target (from the issues)', 'measured in this run', 'met'], rows), '']
+}
+
+function machineSection(v: View): string[] {
+  const d = v.data
+  const m = d.machine
+  const version = (t: TargetId): string => d.targets[t].version + (d.targets[t].unavailable === null ? '' : ' (unavailable)')
+  return [
+    '## Machine',
+    '',
+    ...table(
+      ['', ''],
+      [
+        ['CPU', `${m.cpu}, ${m.cores} cores (/proc/cpuinfo)`],
+        ['memory', `${m.memoryGb.toFixed(0)} GiB`],
+        ['kernel', m.kernel],
+        ['Node', m.node],
+        ['nginx', version('nginx')],
+        ['Portkey gateway', version('portkey')],
+        ['svc-router', version('router')],
+        ['load generator', `bench/e2e/load.ts, undici ${m.undici} dispatch, its own process`],
+        ['load average (1/5/15 min)', `${m.loadStart.map((l) => l.toFixed(2)).join(' / ')} at start, ${m.loadEnd.map((l) => l.toFixed(2)).join(' / ')} at end`],
+        ['run', `${d.quick ? 'quick (`--quick`)' : 'full'}, ${d.startedAt.toISOString()}, ${d.seconds.toFixed(0)} s`],
+      ],
+    ),
+    '',
+  ]
+}
+
+function methodSection(v: View): string[] {
+  const p = v.data.plan
+  const sim = (k: keyof typeof SIM_SETTINGS): string => {
+    const s = SIM_SETTINGS[k]
+    return `ttft ${s.ttftMs} ms, ${s.tokensPerS === 0 ? 'no pacing' : `${s.tokensPerS} tokens/s`}, ${s.completionTokens} completion tokens`
+  }
+  return [
+    '## Method',
+    '',
+    `- Upstream: \`svc-router simulate-provider\`, three processes: *fast* (${sim('fast')}) for the request/response workloads, *paced* (${sim('paced')}) for time to first token, *slow* (${sim('slow')}) for the concurrent streams.`,
+    '- Targets, all on 127.0.0.1 and all started by the run: **direct** to the simulator (the baseline); **nginx** (one worker, `proxy_pass` to an `upstream` with `keepalive 64`, HTTP/1.1, `Connection ""`, `proxy_buffering off`); **Portkey** (`@portkey-ai/gateway` Node server, `x-portkey-provider: openai` + `x-portkey-custom-host`); **svc-router** (`svc-router serve`, errors-only log, rate limit 100,000,000/min, 1,024 upstream connections so 500 streams can overlap).',
+    '- Request: `POST /v1/chat/completions` `{"model":…,"messages":[{"role":"user","content":"hi"}]}` (+ `"stream":true`), with `Authorization: Bearer …`.',
+    `- Before any workload each target is warmed up, unmeasured: ${p.warm.ms / 1000} s of JSON requests on 16 connections and ${p.warm.streams} streams (JIT compilation would otherwise land in the first workload).`,
+    `- Latency: ${int(p.latency.count)} requests one after another on one connection after ${p.latency.warmup} warm-up requests. Throughput: ${p.connections} connections in a closed loop for ${p.throughput.durationMs / 1000} s after ${p.throughput.warmupMs / 1000} s of warm-up; only requests that start and end inside the window count.`,
+    `- Open loop: a request every 1/rate s for ${p.open.durationMs / 1000} s whatever the answers do, latency counted from the *scheduled* start (coordinated omission would otherwise hide the tail); requests still open ${p.open.drainMs / 1000} s after the last send are counted as unfinished and enter the percentiles with the time they had waited so far. The generator's own lateness is reported as send lag.`,
+    `- Streams: ${p.ttft.count} streamed requests, ${p.ttftConcurrency} at a time; time to first token = from sending to the first chunk that carries a content delta; gaps = time between consecutive chunks after it. Concurrent streams: ${p.streams} started at once; a stream counts when it is 200, has content and ends with \`data: [DONE]\`.`,
+    ...(p.rounds > 1
+      ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the latency and open-loop workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported. A target that saturates (unfinished requests) or fails runs once.`]
+      : []),
+    '- Added latency of a proxy = its percentile − direct\'s percentile in the same run. Percentiles are exact (every sample kept and sorted, nearest rank). RSS = VmRSS from /proc of the process and its children (nginx: master + worker), sampled every 100 ms; the peak per workload is reported. CPU per request = the proxy\'s utime + stime over the workload (10 ms ticks) ÷ requests sent, warm-up included.',
+    '- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.',
+    '',
+  ]
+}
+
+function latencySection(v: View): string[] {
+  const rows = v.rows().map((t) => {
+    const fail = v.failure('latency', t)
+    if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '', '', '']
+    const isProxy = t !== 'direct'
+    return [
+      TARGET_NAMES[t],
+      ...PERCENTILES.map((p) => ms(v.pct('latency', t, p))),
+      formatRatio(v.pct('latency', t, 'p50'), v.pct('latency', 'direct', 'p50')),
+      isProxy ? ms(v.added('latency', t, 'p50')) : '—',
+      isProxy ? ms(v.added('latency', t, 'p99')) : '—',
+      isProxy ? formatRatio(v.added('latency', t, 'p50'), v.added('latency', 'nginx', 'p50')) : '—',
+      isProxy ? ms(v.cpuPerRequest('latency', t)) : '—',
+    ]
+  })
+  return [
+    '## 1. Latency at 1 connection',
+    '',
+    ...table(['', 'p50', 'p90', 'p99', 'p99.9', 'p50 vs direct', 'added p50', 'added p99', 'added p50 vs nginx', 'proxy CPU per request'], rows),
+    '',
+    `![Added latency per percentile](${SVG_PATH})`,
+    '',
+  ]
+}
+
+function throughputSection(v: View): string[] {
+  const rows = v.rows().map((t) => {
+    const fail = v.failure('throughput', t)
+    if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '', '', '']
+    const r = v.rps('throughput', t)
+    return [
+      TARGET_NAMES[t],
+      int(r),
+      formatRatio(r, v.rps('throughput', 'direct')),
+      formatRatio(r, v.rps('throughput', 'nginx')),
+      formatRatio(r, v.rps('throughput', 'portkey')),
+      ms(v.pct('throughput', t, 'p50')),
+      ms(v.pct('throughput', t, 'p99')),
+      errorsCell(v.load('throughput', t)),
+      t === 'direct' ? '—' : ms(v.cpuPerRequest('throughput', t)),
+      t === 'direct' ? '—' : mb(v.rss('throughput', t)),
+    ]
+  })
+  return [
+    `## 2. Throughput at ${v.data.plan.connections} connections`,
+    '',
+    'The generator, the simulator and the proxy share the 2 cores, so a proxy that needs more CPU per request also leaves less to the other two: the CPU column says where the throughput went.',
+    '',
+    ...table(['', 'req/s', 'vs direct', 'vs nginx', 'vs Portkey', 'p50', 'p99', 'errors', 'proxy CPU per request', 'peak RSS'], rows),
+    '',
+  ]
+}
+
+function openSection(v: View): string[] {
+  const out = ['## 3. Open loop (fixed arrival rate)', '']
+  for (const [w, rate] of [['open1000', 1000], ['open2000', 2000]] as const) {
+    const rows = v.rows().map((t) => {
+      const fail = v.failure(w, t)
+      if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '', '']
+      const isProxy = t !== 'direct'
+      const r = v.load(w, t)!
+      return [
+        TARGET_NAMES[t],
+        int(r.rps),
+        ms(v.pct(w, t, 'p50')),
+        ms(v.pct(w, t, 'p99')),
+        ms(v.pct(w, t, 'p999')),
+        isProxy ? ms(v.added(w, t, 'p50')) : '—',
+        isProxy ? ms(v.added(w, t, 'p99')) : '—',
+        errorsCell(r),
+        `${ms(r.sendLag?.p50 ?? Number.NaN)} / ${ms(r.sendLag?.p99 ?? Number.NaN)}`,
+      ]
+    })
+    out.push(`### ${rate.toLocaleString('en-US')} req/s`, '', ...table(['', 'completed req/s', 'p50', 'p99', 'p99.9', 'added p50', 'added p99', 'errors', 'generator send lag p50 / p99'], rows), '')
+  }
+  return out
+}
+
+function streamSection(v: View): string[] {
+  const rows = v.rows().map((t) => {
+    const fail = v.failure('ttft', t)
+    if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '']
+    const isProxy = t !== 'direct'
+    const gap = v.dist('ttft', t, 'gap')
+    return [
+      TARGET_NAMES[t],
+      ms(v.pct('ttft', t, 'p50', 'ttft')),
+      ms(v.pct('ttft', t, 'p99', 'ttft')),
+      isProxy ? ms(v.added('ttft', t, 'p50', 'ttft')) : '—',
+      isProxy ? ms(v.added('ttft', t, 'p99', 'ttft')) : '—',
+      ms(gap?.mean ?? Number.NaN),
+      ms(gap?.p99 ?? Number.NaN),
+      errorsCell(v.load('ttft', t)),
+    ]
+  })
+  const s = SIM_SETTINGS.paced
+  return [
+    '## 4. Streaming: time to first token',
+    '',
+    `Simulator: first token after ${s.ttftMs} ms, then ${s.tokensPerS} tokens/s (a chunk every ${(1000 / s.tokensPerS).toFixed(1)} ms).`,
+    '',
+    ...table(['', 'TTFT p50', 'TTFT p99', 'added TTFT p50', 'added TTFT p99', 'mean gap between chunks', 'gap p99', 'errors'], rows),
+    '',
+  ]
+}
+
+function concurrentSection(v: View): string[] {
+  const rows = v.rows().map((t) => {
+    const fail = v.failure('streams', t)
+    if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '']
+    const r = v.load('streams', t)!
+    return [
+      TARGET_NAMES[t],
+      `${r.ok} / 500`,
+      errorsCell(r),
+      `${r.seconds.toFixed(2)} s`,
+      String(r.peakOpen),
+      ms(r.ttft?.p50 ?? Number.NaN),
+      ms(r.ttft?.p99 ?? Number.NaN),
+      t === 'direct' ? '—' : mb(v.rss('streams', t)),
+    ]
+  })
+  const s = SIM_SETTINGS.slow
+  return [
+    '## 5. 500 concurrent streams',
+    '',
+    `Simulator: ${s.completionTokens} tokens at ${s.tokensPerS} tokens/s after ${s.ttftMs} ms, so each stream lasts about ${((s.ttftMs + (s.completionTokens * 1000) / s.tokensPerS) / 1000).toFixed(1)} s and all 500 overlap.`,
+    '',
+    ...table(['', 'completed', 'errors', 'wall time', 'open at once (peak)', 'TTFT p50', 'TTFT p99', 'peak RSS'], rows),
+    '',
+  ]
+}
+
+function memorySection(v: View): string[] {
+  const workloads: readonly WorkloadId[] = ['latency', 'throughput', 'open1000', 'open2000', 'ttft', 'streams']
+  const rows = PROXIES.map((t) => [TARGET_NAMES[t], mb(v.data.targets[t].idleRssMb), ...workloads.map((w) => mb(v.rss(w, t)))])
+  const cpu = PROXIES.map((t) => [TARGET_NAMES[t], ...workloads.map((w) => ms(v.cpuPerRequest(w, t)))])
+  return [
+    '## 6. Memory and CPU per workload',
+    '',
+    'Peak RSS of the proxy (process and children):',
+    '',
+    ...table(['', 'idle, after start', 'latency', 'throughput', 'open 1k/s', 'open 2k/s', 'TTFT', '500 streams'], rows),
+    '',
+    'CPU time (user + system, from /proc) the proxy spent per request it served, warm-up included; for streams a request is a whole stream:',
+    '',
+    ...table(['', 'latency', 'throughput', 'open 1k/s', 'open 2k/s', 'TTFT', '500 streams'], cpu),
+    '',
+  ]
+}
+
+function notesSection(v: View): string[] {
+  const notes: string[] = []
+  for (const t of TARGET_IDS) {
+    const why = v.data.targets[t].unavailable
+    if (why !== null) notes.push(`- **${TARGET_NAMES[t]} was not measured:** ${why}`)
+  }
+  if (v.measured('portkey')) {
+    notes.push(
+      `- Portkey runs with \`@hono/node-server\` pinned to ${PORTKEY_HONO_OVERRIDE} (npm \`overrides\` in the scratch install): with the 1.19.x it resolves by default, every streamed answer fails with \`TypeError: immutable\` in its updateHeaders (Portkey-AI/gateway#1389, #1550).`,
+    )
+    const added = v.added('ttft', 'portkey', 'p50', 'ttft')
+    if (Number.isFinite(added)) {
+      notes.push(
+        `- Portkey's added TTFT (${ms(added)} at p50) is mostly a fixed wait: its stream transform sleeps 25 ms (\`setTimeout(…, 25)\`) before passing on the first event of every OpenAI-style stream (build/start-server.js of the installed version). The simulator sends its first event (the role) at once and the first token ${SIM_SETTINGS.paced.ttftMs} ms later, so the first ${SIM_SETTINGS.paced.ttftMs} ms of that sleep overlap the wait for the token and the rest shows up as added TTFT.`,
+      )
+    }
+  }
+  if (v.measured('router')) {
+    notes.push(
+      '- svc-router bills every answer exactly: the last byte of a response waits until its charge is durably committed (group commit into SQLite, WAL with synchronous=FULL; DESIGN.md §4). Its latency therefore includes a disk commit that nginx and Portkey, which write nothing, do not pay.',
+    )
+  }
+  const load = v.data.machine.loadStart[0] ?? 0
+  if (load > 0.5) notes.push(`- The machine was not idle when the run started (1-minute load average ${load.toFixed(2)}): other work competed for the 2 cores, which widens tails for every target alike.`)
+  return notes.length === 0 ? [] : ['## Notes', '', ...notes, '']
+}
+
+function microSection(root: string): string {
+  const file = join(root, 'BENCHMARKS.md')
+  if (existsSync(file)) {
+    const text = readFileSync(file, 'utf8')
+    const from = text.indexOf(START)
+    const to = text.indexOf(END)
+    if (from !== -1 && to > from) return text.slice(from, to + END.length)
+  }
+  return [START, '## Micro benchmarks (`npm run bench`)', '', 'Not run yet: `npm run bench` fills in this section.', END].join('\n')
+}
+
+function chart(v: View): string {
+  const d = v.data
+  const series = PROXIES.filter((t) => v.measured(t)).map((t) => ({
+    name: TARGET_NAMES[t],
+    color: COLORS[t],
+    values: PERCENTILES.map((p) => v.added('latency', t, p)),
+  }))
+  return addedLatencySvg(
+    'Added latency over direct, 1 connection',
+    `${d.quick ? 'quick' : 'full'} run ${d.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC, ${d.machine.cores} cores, Node ${d.machine.node}`,
+    PERCENTILES.map((p) => PERCENTILE_LABEL[p]),
+    series,
+  )
+}
+
+/** Writes both files; returns their paths relative to the repository. */
+export function writeReport(root: string, data: RunData): string[] {
+  const v = new View(data)
+  const md = [
+    '# svc-router benchmarks',
+    '',
+    `End-to-end figures below are written by \`npm run bench:e2e\` (last run: ${data.startedAt.toISOString()}, ${data.quick ? 'quick' : 'full'}); the micro-benchmark section by \`npm run bench\`. Both are generated: change the code in \`bench/\`, not this file.`,
+    '',
+    ...targetsSection(v),
+    ...machineSection(v),
+    ...methodSection(v),
+    ...latencySection(v),
+    ...throughputSection(v),
+    ...openSection(v),
+    ...streamSection(v),
+    ...concurrentSection(v),
+    ...memorySection(v),
+    ...notesSection(v),
+    microSection(root),
+    '',
+  ].join('\n')
+  writeFileSync(join(root, 'BENCHMARKS.md'), md)
+  writeFileSync(join(root, SVG_PATH), chart(v))
+  return ['BENCHMARKS.md', SVG_PATH]
+}

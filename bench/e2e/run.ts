@@ -1,0 +1,278 @@
+/**
+ * `npm run bench:e2e [-- --quick]`: one run, one machine, four ways to the same simulated provider (direct,
+ * nginx, Portkey, svc-router), the same workloads for each, interleaved per workload so every comparison is
+ * made minutes apart at most. Load comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping
+ * the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes; --quick about 1½;
+ * --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json).
+ */
+import { execFile } from 'node:child_process'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
+import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
+import { nginxTarget, portkeyTarget } from './proxies.js'
+import { writeReport, type Measurement, type RunData, type WorkloadId } from './report.js'
+import { directTarget, routerTarget, smokeCheck, startSimulators, TARGET_IDS, TARGET_NAMES, unavailable, type Target, type TargetId } from './targets.js'
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+/** Raw results of the last run (gitignored scratch), so the report can be rendered again without measuring. */
+const LAST_RUN = join(root, 'bench', 'e2e', '.work', 'last-run.json')
+const quick = process.argv.includes('--quick')
+const began = performance.now()
+
+function progress(line: string): void {
+  process.stderr.write(`[e2e ${((performance.now() - began) / 1000).toFixed(0).padStart(3)} s] ${line}\n`)
+}
+
+/** Sizes of every phase; quick keeps every phase but shortens it. Every loop is bounded in count and time. */
+const PLAN = quick
+  ? {
+      warm: { ms: 1_000, streams: 12 },
+      latency: { warmup: 200, count: 1_000, maxMs: 3_000 },
+      throughput: { warmupMs: 500, durationMs: 2_000 },
+      open: { durationMs: 2_000, drainMs: 1_000, warmup: 200 },
+      ttft: { count: 40, warmup: 4, maxMs: 4_000 },
+      concurrent: { maxMs: 15_000 },
+    }
+  : {
+      warm: { ms: 3_000, streams: 40 },
+      latency: { warmup: 500, count: 10_000, maxMs: 15_000 },
+      throughput: { warmupMs: 1_000, durationMs: 10_000 },
+      open: { durationMs: 10_000, drainMs: 5_000, warmup: 300 },
+      ttft: { count: 200, warmup: 10, maxMs: 30_000 },
+      concurrent: { maxMs: 30_000 },
+    }
+/**
+ * The machine is shared: a burst of outside load during one target's turn would decide a comparison of tails.
+ * The tail-sensitive workloads therefore run in two rounds (all targets, then all again) and keep each
+ * target's round with the lower p99.
+ */
+const ROUNDS = quick ? 1 : 2
+const CONNECTIONS = 64
+const TTFT_CONCURRENCY = 4
+const STREAMS = 500
+
+interface Workload {
+  readonly id: WorkloadId
+  readonly label: string
+  /** Run ROUNDS times, interleaved across targets, keeping each target's best round. */
+  readonly repeat?: boolean
+  spec(target: Target): LoadSpec
+  /** Upper bound of the load process's run time. */
+  readonly boundMs: number
+}
+
+const json = (t: Target): RequestSpec => t.request('fast', false)
+
+const WORKLOADS: readonly Workload[] = [
+  { id: 'latency', label: 'latency, 1 connection', repeat: true, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
+  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
+  ...[1000, 2000].map((rate): Workload => ({
+    id: rate === 1000 ? 'open1000' : 'open2000',
+    label: `open loop, ${rate} req/s`,
+    repeat: true,
+    spec: (t) => ({ mode: 'open', request: json(t), rate, connections: CONNECTIONS, ...PLAN.open }),
+    boundMs: PLAN.open.durationMs + PLAN.open.drainMs + 30_000,
+  })),
+  { id: 'ttft', label: 'streams: time to first token', spec: (t) => ({ mode: 'ttft', request: t.request('paced', true), concurrency: TTFT_CONCURRENCY, ...PLAN.ttft }), boundMs: PLAN.ttft.maxMs + 30_000 },
+  { id: 'streams', label: `${STREAMS} concurrent streams`, spec: (t) => ({ mode: 'streams', request: t.request('slow', true), streams: STREAMS, ...PLAN.concurrent }), boundMs: PLAN.concurrent.maxMs + 30_000 },
+]
+
+function runLoad(spec: LoadSpec, boundMs: number): Promise<LoadResult> {
+  const script = join(root, 'dist', 'bench', 'e2e', 'load.js')
+  return new Promise((resolvePromise, reject) => {
+    execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: boundMs, killSignal: 'SIGKILL', maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err !== null) return reject(new Error(`load generator failed: ${err.message} ${stderr.trim().slice(-500)}`))
+      const line = stdout.trim().split('\n').pop() ?? ''
+      try {
+        resolvePromise(JSON.parse(line) as LoadResult)
+      } catch {
+        reject(new Error(`load generator printed no result: ${stdout.slice(-300)} ${stderr.slice(-300)}`))
+      }
+    })
+  })
+}
+
+function summary(id: WorkloadId, r: LoadResult): string {
+  const errs = r.errors + r.incomplete > 0 ? `, ${r.errors} errors, ${r.incomplete} unfinished${r.firstError === null ? '' : ` (first: ${r.firstError.slice(0, 120)})`}` : ''
+  const ms = (v: number | undefined): string => (v === undefined ? 'n/a' : `${(v * 1000).toFixed(0)} µs`)
+  switch (id) {
+    case 'latency':
+      return `p50 ${ms(r.latency?.p50)}, p99 ${ms(r.latency?.p99)}${errs}`
+    case 'throughput':
+      return `${r.rps.toFixed(0)} req/s${errs}`
+    case 'open1000':
+    case 'open2000':
+      return `${r.rps.toFixed(0)} req/s done, p50 ${ms(r.latency?.p50)}, p99 ${ms(r.latency?.p99)}${errs}`
+    case 'ttft':
+      return `TTFT p50 ${ms(r.ttft?.p50)}, gap ${ms(r.gap?.mean)}${errs}`
+    case 'streams':
+      return `${r.ok}/${STREAMS} complete in ${r.seconds.toFixed(1)} s, ${r.peakOpen} open at once${errs}`
+  }
+}
+
+async function startTargets(workDir: string): Promise<{ targets: Target[]; sims: Awaited<ReturnType<typeof startSimulators>> }> {
+  progress('starting the simulated providers (fast, paced, slow)')
+  const sims = await startSimulators(root)
+  const targets: Target[] = [directTarget(sims)]
+  const guard = async (id: TargetId, start: () => Promise<Target>): Promise<Target> => {
+    try {
+      return await start()
+    } catch (err) {
+      return unavailable(id, (err as Error).message.slice(0, 400))
+    }
+  }
+  progress('starting nginx')
+  targets.push(await guard('nginx', () => nginxTarget(sims, workDir, progress)))
+  progress('starting Portkey')
+  targets.push(await guard('portkey', () => portkeyTarget(sims, join(root, 'bench', 'e2e', '.work', 'portkey'), progress)))
+  progress('starting svc-router')
+  targets.push(await guard('router', () => routerTarget(root, sims, workDir)))
+  for (let i = 0; i < targets.length; i++) {
+    const t = targets[i]!
+    if (t.unavailable !== null) {
+      progress(`${TARGET_NAMES[t.id]} unavailable: ${t.unavailable}`)
+      continue
+    }
+    const problem = await smokeCheck(t)
+    if (problem !== null) {
+      progress(`${TARGET_NAMES[t.id]} failed its smoke check: ${problem}`)
+      await t.stop()
+      targets[i] = { ...t, unavailable: `answers wrongly: ${problem}`, pid: null }
+    }
+  }
+  return { targets, sims }
+}
+
+/**
+ * Before any workload, each target serves a burst of JSON requests and some streams that are not measured:
+ * a JIT-compiled server (Node: svc-router, Portkey) otherwise spends the first workload compiling, which
+ * shows up as latency and as CPU time per request that belong to start-up, not to the steady state.
+ */
+async function warmUp(t: Target): Promise<void> {
+  const burst: LoadSpec = { mode: 'throughput', request: json(t), connections: 16, warmupMs: 0, durationMs: PLAN.warm.ms }
+  const streams: LoadSpec = { mode: 'ttft', request: t.request('paced', true), count: PLAN.warm.streams, concurrency: 4, warmup: 0, maxMs: 10_000 }
+  await runLoad(burst, PLAN.warm.ms + 30_000)
+  await runLoad(streams, 40_000)
+}
+
+async function measure(w: Workload, t: Target): Promise<Measurement> {
+  const monitor = t.pid === null ? null : new UsageMonitor(t.pid)
+  monitor?.start()
+  try {
+    const load = await runLoad(w.spec(t), w.boundMs)
+    return { load, error: null, usage: monitor?.stop() ?? null, rounds: 1 }
+  } catch (err) {
+    return { load: null, error: (err as Error).message, usage: monitor?.stop() ?? null, rounds: 1 }
+  }
+}
+
+/** Of two rounds of one target, the one with the lower p99 (outside load only ever adds latency). */
+function better(a: Measurement | undefined, b: Measurement): Measurement {
+  if (a === undefined) return b
+  const rounds = a.rounds + 1
+  const p99 = (m: Measurement): number => m.load?.latency?.p99 ?? Number.POSITIVE_INFINITY
+  return { ...(p99(b) < p99(a) ? b : a), rounds }
+}
+
+async function main(): Promise<void> {
+  if (!existsSync(join(root, 'dist', 'src', 'cli.js')) || !existsSync(join(root, 'dist', 'bench', 'e2e', 'load.js'))) {
+    throw new Error('build first: npm run bench:e2e builds, then runs dist/bench/e2e/run.js')
+  }
+  const startedAt = new Date()
+  const loadStart = loadavg()
+  progress(`${quick ? 'quick' : 'full'} run; load average ${loadStart.map((l) => l.toFixed(2)).join(' ')}`)
+  const workDir = mkdtempSync(join(tmpdir(), 'svc-e2e-'))
+  const { targets, sims } = await startTargets(workDir)
+  const idle: Partial<Record<TargetId, number>> = {}
+  for (const t of targets) if (t.pid !== null) idle[t.id] = treeRssKb(t.pid) / 1024
+  for (const t of targets) {
+    if (t.unavailable !== null) continue
+    progress(`warming up ${TARGET_NAMES[t.id]} (not measured)`)
+    await warmUp(t).catch((err: unknown) => progress(`warm-up of ${TARGET_NAMES[t.id]} failed: ${(err as Error).message}`))
+  }
+
+  const results: Partial<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>> = {}
+  for (const w of WORKLOADS) {
+    const row: Partial<Record<TargetId, Measurement>> = {}
+    results[w.id] = row
+    const rounds = w.repeat ? ROUNDS : 1
+    for (let round = 1; round <= rounds; round++) {
+      for (const t of targets) {
+        if (t.unavailable !== null) continue
+        const before = row[t.id]
+        // A saturated or failed target gains nothing from another round (and would spend its drain time again).
+        if (before !== undefined && (before.load === null || before.load.incomplete > 0 || before.load.errors > 0)) continue
+        const label = rounds > 1 ? `${w.label} (round ${round}/${rounds})` : w.label
+        progress(`${label}: ${TARGET_NAMES[t.id]} …`)
+        const measured = await measure(w, t)
+        row[t.id] = better(before, measured)
+        progress(`${label}: ${TARGET_NAMES[t.id]}: ${measured.load === null ? `failed: ${measured.error}` : summary(w.id, measured.load)}`)
+        await new Promise((r) => setTimeout(r, 300))
+      }
+    }
+  }
+
+  progress('stopping everything')
+  await Promise.all(targets.map((t) => t.stop()))
+  await Promise.all(Object.values(sims).map((s) => s.child.stop()))
+  rmSync(workDir, { recursive: true, force: true })
+
+  const undiciVersion = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
+  const data: RunData = {
+    quick,
+    startedAt,
+    seconds: (performance.now() - began) / 1000,
+    machine: {
+      cpu: cpus()[0]?.model ?? 'unknown',
+      cores: cpus().length,
+      memoryGb: totalmem() / 2 ** 30,
+      node: process.versions.node,
+      kernel: release(),
+      undici: undiciVersion,
+      loadStart,
+      loadEnd: loadavg(),
+    },
+    targets: Object.fromEntries(
+      TARGET_IDS.map((id) => {
+        const t = targets.find((x) => x.id === id)
+        if (t === undefined) return [id, { version: 'n/a', unavailable: 'not started', idleRssMb: null }]
+        return [id, { version: t.version, unavailable: t.unavailable, idleRssMb: idle[id] ?? null }]
+      }),
+    ) as RunData['targets'],
+    plan: { ...PLAN, connections: CONNECTIONS, ttftConcurrency: TTFT_CONCURRENCY, streams: STREAMS, rounds: ROUNDS },
+    results: results as RunData['results'],
+  }
+  mkdirSync(dirname(LAST_RUN), { recursive: true })
+  writeFileSync(LAST_RUN, JSON.stringify(data, null, 1) + '\n')
+  const written = writeReport(root, data)
+  progress(`wrote ${written.join(' and ')} (raw results: ${LAST_RUN})`)
+}
+
+/** `--report-only`: render BENCHMARKS.md and the chart again from the last run's raw results, measuring nothing. */
+function reportOnly(): void {
+  if (!existsSync(LAST_RUN)) throw new Error(`no ${LAST_RUN}: run the benchmark first`)
+  const raw = JSON.parse(readFileSync(LAST_RUN, 'utf8')) as RunData & { startedAt: string }
+  const written = writeReport(root, { ...raw, startedAt: new Date(raw.startedAt) })
+  progress(`re-rendered ${written.join(' and ')} from ${LAST_RUN}`)
+}
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    progress(`${signal}: stopping children`)
+    void stopAll().finally(() => process.exit(130))
+  })
+}
+process.once('exit', killAllNow)
+
+const entry = process.argv.includes('--report-only') ? async () => reportOnly() : main
+entry().then(
+  () => process.exit(0),
+  async (err: unknown) => {
+    progress(`failed: ${String((err as Error)?.stack ?? err)}`)
+    await stopAll()
+    process.exit(1)
+  },
+)

@@ -1,0 +1,198 @@
+/**
+ * What the e2e run measures: the simulated providers (one process each), and the four ways to reach them
+ * (direct, nginx, Portkey, svc-router) as Targets that know how to address a request to each simulator.
+ * nginx and Portkey live in proxies.ts.
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { createBenchKey } from './bench-key.js'
+import type { RequestSpec } from './load.js'
+import { startChild, type Child } from './processes.js'
+
+/** fast: no pacing (request/response workloads); paced: TTFT; slow: long overlapping streams. */
+export const SIM_KINDS = ['fast', 'paced', 'slow'] as const
+export type SimKind = (typeof SIM_KINDS)[number]
+
+export const SIM_SETTINGS: Readonly<Record<SimKind, { ttftMs: number; tokensPerS: number; completionTokens: number }>> = {
+  fast: { ttftMs: 0, tokensPerS: 0, completionTokens: 16 },
+  paced: { ttftMs: 20, tokensPerS: 500, completionTokens: 32 },
+  slow: { ttftMs: 20, tokensPerS: 20, completionTokens: 40 },
+}
+
+export interface Sim {
+  readonly kind: SimKind
+  /** http://127.0.0.1:PORT, no /v1 */
+  readonly url: string
+  readonly port: number
+  readonly child: Child
+}
+
+export type SimSet = Readonly<Record<SimKind, Sim>>
+
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router']
+export const TARGET_NAMES: Readonly<Record<TargetId, string>> = { direct: 'direct', nginx: 'nginx', portkey: 'Portkey', router: 'svc-router' }
+
+export interface Target {
+  readonly id: TargetId
+  readonly version: string
+  /** Why it cannot be measured here, or null. */
+  readonly unavailable: string | null
+  /** The process whose tree's RSS is the target's (null for direct). */
+  readonly pid: number | null
+  request(kind: SimKind, stream: boolean): RequestSpec
+  stop(): Promise<void>
+}
+
+export const CHAT_PATH = '/v1/chat/completions'
+/** What the client sends as its provider credential through direct, nginx and Portkey (the simulator ignores it). */
+export const PROVIDER_KEY = 'sk-bench-provider'
+
+export function modelFor(kind: SimKind): string {
+  return `bench-${kind}`
+}
+
+export function chatBody(kind: SimKind, stream: boolean): string {
+  const body: Record<string, unknown> = { model: modelFor(kind), messages: [{ role: 'user', content: 'hi' }] }
+  if (stream) body.stream = true
+  return JSON.stringify(body)
+}
+
+export function unavailable(id: TargetId, reason: string, version = 'n/a'): Target {
+  return {
+    id,
+    version,
+    unavailable: reason,
+    pid: null,
+    request() {
+      throw new Error(`${id} is unavailable: ${reason}`)
+    },
+    async stop() {},
+  }
+}
+
+export async function startSimulators(root: string): Promise<SimSet> {
+  const cli = join(root, 'dist', 'src', 'cli.js')
+  const entries = await Promise.all(
+    SIM_KINDS.map(async (kind): Promise<[SimKind, Sim]> => {
+      const s = SIM_SETTINGS[kind]
+      const args = [cli, 'simulate-provider', '--port', '0', '--name', `sim-${kind}`, '--ttft-ms', String(s.ttftMs), '--tokens-per-s', String(s.tokensPerS), '--completion-tokens', String(s.completionTokens)]
+      const { child, match } = await startChild(`simulator (${kind})`, process.execPath, args, { ready: /simulator listening on (http:\/\/[^\s]+)/ })
+      const url = match![1]!
+      return [kind, { kind, url, port: Number(new URL(url).port), child }]
+    }),
+  )
+  return Object.fromEntries(entries) as Record<SimKind, Sim>
+}
+
+export function directTarget(sims: SimSet): Target {
+  return {
+    id: 'direct',
+    version: 'svc-router simulate-provider',
+    unavailable: null,
+    pid: null,
+    request(kind, stream) {
+      return {
+        origin: sims[kind].url,
+        path: CHAT_PATH,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${PROVIDER_KEY}` },
+        body: chatBody(kind, stream),
+      }
+    },
+    async stop() {},
+  }
+}
+
+function routerRegistry(sims: SimSet): string {
+  const lines = ['providers:']
+  SIM_KINDS.forEach((kind, i) => {
+    lines.push(
+      `  - address: "0x${String(i + 1).repeat(40)}"`,
+      `    url: "${sims[kind].url}"`,
+      '    trust_mode: standard',
+      '    models:',
+      `      - id: ${modelFor(kind)}`,
+      '        type: chatbot',
+      '        formats: [openai]',
+      '        context_length: 32768',
+      '        supported_parameters: [temperature, top_p, max_tokens]',
+      '        price: { prompt: 0.10, completion: 0.30 }',
+    )
+  })
+  return lines.join('\n') + '\n'
+}
+
+/**
+ * svc-router as `svc-router serve` runs it, on a config and a fresh store written for the run: errors-only
+ * log, a rate limit no workload reaches, the dev bootstrap for a funded account and key, and the upstream pool
+ * widened to 1,024 connections (at the default 128, 500 concurrent streams to one provider would queue in the
+ * pool instead of overlapping).
+ */
+export async function routerTarget(root: string, sims: SimSet, workDir: string): Promise<Target> {
+  const dir = join(workDir, 'router')
+  mkdirSync(dir, { recursive: true })
+  writeFileSync(join(dir, 'providers.yaml'), routerRegistry(sims))
+  const configFile = join(dir, 'config.yaml')
+  writeFileSync(
+    configFile,
+    [
+      'server: { host: 127.0.0.1, port: 0 }',
+      'registry: { source: file, path: providers.yaml, watch: false }',
+      `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))} }`,
+      'limits: { requests_per_minute: 100000000 }',
+      'upstream: { connections_per_provider: 1024 }',
+      'log: { level: error }',
+      '# A fresh store per run: the dev bootstrap mints the account and the sk- key the run uses (bench-key.ts).',
+      'dev: { bootstrap: true, deposit_usd: 1000000 }',
+      '',
+    ].join('\n'),
+  )
+  const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version
+  const { child, match } = await startChild('svc-router', process.execPath, [join(root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile], {
+    cwd: root,
+    ready: /svc-router listening on (http:\/\/[^\s]+)/,
+  })
+  const url = match![1]!
+  const key = await createBenchKey({ url, configFile, output: () => child.output() })
+  return {
+    id: 'router',
+    version,
+    unavailable: null,
+    pid: child.pid,
+    request(kind, stream) {
+      return {
+        origin: url,
+        path: CHAT_PATH,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: chatBody(kind, stream),
+      }
+    },
+    stop: () => child.stop(),
+  }
+}
+
+/**
+ * One JSON and one streamed request through the target before anything is measured: a target that answers
+ * wrongly is reported unavailable, with what it answered, instead of being timed.
+ */
+export async function smokeCheck(target: Target): Promise<string | null> {
+  try {
+    const json = target.request('fast', false)
+    const res = await fetch(json.origin + json.path, { method: 'POST', headers: json.headers, body: json.body, signal: AbortSignal.timeout(10_000) })
+    const text = await res.text()
+    if (res.status !== 200) return `HTTP ${res.status} on a chat completion: ${text.slice(0, 200)}`
+    const body = JSON.parse(text) as { choices?: { message?: { content?: unknown } }[]; x_svc_trace?: unknown }
+    if (typeof body.choices?.[0]?.message?.content !== 'string') return `no choices[0].message.content in ${text.slice(0, 200)}`
+    if (target.id === 'router' && body.x_svc_trace === undefined) return 'svc-router answered without x_svc_trace'
+
+    const sse = target.request('paced', true)
+    const streamed = await fetch(sse.origin + sse.path, { method: 'POST', headers: sse.headers, body: sse.body, signal: AbortSignal.timeout(10_000) })
+    const events = await streamed.text()
+    if (streamed.status !== 200) return `HTTP ${streamed.status} on a stream: ${events.slice(0, 200)}`
+    if (!events.includes('"delta":{"content":"')) return `no content token in the stream: ${events.slice(0, 200)}`
+    if (!events.trimEnd().endsWith('data: [DONE]')) return `the stream did not end with [DONE]: …${events.slice(-200)}`
+    return null
+  } catch (err) {
+    return `request failed: ${(err as Error).message}`
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * The routing index build (filter by tier floor, sort by price and by latency, for every model): inline, as
+ * at start-up, and as a rebuild through the piscina pool with `table.refresh()`, which is what the router
+ * does on every registry change or latency-stats move (structured clone both ways plus the main-thread
+ * assembly of the new table).
+ */
+import { Bench } from 'tinybench'
+import { buildIndex, FLOORS, type IndexInput, type IndexOutput } from '../../src/routing/index-build.js'
+import { buildOfferSet } from '../../src/routing/offers.js'
+import { RoutingTable } from '../../src/routing/table.js'
+import { batched, check, formatNs, nsPerOp, ratio, recordSummary, type Finding } from './measure.js'
+import { indexInputOf, modelId, syntheticSnapshot, warmBook } from './registry-fixture.js'
+
+const SIZES = [100, 1_000, 10_000] as const
+const MODELS = 10
+
+function latencyKey(v: number): number {
+  return Number.isNaN(v) ? Number.POSITIVE_INFINITY : v
+}
+
+function checkOutput(input: IndexInput, output: IndexOutput, n: number): void {
+  for (let m = 0; m < input.modelCount; m++) {
+    for (let floor = 0; floor < FLOORS; floor++) {
+      const byPrice = output.price[m]![floor]!
+      const byLatency = output.latency[m]![floor]!
+      check(byPrice.length === byLatency.length, `both lists hold the same offers @${n}`)
+      for (let k = 0; k < byPrice.length; k++) {
+        const i = byPrice[k]!
+        check(input.model[i] === m && input.tier[i]! >= floor, `offer of the model at or above the floor @${n}`)
+        if (k > 0) check(input.sortPrice[byPrice[k - 1]!]! <= input.sortPrice[i]!, `price order @${n}`)
+        if (k > 0) check(latencyKey(input.latency[byLatency[k - 1]!]!) <= latencyKey(input.latency[byLatency[k]!]!), `latency order @${n}`)
+      }
+    }
+    check(output.price[m]![0]!.length === n / MODELS, `floor 0 keeps every offer of the model @${n}`)
+  }
+}
+
+const bench = new Bench({ name: 'index-build', time: 500, warmupTime: 150 })
+const tables: RoutingTable[] = []
+
+for (const n of SIZES) {
+  const snapshot = syntheticSnapshot(n / MODELS, MODELS)
+  const book = warmBook(snapshot)
+  const input = indexInputOf(buildOfferSet(snapshot, book))
+  checkOutput(input, buildIndex(input), n)
+
+  const table = new RoutingTable(snapshot, book, { indexThreads: 1, statsRebuildMs: 3_600_000 })
+  tables.push(table)
+  const before = table.model(modelId(0))!.price[0]!.map((o) => o.provider.address)
+  await table.refresh()
+  const after = table.model(modelId(0))!.price[0]!.map((o) => o.provider.address)
+  check(before.length === after.length && before.every((a, i) => a === after[i]), `a pool rebuild yields the inline order @${n}`)
+
+  bench.add(`buildIndex inline @${n} offers`, batched(n >= 10_000 ? 1 : 10, () => buildIndex(input)))
+  bench.add(`table.refresh() through the pool @${n} offers`, async () => {
+    await table.refresh()
+  })
+}
+
+await bench.run()
+console.table(bench.table())
+
+/**
+ * What the pool buys is not wall time but main-thread time: the event loop stays free while the worker
+ * sorts. Event-loop utilisation over a run of rebuilds gives the main thread's share (describe + clone +
+ * assemble) per rebuild, to set against the inline build that would block it entirely.
+ */
+async function mainThreadMsPerRefresh(table: RoutingTable, runs: number): Promise<number> {
+  const before = performance.eventLoopUtilization()
+  for (let i = 0; i < runs; i++) await table.refresh()
+  return performance.eventLoopUtilization(before).active / runs
+}
+
+const findings: Finding[] = []
+for (const [k, n] of SIZES.entries()) {
+  const inline = nsPerOp(bench.getTask(`buildIndex inline @${n} offers`))
+  const pooled = nsPerOp(bench.getTask(`table.refresh() through the pool @${n} offers`))
+  const busy = (await mainThreadMsPerRefresh(tables[k]!, n >= 10_000 ? 10 : 50)) * 1e6
+  findings.push({
+    label: `rebuild @${n} offers`,
+    value: `inline ${formatNs(inline)} (all of it on the event loop); through the pool ${formatNs(pooled)} wall (${ratio(pooled, inline)}), of which ${formatNs(busy)} on the event loop`,
+  })
+}
+recordSummary(bench, findings)
+for (const table of tables) await table.close()
