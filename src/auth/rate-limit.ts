@@ -14,15 +14,34 @@ export interface RateDecision {
   retryAfter: number
 }
 
+/** Arrival times of the admitted requests still in the window, oldest at `tail`, in a ring that grows on demand. */
 class Window {
   times: Float64Array
   tail = 0
   count = 0
 
-  constructor(limit: number) {
-    this.times = new Float64Array(Math.max(1, limit))
+  constructor(capacity: number) {
+    this.times = new Float64Array(capacity)
+  }
+
+  /** Appends `now`, doubling the ring when it is full (at most to `limit` entries: more are never held). */
+  push(now: number, limit: number): void {
+    if (this.count === this.times.length) {
+      const grown = new Float64Array(Math.min(Math.max(this.times.length * 2, INITIAL_CAPACITY), Math.max(limit, 1)))
+      for (let i = 0; i < this.count; i++) grown[i] = this.times[(this.tail + i) % this.times.length]!
+      this.times = grown
+      this.tail = 0
+    }
+    this.times[(this.tail + this.count) % this.times.length] = now
+    this.count++
   }
 }
+
+/**
+ * A ring starts this small and doubles as an account fills its window: memory follows the requests actually
+ * in the window, not the configured limit (a limit of 100,000,000/min must not cost 800 MB per account).
+ */
+const INITIAL_CAPACITY = 64
 
 export class RateLimiter {
   readonly #windowMs: number
@@ -43,14 +62,13 @@ export class RateLimiter {
   /** Admits or refuses one request of `account` at `now` (epoch ms). `limit` overrides the default. */
   take(account: string, now: number, limit = this.#defaultLimit): RateDecision {
     let w = this.#windows.get(account)
-    if (w === undefined || w.times.length !== Math.max(1, limit)) {
-      w = this.#resize(w, limit)
+    if (w === undefined) {
+      w = new Window(Math.min(INITIAL_CAPACITY, Math.max(limit, 1)))
       this.#windows.set(account, w)
     }
-    const cap = w.times.length
     const horizon = now - this.#windowMs
     while (w.count > 0 && w.times[w.tail]! <= horizon) {
-      w.tail = (w.tail + 1) % cap
+      w.tail = (w.tail + 1) % w.times.length
       w.count--
     }
     const d = this.#decision
@@ -62,24 +80,12 @@ export class RateLimiter {
       d.retryAfter = Math.max(1, Math.ceil((d.resetAt - now) / 1000))
       return d
     }
-    w.times[(w.tail + w.count) % cap] = now
-    w.count++
+    w.push(now, limit)
     d.allowed = true
     d.remaining = limit - w.count
     d.resetAt = w.times[w.tail]! + this.#windowMs
     d.retryAfter = 0
     return d
-  }
-
-  /** A new ring for a changed limit, keeping the newest arrivals that still fit. */
-  #resize(old: Window | undefined, limit: number): Window {
-    const w = new Window(limit)
-    if (old === undefined) return w
-    const keep = Math.min(old.count, w.times.length)
-    for (let i = old.count - keep; i < old.count; i++) {
-      w.times[w.count++] = old.times[(old.tail + i) % old.times.length]!
-    }
-    return w
   }
 }
 
