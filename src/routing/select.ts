@@ -34,6 +34,8 @@ const PASS_HEALTHY_OTHER = 1
 const PASS_UNHEALTHY_CAPABLE = 2
 const PASS_UNHEALTHY_OTHER = 3
 const PASS_END = 4
+/** Random draws of the default strategy before it gives way to the list order. */
+const P2C_DRAWS = 4
 
 function withinCeiling(offer: Offer, prefs: RoutingPrefs, dimension: number): boolean {
   if (dimension === DIMENSION_CHAT) {
@@ -150,31 +152,33 @@ export class Selection {
     return supportsParams(offer, this.#req.paramMask) && holdsOutput(offer, this.#req.maxOutput, this.#strict)
   }
 
-  /** Power of two choices on in-flight requests among healthy, eligible, capable offers (default strategy). */
+  /**
+   * Power of two choices on in-flight requests among healthy, eligible, capable offers (default strategy).
+   * A bounded number of random draws keeps it O(1) however many offers there are: when filters (a tight price
+   * ceiling, the key's providers) leave too few offers for the draws to find two, it returns what it found or
+   * null, and the caller falls back to the list's own order (cheapest first), found by next().
+   */
   pickTwo(): Offer | null {
     const list = this.#list
     const n = list.length
-    if (n === 0) return null
-    const a = this.#probe(Math.floor(Math.random() * n))
-    if (a === null || n === 1) return a
-    const b = this.#probe(Math.floor(Math.random() * n))
-    if (b === null || b === a) return a
+    let a: Offer | null = null
+    let b: Offer | null = null
+    for (let draw = 0; draw < P2C_DRAWS && b === null; draw++) {
+      const offer = list[Math.floor(Math.random() * n)]!
+      if (offer === a || !this.#firstPass(offer)) continue
+      if (a === null) a = offer
+      else b = offer
+    }
+    if (a === null || b === null) return a
     if (a.stats.inflight !== b.stats.inflight) return a.stats.inflight < b.stats.inflight ? a : b
     return a.sortPrice <= b.sortPrice ? a : b
   }
 
-  /** The first offer from `start` on (wrapping) that passes the first pass's tests. */
-  #probe(start: number): Offer | null {
-    const list = this.#list
-    for (let k = 0; k < list.length; k++) {
-      const offer = list[(start + k) % list.length]!
-      if (!offer.provider.health.isHealthy(this.#req.now)) continue
-      if (!this.#eligible(offer)) continue
-      if (this.#prefer && !this.#capable(offer)) continue
-      return offer
-    }
-    return null
+  /** The tests of the first pass: healthy, eligible and, when preferred, capable. */
+  #firstPass(offer: Offer): boolean {
+    return offer.provider.health.isHealthy(this.#req.now) && this.#eligible(offer) && (!this.#prefer || this.#capable(offer))
   }
+
 }
 
 /**
