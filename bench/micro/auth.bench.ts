@@ -13,27 +13,10 @@ import { RouterError } from '../../src/errors.js'
 import type { RequestHead } from '../../src/server/request-head.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { batched, check, formatNs, nsPerOp, recordSummary } from './measure.js'
+import { requestHead } from '../../test/helpers/request-head.js'
 
 function head(authorization: string): RequestHead {
-  return {
-    requestId: 'req_bench',
-    method: 'post',
-    path: '/v1/chat/completions',
-    query: '',
-    startedAt: 0,
-    authorization,
-    contentType: 'application/json',
-    contentLength: '64',
-    providerAddress: '',
-    providerSort: '',
-    providerTrustMode: '',
-    providerAllowFallbacks: '',
-    providerRequireParameters: '',
-    maxPricePrompt: '',
-    maxPriceCompletion: '',
-    maxPriceImage: '',
-    remoteAddress: () => '127.0.0.1',
-  }
+  return requestHead({ authorization, contentLength: '64' })
 }
 
 const ACCOUNT = '0x' + 'a'.repeat(40)

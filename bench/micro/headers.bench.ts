@@ -6,28 +6,10 @@ import { Bench } from 'tinybench'
 import { parseRoutingHeaders, RoutingPrefs, SORT_PRICE, UNSET } from '../../src/routing/preferences.js'
 import type { RequestHead } from '../../src/server/request-head.js'
 import { batched, check, formatNs, nsPerOp, recordSummary } from './measure.js'
+import { requestHead } from '../../test/helpers/request-head.js'
 
 function head(fields: Partial<RequestHead>): RequestHead {
-  return {
-    requestId: 'req_bench',
-    method: 'post',
-    path: '/v1/chat/completions',
-    query: '',
-    startedAt: 0,
-    authorization: 'Bearer sk-bench',
-    contentType: 'application/json',
-    contentLength: '64',
-    providerAddress: '',
-    providerSort: '',
-    providerTrustMode: '',
-    providerAllowFallbacks: '',
-    providerRequireParameters: '',
-    maxPricePrompt: '',
-    maxPriceCompletion: '',
-    maxPriceImage: '',
-    remoteAddress: () => '127.0.0.1',
-    ...fields,
-  }
+  return requestHead({ authorization: 'Bearer sk-bench', contentLength: '64', ...fields })
 }
 
 const NONE = head({})

@@ -5,6 +5,7 @@
 import type { RequestHead } from '../../src/server/request-head.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import type { Credential, Store } from '../../src/store/store.js'
+import { requestHead } from '../helpers/request-head.js'
 
 export interface CountingStore extends Store {
   readonly calls: { findCredential: number; touchMgmtKey: number }
@@ -48,25 +49,7 @@ export function countingStore(): CountingStore {
 }
 
 export function fakeHead(authorization: string, remote = '127.0.0.1'): RequestHead {
-  return {
-    requestId: 'req_test',
-    method: 'post',
-    path: '/v1/chat/completions',
-    query: '',
-    startedAt: 0,
-    authorization,
-    contentType: 'application/json',
-    contentLength: '',
-    providerAddress: '',
-    providerSort: '',
-    providerTrustMode: '',
-    providerAllowFallbacks: '',
-    providerRequireParameters: '',
-    maxPricePrompt: '',
-    maxPriceCompletion: '',
-    maxPriceImage: '',
-    remoteAddress: () => remote,
-  }
+  return requestHead({ authorization, remoteAddress: () => remote })
 }
 
 /** A promise and the function that resolves it. */

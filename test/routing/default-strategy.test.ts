@@ -37,7 +37,7 @@ t.test('a tight ceiling over 2,000 providers: the pick is always within it', asy
   t.pass('200 selections, all within the ceiling')
 })
 
-t.test('without filters the picks spread over many providers and avoid busy ones', async (t) => {
+t.test('without filters the picks spread over many providers', async (t) => {
   const rt = table(t)
   const prefs = new RoutingPrefs()
   t.equal(prefs.maxPrompt, UNSET)

@@ -15,6 +15,7 @@ import {
   UNSET,
 } from '../../src/routing/preferences.js'
 import type { RequestHead } from '../../src/server/request-head.js'
+import { requestHead } from '../helpers/request-head.js'
 
 type RoutingHeaders = Partial<
   Pick<
@@ -32,26 +33,7 @@ type RoutingHeaders = Partial<
 
 /** A request head as the front end copies it out: absent headers are empty strings, as uWS reports them. */
 function head(headers: RoutingHeaders = {}): RequestHead {
-  return {
-    requestId: 'req_test',
-    method: 'post',
-    path: '/v1/chat/completions',
-    query: '',
-    startedAt: 0,
-    authorization: '',
-    contentType: 'application/json',
-    contentLength: '',
-    providerAddress: '',
-    providerSort: '',
-    providerTrustMode: '',
-    providerAllowFallbacks: '',
-    providerRequireParameters: '',
-    maxPricePrompt: '',
-    maxPriceCompletion: '',
-    maxPriceImage: '',
-    ...headers,
-    remoteAddress: () => '127.0.0.1',
-  }
+  return requestHead(headers)
 }
 
 function parse(headers: RoutingHeaders): { prefs: RoutingPrefs; err: RouterError | null } {
