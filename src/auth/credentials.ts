@@ -17,15 +17,7 @@ import type {
 import type { KeyCache } from './key-cache.js'
 import { API_KEY_PREFIX, hashSecret, MGMT_KEY_PREFIX, newSecret, previewOf } from './keys.js'
 
-export interface ApiKeySettings {
-  readonly name: string
-  readonly trustMode?: TrustMode | null
-  readonly creditLimit?: bigint | null
-  readonly resetPeriod?: ResetPeriod
-  readonly expiresAt?: number | null
-  readonly allowedModels?: readonly string[] | null
-  readonly allowedProviders?: readonly string[] | null
-}
+export type ApiKeySettings = { readonly name: string } & Omit<ApiKeyPatch, 'name'>
 
 /** A new key with its secret: the only moment the secret exists outside the caller's hands. */
 export interface Issued<R> {

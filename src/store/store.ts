@@ -73,41 +73,16 @@ export type Credential =
   | { readonly kind: 'api'; readonly key: ApiKeyRecord; readonly account: AccountRecord }
   | { readonly kind: 'mgmt'; readonly key: MgmtKeyRecord; readonly account: AccountRecord }
 
-export interface NewApiKey {
-  readonly id: string
-  readonly accountId: string
-  readonly hash: string
-  readonly preview: string
-  readonly name: string
-  readonly trustMode: TrustMode | null
-  readonly creditLimit: bigint | null
-  readonly resetPeriod: ResetPeriod
-  readonly expiresAt: number | null
-  readonly allowedModels: readonly string[] | null
-  readonly allowedProviders: readonly string[] | null
-  readonly createdAt: number
-}
+/** A key as created: the record before anything revokes it. */
+export type NewApiKey = Omit<ApiKeyRecord, 'revoked' | 'revokedAt'>
 
 /** Fields of an API key that an update may change; absent fields are left alone. */
-export interface ApiKeyPatch {
-  readonly name?: string
-  readonly trustMode?: TrustMode | null
-  readonly creditLimit?: bigint | null
-  readonly resetPeriod?: ResetPeriod
-  readonly expiresAt?: number | null
-  readonly allowedModels?: readonly string[] | null
-  readonly allowedProviders?: readonly string[] | null
-}
+export type ApiKeyPatch = Partial<
+  Pick<ApiKeyRecord, 'name' | 'trustMode' | 'creditLimit' | 'resetPeriod' | 'expiresAt' | 'allowedModels' | 'allowedProviders'>
+>
 
-export interface NewMgmtKey {
-  readonly id: string
-  readonly accountId: string
-  readonly hash: string
-  readonly preview: string
-  readonly name: string
-  readonly scopes: readonly Scope[]
-  readonly createdAt: number
-}
+/** A management key as created: not revoked, never used yet. */
+export type NewMgmtKey = Omit<MgmtKeyRecord, 'revoked' | 'revokedAt' | 'lastUsedAt' | 'lastSourceIp'>
 
 export interface JournalEntry {
   readonly seq: number
