@@ -9,10 +9,8 @@ import type {
   ApiKeyPatch,
   ApiKeyRecord,
   MgmtKeyRecord,
-  ResetPeriod,
   Scope,
   Store,
-  TrustMode,
 } from '../store/store.js'
 import type { KeyCache } from './key-cache.js'
 import { API_KEY_PREFIX, hashSecret, MGMT_KEY_PREFIX, newSecret, previewOf } from './keys.js'

@@ -136,8 +136,17 @@ export class Selection {
   }
 
   #nextPass(pass: number): number {
-    if (this.#prefer) return pass + 1
-    return pass === PASS_HEALTHY_CAPABLE ? PASS_UNHEALTHY_CAPABLE : PASS_END
+    if (!this.#prefer) return pass === PASS_HEALTHY_CAPABLE ? PASS_UNHEALTHY_CAPABLE : PASS_END
+    switch (pass) {
+      case PASS_HEALTHY_CAPABLE:
+        return PASS_HEALTHY_OTHER
+      case PASS_HEALTHY_OTHER:
+        return PASS_UNHEALTHY_CAPABLE
+      case PASS_UNHEALTHY_CAPABLE:
+        return PASS_UNHEALTHY_OTHER
+      default:
+        return PASS_END
+    }
   }
 
   /** Hard filters: price ceilings, the key's providers, and with Require-Parameters on, capability. */
