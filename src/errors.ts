@@ -105,12 +105,13 @@ export function statusLine(status: number): string {
   return STATUS_LINE[status] ?? `${status} Unknown`
 }
 
-/** The envelope of DESIGN.md §4, as a JSON string. */
-export function renderError(err: RouterError, requestId: string): string {
-  return JSON.stringify({
-    error: { message: err.message, type: err.type, code: err.code },
-    request_id: requestId,
-  })
+/**
+ * The envelope of DESIGN.md §4, as a JSON string. Inference errors raised after a provider was chosen carry
+ * the `x_svc_trace` block too (attempts, what was billed).
+ */
+export function renderError(err: RouterError, requestId: string, trace?: Record<string, unknown>): string {
+  const error = { message: err.message, type: err.type, code: err.code }
+  return JSON.stringify(trace === undefined ? { error, request_id: requestId } : { error, request_id: requestId, x_svc_trace: trace })
 }
 
 /** Any thrown value as a RouterError: unknown failures become a 500 without leaking internals. */

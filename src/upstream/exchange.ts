@@ -15,7 +15,7 @@ import type { Dispatcher } from 'undici'
 import { chatCost, chatWorstCase, meteredUsage, type ChatUsage, type Cost } from '../billing/cost.js'
 import type { BilledCost, Ledger, Reservation } from '../billing/ledger.js'
 import { spliceTrace, traceMember, traceObject, ZERO_COST, type Attempt, type TraceFields } from '../billing/trace.js'
-import { RouterError } from '../errors.js'
+import { renderError, RouterError } from '../errors.js'
 import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
 import type { Selection } from '../routing/select.js'
@@ -173,19 +173,16 @@ export class Exchange {
   /** An error answer before any byte went out: nothing is billed, the reservation is given back. */
   #sendFailure(err: RouterError): void {
     this.#req.billing?.release()
-    const body = JSON.stringify({
-      error: { message: err.message, type: err.type, code: err.code },
-      request_id: this.#req.requestId,
-      x_svc_trace: traceObject({
-        requestId: this.#req.requestId,
-        provider: null,
-        model: this.#req.model,
-        cost: ZERO_COST,
-        usage: null,
-        attempts: this.#attempts,
-        startedAt: this.#req.startedAt,
-      }),
+    const trace = traceObject({
+      requestId: this.#req.requestId,
+      provider: null,
+      model: this.#req.model,
+      cost: ZERO_COST,
+      usage: null,
+      attempts: this.#attempts,
+      startedAt: this.#req.startedAt,
     })
+    const body = renderError(err, this.#req.requestId, trace)
     const extra = err.headers === undefined ? [] : Object.entries(err.headers).flat()
     this.#reply.send(err.status, [...JSON_HEADERS, ...this.#req.baseHeaders, ...extra], body)
   }
@@ -354,11 +351,7 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     // What the provider produced is billed (the relay's estimate), then the stream ends with the error event.
     const usage = this.#streamUsage()
     this.#bill(usage, (billed, err) => {
-      const event = JSON.stringify({
-        error: { message, type: 'provider_error', code },
-        request_id: this.#x.request.requestId,
-        x_svc_trace: traceObject(this.#traceFields(usage, err === null ? billed : null)),
-      })
+      const event = renderError(new RouterError(code, message), this.#x.request.requestId, traceObject(this.#traceFields(usage, err === null ? billed : null)))
       reply.end(`data: ${event}\n\n`)
     })
   }
@@ -464,11 +457,7 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     // The trace chunk and [DONE] wait for the durable charge: a delivered stream is always a billed one.
     this.#bill(usage, (billed, err) => {
       if (err !== null) {
-        const event = JSON.stringify({
-          error: { message: err.message, type: err.type, code: err.code },
-          request_id: x.request.requestId,
-          x_svc_trace: traceObject(this.#traceFields(usage, null)),
-        })
+        const event = renderError(err, x.request.requestId, traceObject(this.#traceFields(usage, null)))
         reply.end(`data: ${event}\n\n`)
         return
       }
@@ -507,11 +496,7 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     // The body (its end included) goes out only once the charge is durable.
     this.#bill(usage, (billed, err) => {
       if (err !== null) {
-        const failure = JSON.stringify({
-          error: { message: err.message, type: err.type, code: err.code },
-          request_id: x.request.requestId,
-          x_svc_trace: traceObject(this.#traceFields(usage, null)),
-        })
+        const failure = renderError(err, x.request.requestId, traceObject(this.#traceFields(usage, null)))
         x.reply.send(err.status, [...JSON_HEADERS, ...x.request.baseHeaders], failure)
         return
       }
