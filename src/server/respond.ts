@@ -4,10 +4,13 @@ import type { HeaderList, Reply } from './reply.js'
 
 const JSON_TYPE = ['Content-Type', 'application/json']
 
-/** Answers with the error envelope; `headers` are added (request id, rate limit, Retry-After…). */
-export function sendError(reply: Reply, err: RouterError, requestId: string, headers: HeaderList): void {
+/**
+ * Answers with the error envelope; `headers` are added (request id, rate limit), then the error's own
+ * (Retry-After…). An inference error after selection passes its `x_svc_trace` block.
+ */
+export function sendError(reply: Reply, err: RouterError, requestId: string, headers: HeaderList, trace?: Record<string, unknown>): void {
   const extra = err.headers === undefined ? [] : Object.entries(err.headers).flat()
-  reply.send(err.status, [...JSON_TYPE, ...headers, ...extra], renderError(err, requestId))
+  reply.send(err.status, [...JSON_TYPE, ...headers, ...extra], renderError(err, requestId, trace))
 }
 
 export function sendJson(reply: Reply, status: number, body: string | Uint8Array, headers: HeaderList): void {

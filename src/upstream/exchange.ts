@@ -20,6 +20,7 @@ import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
 import type { Selection } from '../routing/select.js'
 import type { HeaderList, Reply } from '../server/reply.js'
+import { sendError } from '../server/respond.js'
 import { classifyUpstreamError, isRetryableStatus } from './failures.js'
 import { basePath, type UpstreamPools } from './pools.js'
 import { SseRelay } from './sse-relay.js'
@@ -182,9 +183,7 @@ export class Exchange {
       attempts: this.#attempts,
       startedAt: this.#req.startedAt,
     })
-    const body = renderError(err, this.#req.requestId, trace)
-    const extra = err.headers === undefined ? [] : Object.entries(err.headers).flat()
-    this.#reply.send(err.status, [...JSON_HEADERS, ...this.#req.baseHeaders, ...extra], body)
+    sendError(this.#reply, err, this.#req.requestId, this.#req.baseHeaders, trace)
   }
 }
 
