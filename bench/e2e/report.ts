@@ -1,7 +1,9 @@
 /**
  * BENCHMARKS.md and bench/e2e/added-latency.svg from one e2e run. Every table states absolute figures and
  * ratios to the direct baseline and to nginx measured in the same run; "added" latency of a proxy is its
- * percentile minus direct's. The micro-benchmark section (written by bench/run.mjs) is carried over as it is.
+ * percentile minus direct's. The floor (a bare uWS + undici relay) appears only in the latency and TTFT
+ * tables, the chart and one reference row of the targets; a run recorded before it existed has no `floor`
+ * entry and renders without it. The micro-benchmark section (written by bench/run.mjs) is carried over as it is.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -39,6 +41,12 @@ export interface Measurement {
   readonly rounds: number
 }
 
+export interface TargetInfo {
+  readonly version: string
+  readonly unavailable: string | null
+  readonly idleRssMb: number | null
+}
+
 export interface RunData {
   readonly quick: boolean
   readonly startedAt: Date
@@ -53,7 +61,8 @@ export interface RunData {
     readonly loadStart: readonly number[]
     readonly loadEnd: readonly number[]
   }
-  readonly targets: Readonly<Record<TargetId, { version: string; unavailable: string | null; idleRssMb: number | null }>>
+  /** Every target of TARGET_IDS; `floor` is missing from runs recorded before it was added. */
+  readonly targets: Readonly<Record<TargetId, TargetInfo>>
   readonly plan: Plan
   readonly results: Readonly<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>>
 }
@@ -62,7 +71,9 @@ const START = '<!-- micro:start -->'
 const END = '<!-- micro:end -->'
 const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router']
-const COLORS: Readonly<Record<TargetId, string>> = { direct: '#999999', nginx: '#4e79a7', portkey: '#e15759', router: '#59a14f' }
+/** The workloads the floor relay runs in (run.ts); every other table leaves it out. */
+const FLOOR_WORKLOADS: readonly WorkloadId[] = ['latency', 'ttft']
+const COLORS: Readonly<Record<TargetId, string>> = { direct: '#999999', nginx: '#4e79a7', portkey: '#e15759', router: '#59a14f', floor: '#b07aa1' }
 
 class View {
   constructor(readonly data: RunData) {}
@@ -99,13 +110,21 @@ class View {
     return this.load(w, t)?.rps ?? Number.NaN
   }
 
-  measured(t: TargetId): boolean {
-    return this.data.targets[t].unavailable === null
+  /** What the run recorded about a target; undefined for one it predates (the floor in older runs). */
+  target(t: TargetId): TargetInfo | undefined {
+    return (this.data.targets as Partial<Record<TargetId, TargetInfo>>)[t]
   }
 
-  /** The rows to show: every target, with unavailable ones kept so the table says why. */
-  rows(): TargetId[] {
-    return [...TARGET_IDS]
+  measured(t: TargetId): boolean {
+    return this.target(t)?.unavailable === null
+  }
+
+  /**
+   * The rows of workload `w`'s table: every target that runs in it, with unavailable ones kept so the table
+   * says why. The floor only in its workloads, and only when the run knew it.
+   */
+  rows(w: WorkloadId): TargetId[] {
+    return TARGET_IDS.filter((t) => (t === 'floor' ? FLOOR_WORKLOADS.includes(w) : true) && this.target(t) !== undefined)
   }
 
   failure(w: WorkloadId, t: TargetId): string | null {
@@ -145,6 +164,13 @@ function targetsSection(v: View): string[] {
       : `${ms(routerAdded)} vs ${ms(nginxAdded)} (nginx indistinguishable from direct in this run)`,
     verdict(Number.isFinite(routerAdded) && Number.isFinite(nginxAdded) ? routerAdded <= 1.5 * Math.max(0, nginxAdded) : null),
   ])
+  // Not a target: what svc-router's stack adds by itself, so the row above can be read as stack + own work.
+  const floorAdded = v.added('latency', 'floor', 'p50')
+  rows.push([
+    `${TARGET_NAMES.floor} (no router logic) added p50, for reference`,
+    !Number.isFinite(floorAdded) ? 'not measured' : nginxAdded > 0 ? `${ms(floorAdded)} = ${formatRatio(floorAdded, nginxAdded)} nginx` : `${ms(floorAdded)} (nginx indistinguishable from direct in this run)`,
+    '—',
+  ])
   const p99 = v.added('open2000', 'router', 'p99')
   const unfinished = v.load('open2000', 'router')?.incomplete ?? 0
   const directP99 = v.pct('open2000', 'direct', 'p99')
@@ -179,7 +205,10 @@ function targetsSection(v: View): string[] {
 function machineSection(v: View): string[] {
   const d = v.data
   const m = d.machine
-  const version = (t: TargetId): string => d.targets[t].version + (d.targets[t].unavailable === null ? '' : ' (unavailable)')
+  const version = (t: TargetId): string => {
+    const info = v.target(t)
+    return info === undefined ? 'n/a' : info.version + (info.unavailable === null ? '' : ' (unavailable)')
+  }
   return [
     '## Machine',
     '',
@@ -193,6 +222,7 @@ function machineSection(v: View): string[] {
         ['nginx', version('nginx')],
         ['Portkey gateway', version('portkey')],
         ['svc-router', version('router')],
+        ...(v.target('floor') === undefined ? [] : [[TARGET_NAMES.floor, version('floor')]]),
         ['load generator', `bench/e2e/load.ts, undici ${m.undici} dispatch, its own process`],
         ['load average (1/5/15 min)', `${m.loadStart.map((l) => l.toFixed(2)).join(' / ')} at start, ${m.loadEnd.map((l) => l.toFixed(2)).join(' / ')} at end`],
         ['run', `${d.quick ? 'quick (`--quick`)' : 'full'}, ${d.startedAt.toISOString()}, ${d.seconds.toFixed(0)} s`],
@@ -213,6 +243,11 @@ function methodSection(v: View): string[] {
     '',
     `- Upstream: \`svc-router simulate-provider\`, three processes: *fast* (${sim('fast')}) for the request/response workloads, *paced* (${sim('paced')}) for time to first token, *slow* (${sim('slow')}) for the concurrent streams.`,
     '- Targets, all on 127.0.0.1 and all started by the run: **direct** to the simulator (the baseline); **nginx** (one worker, `proxy_pass` to an `upstream` with `keepalive 64`, HTTP/1.1, `Connection ""`, `proxy_buffering off`); **Portkey** (`@portkey-ai/gateway` Node server, `x-portkey-provider: openai` + `x-portkey-custom-host`); **svc-router** (`svc-router serve`, errors-only log, rate limit 100,000,000/min, 1,024 upstream connections so 500 streams can overlap).',
+    ...(v.target('floor') === undefined
+      ? []
+      : [
+          `- **${TARGET_NAMES.floor}** (bench/e2e/floor-relay.ts), in the latency and TTFT workloads only, for reference: the smallest relay on svc-router's own stack, uWebSockets.js in front and one undici \`Pool\` (1,024 keep-alive connections) behind, one process per simulator. It copies the request body out of uWS, dispatches it with the content type, and streams the answer back chunk by chunk as it arrives (corked writes; an answer with a Content-Length keeps it), with backpressure both ways (a slow client pauses the upstream read, a client that leaves aborts it). It does no routing, auth, rate limiting, trace or billing and logs nothing: its added latency is what Node, uWS and undici cost by themselves, and svc-router's added latency above it is svc-router's own work.`,
+        ]),
     '- Request: `POST /v1/chat/completions` `{"model":…,"messages":[{"role":"user","content":"hi"}]}` (+ `"stream":true`), with `Authorization: Bearer …`.',
     `- Before any workload each target is warmed up, unmeasured: ${p.warm.ms / 1000} s of JSON requests on 16 connections and ${p.warm.streams} streams (JIT compilation would otherwise land in the first workload).`,
     `- Latency: ${int(p.latency.count)} requests one after another on one connection after ${p.latency.warmup} warm-up requests. Throughput: ${p.connections} connections in a closed loop for ${p.throughput.durationMs / 1000} s after ${p.throughput.warmupMs / 1000} s of warm-up; only requests that start and end inside the window count.`,
@@ -222,13 +257,13 @@ function methodSection(v: View): string[] {
       ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the latency and open-loop workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported. A target that saturates (unfinished requests) or fails runs once.`]
       : []),
     '- Added latency of a proxy = its percentile − direct\'s percentile in the same run. Percentiles are exact (every sample kept and sorted, nearest rank). RSS = VmRSS from /proc of the process and its children (nginx: master + worker), sampled every 100 ms; the peak per workload is reported. CPU per request = the proxy\'s utime + stime over the workload (10 ms ticks) ÷ requests sent, warm-up included.',
-    '- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.',
+    `- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router${v.target('floor') === undefined ? '' : `, then the ${TARGET_NAMES.floor} in the latency and TTFT workloads`}). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.`,
     '',
   ]
 }
 
 function latencySection(v: View): string[] {
-  const rows = v.rows().map((t) => {
+  const rows = v.rows('latency').map((t) => {
     const fail = v.failure('latency', t)
     if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '', '', '']
     const isProxy = t !== 'direct'
@@ -253,7 +288,7 @@ function latencySection(v: View): string[] {
 }
 
 function throughputSection(v: View): string[] {
-  const rows = v.rows().map((t) => {
+  const rows = v.rows('throughput').map((t) => {
     const fail = v.failure('throughput', t)
     if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '', '', '']
     const r = v.rps('throughput', t)
@@ -283,7 +318,7 @@ function throughputSection(v: View): string[] {
 function openSection(v: View): string[] {
   const out = ['## 3. Open loop (fixed arrival rate)', '']
   for (const [w, rate] of [['open1000', 1000], ['open2000', 2000]] as const) {
-    const rows = v.rows().map((t) => {
+    const rows = v.rows(w).map((t) => {
       const fail = v.failure(w, t)
       if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '', '']
       const isProxy = t !== 'direct'
@@ -306,7 +341,7 @@ function openSection(v: View): string[] {
 }
 
 function streamSection(v: View): string[] {
-  const rows = v.rows().map((t) => {
+  const rows = v.rows('ttft').map((t) => {
     const fail = v.failure('ttft', t)
     if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '']
     const isProxy = t !== 'direct'
@@ -334,7 +369,7 @@ function streamSection(v: View): string[] {
 }
 
 function concurrentSection(v: View): string[] {
-  const rows = v.rows().map((t) => {
+  const rows = v.rows('streams').map((t) => {
     const fail = v.failure('streams', t)
     if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '', '']
     const r = v.load('streams', t)!
@@ -362,7 +397,7 @@ function concurrentSection(v: View): string[] {
 
 function memorySection(v: View): string[] {
   const workloads: readonly WorkloadId[] = ['latency', 'throughput', 'open1000', 'open2000', 'ttft', 'streams']
-  const rows = PROXIES.map((t) => [TARGET_NAMES[t], mb(v.data.targets[t].idleRssMb), ...workloads.map((w) => mb(v.rss(w, t)))])
+  const rows = PROXIES.map((t) => [TARGET_NAMES[t], mb(v.target(t)?.idleRssMb ?? null), ...workloads.map((w) => mb(v.rss(w, t)))])
   const cpu = PROXIES.map((t) => [TARGET_NAMES[t], ...workloads.map((w) => ms(v.cpuPerRequest(w, t)))])
   return [
     '## 6. Memory and CPU per workload',
@@ -381,7 +416,7 @@ function memorySection(v: View): string[] {
 function notesSection(v: View): string[] {
   const notes: string[] = []
   for (const t of TARGET_IDS) {
-    const why = v.data.targets[t].unavailable
+    const why = v.target(t)?.unavailable ?? null
     if (why !== null) notes.push(`- **${TARGET_NAMES[t]} was not measured:** ${why}`)
   }
   if (v.measured('portkey')) {
@@ -418,7 +453,7 @@ function microSection(root: string): string {
 
 function chart(v: View): string {
   const d = v.data
-  const series = PROXIES.filter((t) => v.measured(t)).map((t) => ({
+  const series = [...PROXIES, 'floor' as const].filter((t) => v.measured(t)).map((t) => ({
     name: TARGET_NAMES[t],
     color: COLORS[t],
     values: PERCENTILES.map((p) => v.added('latency', t, p)),

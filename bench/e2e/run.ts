@@ -1,9 +1,11 @@
 /**
  * `npm run bench:e2e [-- --quick]`: one run, one machine, four ways to the same simulated provider (direct,
  * nginx, Portkey, svc-router), the same workloads for each, interleaved per workload so every comparison is
- * made minutes apart at most. Load comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping
- * the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes; --quick about 1½;
- * --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json).
+ * made minutes apart at most. A fifth target, the floor (a bare uWS + undici relay, floor-relay.ts), runs in
+ * the latency and TTFT workloads only: what svc-router's stack costs before svc-router does anything. Load
+ * comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes; --quick about 1½;
+ * --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json);
+ * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part and write nothing.
  */
 import { execFile } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -14,12 +16,32 @@ import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
 import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { writeReport, type Measurement, type RunData, type WorkloadId } from './report.js'
-import { directTarget, routerTarget, smokeCheck, startSimulators, TARGET_IDS, TARGET_NAMES, unavailable, type Target, type TargetId } from './targets.js'
+import {
+  directTarget,
+  floorTarget,
+  routerTarget,
+  smokeCheck,
+  startSimulators,
+  TARGET_IDS,
+  TARGET_NAMES,
+  unavailable,
+  type SimKind,
+  type Target,
+  type TargetId,
+} from './targets.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 /** Raw results of the last run (gitignored scratch), so the report can be rendered again without measuring. */
 const LAST_RUN = join(root, 'bench', 'e2e', '.work', 'last-run.json')
 const quick = process.argv.includes('--quick')
+/** `--only=latency,ttft` and `--targets=direct,nginx,router`: a partial run for working on one figure; it prints, and writes nothing. */
+const listFlag = (name: string): string[] | null => {
+  const arg = process.argv.find((a) => a.startsWith(`--${name}=`))
+  return arg === undefined ? null : arg.slice(name.length + 3).split(',')
+}
+const onlyWorkloads = listFlag('only')
+const onlyTargets = listFlag('targets')
+const partial = onlyWorkloads !== null || onlyTargets !== null
 const began = performance.now()
 
 function progress(line: string): void {
@@ -57,27 +79,35 @@ const STREAMS = 500
 interface Workload {
   readonly id: WorkloadId
   readonly label: string
+  /** The simulator the workload's requests go to. */
+  readonly sim: SimKind
   /** Run ROUNDS times, interleaved across targets, keeping each target's best round. */
   readonly repeat?: boolean
+  /** Only these targets (default: all but the floor, which is a reference for latency and TTFT only). */
+  readonly targets?: readonly TargetId[]
   spec(target: Target): LoadSpec
   /** Upper bound of the load process's run time. */
   readonly boundMs: number
 }
 
 const json = (t: Target): RequestSpec => t.request('fast', false)
+/** The floor relay is measured where it answers a question (what the stack adds per request and per first token). */
+const WITH_FLOOR: readonly TargetId[] = TARGET_IDS
+const WITHOUT_FLOOR: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'floor')
 
 const WORKLOADS: readonly Workload[] = [
-  { id: 'latency', label: 'latency, 1 connection', repeat: true, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
-  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
+  { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: WITH_FLOOR, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
+  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, sim: 'fast', spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
   ...[1000, 2000].map((rate): Workload => ({
     id: rate === 1000 ? 'open1000' : 'open2000',
     label: `open loop, ${rate} req/s`,
+    sim: 'fast',
     repeat: true,
     spec: (t) => ({ mode: 'open', request: json(t), rate, connections: CONNECTIONS, ...PLAN.open }),
     boundMs: PLAN.open.durationMs + PLAN.open.drainMs + 30_000,
   })),
-  { id: 'ttft', label: 'streams: time to first token', spec: (t) => ({ mode: 'ttft', request: t.request('paced', true), concurrency: TTFT_CONCURRENCY, ...PLAN.ttft }), boundMs: PLAN.ttft.maxMs + 30_000 },
-  { id: 'streams', label: `${STREAMS} concurrent streams`, spec: (t) => ({ mode: 'streams', request: t.request('slow', true), streams: STREAMS, ...PLAN.concurrent }), boundMs: PLAN.concurrent.maxMs + 30_000 },
+  { id: 'ttft', label: 'streams: time to first token', sim: 'paced', targets: WITH_FLOOR, spec: (t) => ({ mode: 'ttft', request: t.request('paced', true), concurrency: TTFT_CONCURRENCY, ...PLAN.ttft }), boundMs: PLAN.ttft.maxMs + 30_000 },
+  { id: 'streams', label: `${STREAMS} concurrent streams`, sim: 'slow', spec: (t) => ({ mode: 'streams', request: t.request('slow', true), streams: STREAMS, ...PLAN.concurrent }), boundMs: PLAN.concurrent.maxMs + 30_000 },
 ]
 
 function runLoad(spec: LoadSpec, boundMs: number): Promise<LoadResult> {
@@ -124,12 +154,23 @@ async function startTargets(workDir: string): Promise<{ targets: Target[]; sims:
       return unavailable(id, (err as Error).message.slice(0, 400))
     }
   }
-  progress('starting nginx')
-  targets.push(await guard('nginx', () => nginxTarget(sims, workDir, progress)))
-  progress('starting Portkey')
-  targets.push(await guard('portkey', () => portkeyTarget(sims, join(root, 'bench', 'e2e', '.work', 'portkey'), progress)))
-  progress('starting svc-router')
-  targets.push(await guard('router', () => routerTarget(root, sims, workDir)))
+  const wanted = (id: TargetId): boolean => onlyTargets === null || onlyTargets.includes(id)
+  if (wanted('nginx')) {
+    progress('starting nginx')
+    targets.push(await guard('nginx', () => nginxTarget(sims, workDir, progress)))
+  }
+  if (wanted('portkey')) {
+    progress('starting Portkey')
+    targets.push(await guard('portkey', () => portkeyTarget(sims, join(root, 'bench', 'e2e', '.work', 'portkey'), progress)))
+  }
+  if (wanted('router')) {
+    progress('starting svc-router')
+    targets.push(await guard('router', () => routerTarget(root, sims, workDir)))
+  }
+  if (wanted('floor')) {
+    progress(`starting the ${TARGET_NAMES.floor} (one per simulator)`)
+    targets.push(await guard('floor', () => floorTarget(root, sims)))
+  }
   for (let i = 0; i < targets.length; i++) {
     const t = targets[i]!
     if (t.unavailable !== null) {
@@ -159,7 +200,8 @@ async function warmUp(t: Target): Promise<void> {
 }
 
 async function measure(w: Workload, t: Target): Promise<Measurement> {
-  const monitor = t.pid === null ? null : new UsageMonitor(t.pid)
+  const pid = t.pid === null ? null : (t.pids?.[w.sim] ?? t.pid)
+  const monitor = pid === null ? null : new UsageMonitor(pid)
   monitor?.start()
   try {
     const load = await runLoad(w.spec(t), w.boundMs)
@@ -196,12 +238,14 @@ async function main(): Promise<void> {
 
   const results: Partial<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>> = {}
   for (const w of WORKLOADS) {
+    if (onlyWorkloads !== null && !onlyWorkloads.includes(w.id)) continue
     const row: Partial<Record<TargetId, Measurement>> = {}
     results[w.id] = row
     const rounds = w.repeat ? ROUNDS : 1
+    const included = w.targets ?? WITHOUT_FLOOR
     for (let round = 1; round <= rounds; round++) {
       for (const t of targets) {
-        if (t.unavailable !== null) continue
+        if (t.unavailable !== null || !included.includes(t.id)) continue
         const before = row[t.id]
         // A saturated or failed target gains nothing from another round (and would spend its drain time again).
         if (before !== undefined && (before.load === null || before.load.incomplete > 0 || before.load.errors > 0)) continue
@@ -220,6 +264,10 @@ async function main(): Promise<void> {
   await Promise.all(Object.values(sims).map((s) => s.child.stop()))
   rmSync(workDir, { recursive: true, force: true })
 
+  if (partial) {
+    progress('partial run (--only/--targets): nothing written')
+    return
+  }
   const undiciVersion = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
   const data: RunData = {
     quick,

@@ -1,7 +1,7 @@
 /**
- * What the e2e run measures: the simulated providers (one process each), and the four ways to reach them
- * (direct, nginx, Portkey, svc-router) as Targets that know how to address a request to each simulator.
- * nginx and Portkey live in proxies.ts.
+ * What the e2e run measures: the simulated providers (one process each), and the ways to reach them (direct,
+ * nginx, Portkey, svc-router, and the uWS + undici floor relay) as Targets that know how to address a request
+ * to each simulator. nginx and Portkey live in proxies.ts, the floor relay's server in floor-relay.ts.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -29,17 +29,28 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router'
-export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router']
-export const TARGET_NAMES: Readonly<Record<TargetId, string>> = { direct: 'direct', nginx: 'nginx', portkey: 'Portkey', router: 'svc-router' }
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'floor'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'floor']
+export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
+  direct: 'direct',
+  nginx: 'nginx',
+  portkey: 'Portkey',
+  router: 'svc-router',
+  floor: 'uWS + undici relay',
+}
 
 export interface Target {
   readonly id: TargetId
   readonly version: string
   /** Why it cannot be measured here, or null. */
   readonly unavailable: string | null
-  /** The process whose tree's RSS is the target's (null for direct). */
+  /**
+   * The process whose tree's RSS and CPU time are the target's (null for direct). The floor relay runs one
+   * process per simulator: this is the `fast` one, the one the request/response workloads go through.
+   */
   readonly pid: number | null
+  /** Targets with one process per simulator (the floor relay): each simulator's, for the monitor of a workload on it. */
+  readonly pids?: Readonly<Record<SimKind, number>>
   request(kind: SimKind, stream: boolean): RequestSpec
   stop(): Promise<void>
 }
@@ -168,6 +179,52 @@ export async function routerTarget(root: string, sims: SimSet, workDir: string):
       }
     },
     stop: () => child.stop(),
+  }
+}
+
+/**
+ * The floor: bench/e2e/floor-relay.ts, the smallest relay on svc-router's stack (uWebSockets.js in front, one
+ * undici Pool of 1,024 connections behind), with no routing, auth, trace or billing. It relays to one origin,
+ * so there is one process per simulator; the request is direct's, addressed to the relay of that simulator.
+ * `pid` is the `fast` relay's (the one the request/response workloads use); `pids` has each simulator's, so the
+ * CPU and RSS of a workload are read from the relay it went through.
+ */
+export async function floorTarget(root: string, sims: SimSet): Promise<Target> {
+  const script = join(root, 'dist', 'bench', 'e2e', 'floor-relay.js')
+  const started = await Promise.allSettled(
+    SIM_KINDS.map(async (kind) => {
+      const { child, match } = await startChild(`floor relay (${kind})`, process.execPath, [script, sims[kind].url, '0'], {
+        cwd: root,
+        ready: /floor relay listening on (http:\/\/[^\s]+)/,
+      })
+      return { kind, child, url: match![1]! }
+    }),
+  )
+  const relays = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []))
+  const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected')
+  if (failed !== undefined) {
+    await Promise.all(relays.map((r) => r.child.stop()))
+    throw failed.reason
+  }
+  const byKind = Object.fromEntries(relays.map((r) => [r.kind, r])) as Record<SimKind, (typeof relays)[number]>
+  const undici = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
+  return {
+    id: 'floor',
+    version: `uWS 20.30 + undici ${undici}`,
+    unavailable: null,
+    pid: byKind.fast.child.pid,
+    pids: { fast: byKind.fast.child.pid, paced: byKind.paced.child.pid, slow: byKind.slow.child.pid },
+    request(kind, stream) {
+      return {
+        origin: byKind[kind].url,
+        path: CHAT_PATH,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${PROVIDER_KEY}` },
+        body: chatBody(kind, stream),
+      }
+    },
+    stop: async () => {
+      await Promise.all(relays.map((r) => r.child.stop()))
+    },
   }
 }
 
