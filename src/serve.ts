@@ -96,7 +96,7 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
 export async function serve(config: Config): Promise<RunningRouter> {
   setLogLevel(config.log.level)
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
-  const store = openStore(config.store, 'billing')
+  const store = openStore(config.store)
   const cache = new KeyCache(store, { defaultRateLimit: config.limits.requests_per_minute })
   // The operator CLI writes to the same store from another process: drop cached keys when it does.
   const stopWatchingStore = store.onExternalChange(() => cache.clear())
@@ -218,8 +218,6 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
 
   let app: Awaited<ReturnType<typeof listen>>
   try {
-    // Listening means able to bill: the store's charge thread has its connection open.
-    await store.ready()
     app = await listen(config.server.host, config.server.port, routes)
   } catch (err) {
     await stopServing()

@@ -3,9 +3,7 @@
  * in ONE transaction per batch. The first charge of a batch schedules the flush with setImmediate, so every
  * charge settled in the same event-loop turn shares one durable commit; a full batch flushes at once. Each
  * charge's callback runs after the commit returned (SQLite: WAL, synchronous=FULL, so the charge is on disk),
- * and that callback is what releases the response's last byte. The SQLite store commits on its charge thread
- * (store/sqlite/charge-thread.ts): while a batch commits, the event loop serves everyone else and the next
- * batch fills up with what settles meanwhile.
+ * and that callback is what releases the response's last byte.
  *
  * One batch is in flight at a time, which keeps the journal in settle order and gives `quiesce` a moment when
  * the store's totals and this queue together account for every settled charge exactly once.

@@ -105,7 +105,7 @@ export async function withStore<T>(configFile: string | undefined, io: OperatorI
   const config = loadConfig({ file: configFile, env: io.env })
   // On stderr, so stdout stays the command's answer: which file was used is the first thing to check.
   io.err(`store: ${config.store.path}\n`)
-  const store = openStore(config.store, 'operator')
+  const store = openStore(config.store)
   try {
     return await fn(store)
   } finally {

@@ -210,7 +210,5 @@ export interface Store {
    * can drop what they hold. Returns the unsubscribe function.
    */
   onExternalChange(listener: () => void): () => void
-  /** Resolves once the store can commit charges (the SQLite store's charge thread has its connection open). */
-  ready(): Promise<void>
   close(): Promise<void>
 }

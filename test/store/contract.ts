@@ -20,7 +20,7 @@ const DAY = 86_400_000
 
 const usd = (text: string): bigint => parseUsd(text)!
 
-export function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
+function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
   const secret = newSecret('sk-')
   return {
     id: randomUUID(),
@@ -52,7 +52,7 @@ function mgmtKey(accountId: string, createdAt = T0) {
   }
 }
 
-export function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {}): Charge {
+function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {}): Charge {
   return {
     requestId: 'req_' + randomUUID(),
     accountId,

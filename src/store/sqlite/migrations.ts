@@ -111,26 +111,4 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX usage_daily_by_key ON usage_daily (key_id, day);
     `,
   },
-  {
-    version: 2,
-    name: 'external change counter',
-    // A running router learns of the operator CLI's writes (a revoked key, a deposit) by polling this one row.
-    // PRAGMA data_version, polled before, also moves on every commit of the router's own charge thread (a
-    // second connection), so it cannot tell the two apart. Charges (journal kind 'charge', accounts.spent,
-    // usage rows) and management-key use stamps (last_used_at) are deliberately not counted.
-    sql: `
-      CREATE TABLE external_changes (
-        id   INTEGER PRIMARY KEY CHECK (id = 1),
-        seq  INTEGER NOT NULL
-      ) STRICT;
-      INSERT INTO external_changes (id, seq) VALUES (1, 0);
-      CREATE TRIGGER accounts_added AFTER INSERT ON accounts BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-      CREATE TRIGGER accounts_changed AFTER UPDATE OF rate_limit, deposited, credited ON accounts BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-      CREATE TRIGGER api_keys_added AFTER INSERT ON api_keys BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-      CREATE TRIGGER api_keys_changed AFTER UPDATE ON api_keys BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-      CREATE TRIGGER mgmt_keys_added AFTER INSERT ON mgmt_keys BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-      CREATE TRIGGER mgmt_keys_changed AFTER UPDATE OF name, scopes, revoked_at ON mgmt_keys BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-      CREATE TRIGGER journal_funds AFTER INSERT ON journal WHEN NEW.kind <> 'charge' BEGIN UPDATE external_changes SET seq = seq + 1 WHERE id = 1; END;
-    `,
-  },
 ]

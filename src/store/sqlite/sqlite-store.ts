@@ -6,7 +6,9 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
+import { utcDay } from '../days.js'
 import {
+  StoreConflictError,
   type AccountRecord,
   type AccountTotals,
   type ApiKeyPatch,
@@ -25,8 +27,6 @@ import {
   type UsageFilter,
   type UsageRow,
 } from '../store.js'
-import { ChargeThread } from './charge-thread.js'
-import { ACCOUNT_SQL, INSERT_JOURNAL_SQL, prepareChargeStatements, writeCharges, type ChargeStatements } from './charges.js'
 import { migrate } from './migrate.js'
 
 export interface SqliteStoreOptions {
@@ -34,14 +34,8 @@ export interface SqliteStoreOptions {
   readonly path: string
   /** 'full' (default): commits are fsynced and survive a power cut; 'normal': they survive a process crash. */
   readonly synchronous?: 'full' | 'normal'
-  /** How often to look for changes made by other processes (the external_changes row, migrations.ts). */
+  /** How often to look for commits by other processes (PRAGMA data_version). */
   readonly changePollMs?: number
-  /**
-   * Commit charge batches on a worker thread with its own connection (charge-thread.ts), started with the
-   * store, so the event loop never waits for an fsync. Default false (the store's connection commits them);
-   * an in-memory database, which no second connection can open, always commits them itself.
-   */
-  readonly chargeThread?: boolean
   readonly now?: () => number
 }
 
@@ -166,15 +160,48 @@ function toJournal(row: JournalRow): JournalEntry {
   }
 }
 
+function isUniqueViolation(err: unknown): boolean {
+  const code = (err as { code?: string }).code
+  return code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY'
+}
+
+/** The error recordCharge gives a malformed charge before touching the database, or null. */
+function invalidCharge(c: Charge): RangeError | null {
+  if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
+  if (c.requestId.length === 0) return new RangeError('a charge must name its request')
+  for (const [n, what] of [
+    [c.promptTokens, 'promptTokens'],
+    [c.completionTokens, 'completionTokens'],
+    [c.images, 'images'],
+    [c.audioMs, 'audioMs'],
+  ] as const) {
+    if (!Number.isSafeInteger(n) || n < 0) return new RangeError(`${what} must be a non-negative integer (got ${n})`)
+  }
+  return null
+}
+
+/** One (account, day, model, key) roll-up row's share of a batch. */
+interface DailySum {
+  readonly accountId: string
+  readonly day: string
+  readonly model: string
+  readonly keyId: string
+  requests: number
+  prompt: number
+  completion: number
+  images: number
+  audioMs: number
+  cost: bigint
+}
+
 /** Every statement, prepared once. */
 function prepareStatements(db: Database.Database) {
   return {
     insertAccount: db.prepare('INSERT INTO accounts (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING'),
-    account: db.prepare<[string], AccountRow>(ACCOUNT_SQL),
+    account: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?'),
     countAccounts: db.prepare<[], { n: number }>('SELECT count(*) AS n FROM accounts'),
     setRateLimit: db.prepare('UPDATE accounts SET rate_limit = ? WHERE id = ?'),
     setTotals: db.prepare('UPDATE accounts SET deposited = ?, credited = ?, spent = ? WHERE id = ?'),
-    externalChanges: db.prepare<[], { seq: number }>('SELECT seq FROM external_changes WHERE id = 1'),
 
     insertApiKey: db.prepare(`INSERT INTO api_keys (id, account_id, hash, preview, name, trust_mode, credit_limit, reset_period,
       expires_at, allowed_models, allowed_providers, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
@@ -196,9 +223,21 @@ function prepareStatements(db: Database.Database) {
       WHERE id = ? AND revoked_at IS NULL AND (last_used_at IS NULL OR last_used_at <= ?)`),
     mgmtKeyByHash: db.prepare<[string], MgmtKeyRow>('SELECT * FROM mgmt_keys WHERE hash = ?'),
 
-    insertJournal: db.prepare(INSERT_JOURNAL_SQL),
+    insertJournal: db.prepare(
+      'INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+    ),
     journalEntry: db.prepare<[number | bigint], JournalRow>('SELECT * FROM journal WHERE seq = ?'),
     journal: db.prepare<[string], JournalRow>('SELECT * FROM journal WHERE account_id = ? ORDER BY seq'),
+    insertUsage: db.prepare(`INSERT INTO usage_records (request_id, account_id, key_id, model, provider, day, created_at,
+      prompt_tokens, completion_tokens, images, audio_ms, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+    dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(
+      'SELECT * FROM usage_daily WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?',
+    ),
+    insertDailySum: db.prepare(`INSERT INTO usage_daily (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
+      images, audio_ms, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+    addDailySum: db.prepare(`UPDATE usage_daily SET requests = requests + ?, prompt_tokens = prompt_tokens + ?,
+      completion_tokens = completion_tokens + ?, images = images + ?, audio_ms = audio_ms + ?, cost = ?
+      WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?`),
     spendSince: db.prepare<[string, string], { key_id: string; cost: string }>(
       'SELECT key_id, cost FROM usage_daily WHERE account_id = ? AND day >= ?',
     ),
@@ -219,11 +258,9 @@ export class SqliteStore implements Store {
   readonly #listeners = new Set<() => void>()
   readonly #memory: boolean
   #poll: NodeJS.Timeout | null = null
-  #changeSeq = 0
+  #dataVersion = 0
   #closed = false
   readonly #q: Statements
-  readonly #chargeThread: ChargeThread | null
-  #chargeStatements: ChargeStatements | null = null
 
   constructor(options: SqliteStoreOptions) {
     this.#now = options.now ?? Date.now
@@ -240,8 +277,6 @@ export class SqliteStore implements Store {
       this.#db.pragma('busy_timeout = 5000')
       migrate(this.#db, this.#now())
       this.#q = prepareStatements(this.#db)
-      this.#chargeThread =
-        this.#memory || options.chargeThread !== true ? null : new ChargeThread({ path: options.path, synchronous: options.synchronous ?? 'full' })
     } catch (err) {
       this.#db.close()
       throw err
@@ -252,28 +287,10 @@ export class SqliteStore implements Store {
     if (this.#closed) throw new Error('store is closed')
   }
 
-  /**
-   * Runs one of this connection's writes as a transaction holding the write lock, and counts the
-   * external_changes bumps its triggers made as already seen: listeners hear of other processes' writes only.
-   * (When another process's change was still unseen, nothing is marked and the next poll reports it.)
-   */
-  #own<T>(write: () => T): T {
-    return this.#db
-      .transaction((): T => {
-        const before = this.#q.externalChanges.get()!.seq
-        const result = write()
-        if (before === this.#changeSeq) this.#changeSeq = this.#q.externalChanges.get()!.seq
-        return result
-      })
-      .immediate()
-  }
-
   async ensureAccount(wallet: string, now: number): Promise<AccountRecord> {
     this.#check()
-    return this.#own(() => {
-      this.#q.insertAccount.run(wallet, now)
-      return toAccount(this.#q.account.get(wallet)!)
-    })
+    this.#q.insertAccount.run(wallet, now)
+    return toAccount(this.#q.account.get(wallet)!)
   }
 
   async getAccount(wallet: string): Promise<AccountRecord | null> {
@@ -290,31 +307,27 @@ export class SqliteStore implements Store {
   async setAccountRateLimit(wallet: string, limit: number | null): Promise<AccountRecord | null> {
     this.#check()
     if (limit !== null && (!Number.isSafeInteger(limit) || limit <= 0)) throw new RangeError(`rate limit must be a positive integer (got ${limit})`)
-    return this.#own(() => {
-      const { changes } = this.#q.setRateLimit.run(limit, wallet)
-      return changes === 0 ? null : toAccount(this.#q.account.get(wallet)!)
-    })
+    const { changes } = this.#q.setRateLimit.run(limit, wallet)
+    return changes === 0 ? null : toAccount(this.#q.account.get(wallet)!)
   }
 
   async createApiKey(key: NewApiKey): Promise<ApiKeyRecord> {
     this.#check()
-    return this.#own(() => {
-      this.#q.insertApiKey.run(
-        key.id,
-        key.accountId,
-        key.hash,
-        key.preview,
-        key.name,
-        key.trustMode,
-        key.creditLimit === null ? null : key.creditLimit.toString(),
-        key.resetPeriod,
-        key.expiresAt,
-        listJson(key.allowedModels),
-        listJson(key.allowedProviders),
-        key.createdAt,
-      )
-      return toApiKey(this.#q.apiKey.get(key.id, key.accountId)!)
-    })
+    this.#q.insertApiKey.run(
+      key.id,
+      key.accountId,
+      key.hash,
+      key.preview,
+      key.name,
+      key.trustMode,
+      key.creditLimit === null ? null : key.creditLimit.toString(),
+      key.resetPeriod,
+      key.expiresAt,
+      listJson(key.allowedModels),
+      listJson(key.allowedProviders),
+      key.createdAt,
+    )
+    return toApiKey(this.#q.apiKey.get(key.id, key.accountId)!)
   }
 
   async getApiKey(accountId: string, keyId: string): Promise<ApiKeyRecord | null> {
@@ -330,7 +343,7 @@ export class SqliteStore implements Store {
 
   async updateApiKey(accountId: string, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null> {
     this.#check()
-    return this.#own((): ApiKeyRecord | null => {
+    const update = this.#db.transaction((): ApiKeyRecord | null => {
       const row = this.#q.apiKey.get(keyId, accountId)
       if (row === undefined) return null
       const old = toApiKey(row)
@@ -348,22 +361,19 @@ export class SqliteStore implements Store {
       )
       return toApiKey(this.#q.apiKey.get(keyId, accountId)!)
     })
+    return update.immediate()
   }
 
   async revokeApiKey(accountId: string, keyId: string, now: number): Promise<ApiKeyRecord | null> {
     this.#check()
-    return this.#own(() => {
-      const { changes } = this.#q.revokeApiKey.run(now, keyId, accountId)
-      return changes === 0 ? null : toApiKey(this.#q.apiKey.get(keyId, accountId)!)
-    })
+    const { changes } = this.#q.revokeApiKey.run(now, keyId, accountId)
+    return changes === 0 ? null : toApiKey(this.#q.apiKey.get(keyId, accountId)!)
   }
 
   async createMgmtKey(key: NewMgmtKey): Promise<MgmtKeyRecord> {
     this.#check()
-    return this.#own(() => {
-      this.#q.insertMgmtKey.run(key.id, key.accountId, key.hash, key.preview, key.name, key.scopes.join(' '), key.createdAt)
-      return toMgmtKey(this.#q.mgmtKey.get(key.id)!)
-    })
+    this.#q.insertMgmtKey.run(key.id, key.accountId, key.hash, key.preview, key.name, key.scopes.join(' '), key.createdAt)
+    return toMgmtKey(this.#q.mgmtKey.get(key.id)!)
   }
 
   async listMgmtKeys(accountId?: string): Promise<MgmtKeyRecord[]> {
@@ -374,10 +384,8 @@ export class SqliteStore implements Store {
 
   async revokeMgmtKey(keyId: string, now: number): Promise<MgmtKeyRecord | null> {
     this.#check()
-    return this.#own(() => {
-      const { changes } = this.#q.revokeMgmtKey.run(now, keyId)
-      return changes === 0 ? null : toMgmtKey(this.#q.mgmtKey.get(keyId)!)
-    })
+    const { changes } = this.#q.revokeMgmtKey.run(now, keyId)
+    return changes === 0 ? null : toMgmtKey(this.#q.mgmtKey.get(keyId)!)
   }
 
   async touchMgmtKey(keyId: string, now: number, sourceIp: string, minIntervalMs: number): Promise<boolean> {
@@ -397,7 +405,7 @@ export class SqliteStore implements Store {
   async addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry> {
     this.#check()
     if (amount <= 0n) throw new RangeError(`a ${kind} must be positive (got ${amount})`)
-    return this.#own((): JournalEntry => {
+    const add = this.#db.transaction((): JournalEntry => {
       this.#q.insertAccount.run(wallet, now)
       const row = this.#q.account.get(wallet)!
       const deposited = BigInt(row.deposited) + (kind === 'deposit' ? amount : 0n)
@@ -406,6 +414,7 @@ export class SqliteStore implements Store {
       const { lastInsertRowid } = this.#q.insertJournal.run(wallet, kind, amount.toString(), null, null, memo, now)
       return toJournal(this.#q.journalEntry.get(lastInsertRowid)!)
     })
+    return add.immediate()
   }
 
   async recordCharge(c: Charge): Promise<JournalEntry> {
@@ -416,9 +425,69 @@ export class SqliteStore implements Store {
 
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
     this.#check()
-    if (this.#chargeThread !== null) return this.#chargeThread.write(charges)
-    this.#chargeStatements ??= prepareChargeStatements(this.#db)
-    return writeCharges(this.#db, this.#chargeStatements, charges)
+    const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
+    const write = this.#db.transaction((): void => {
+      // Totals and roll-up rows are added up here with BigInt and written once per batch: a batch of 256
+      // charges on one account is one accounts UPDATE, not 256.
+      const accounts = new Map<string, { row: AccountRow; spent: bigint }>()
+      const daily = new Map<string, DailySum>()
+      for (let i = 0; i < charges.length; i++) {
+        const c = charges[i]!
+        const invalid = invalidCharge(c)
+        if (invalid !== null) {
+          out[i] = invalid
+          continue
+        }
+        let account = accounts.get(c.accountId)
+        if (account === undefined) {
+          const row = this.#q.account.get(c.accountId)
+          if (row === undefined) {
+            out[i] = new Error(`no account ${c.accountId}`)
+            continue
+          }
+          account = { row, spent: BigInt(row.spent) }
+          accounts.set(c.accountId, account)
+        }
+        const day = utcDay(c.at)
+        const cost = c.cost.toString()
+        let seq: number | bigint
+        try {
+          // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
+          seq = this.#q.insertJournal.run(c.accountId, 'charge', cost, c.requestId, c.keyId, '', c.at).lastInsertRowid
+        } catch (err) {
+          if (!isUniqueViolation(err)) throw err
+          out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+          continue
+        }
+        this.#q.insertUsage.run(c.requestId, c.accountId, c.keyId, c.model, c.provider, day, c.at, c.promptTokens, c.completionTokens, c.images, c.audioMs, cost)
+        account.spent += c.cost
+        const dk = `${c.accountId}\u0000${day}\u0000${c.model}\u0000${c.keyId}`
+        let sum = daily.get(dk)
+        if (sum === undefined) {
+          sum = { accountId: c.accountId, day, model: c.model, keyId: c.keyId, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
+          daily.set(dk, sum)
+        }
+        sum.requests++
+        sum.prompt += c.promptTokens
+        sum.completion += c.completionTokens
+        sum.images += c.images
+        sum.audioMs += c.audioMs
+        sum.cost += c.cost
+        out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+      }
+      for (const d of daily.values()) {
+        const row = this.#q.dailyRow.get(d.accountId, d.day, d.model, d.keyId)
+        if (row === undefined) {
+          this.#q.insertDailySum.run(d.accountId, d.day, d.model, d.keyId, d.requests, d.prompt, d.completion, d.images, d.audioMs, d.cost.toString())
+        } else {
+          const cost = (BigInt(row.cost) + d.cost).toString()
+          this.#q.addDailySum.run(d.requests, d.prompt, d.completion, d.images, d.audioMs, cost, d.accountId, d.day, d.model, d.keyId)
+        }
+      }
+      for (const [id, a] of accounts) this.#q.setTotals.run(a.row.deposited, a.row.credited, a.spent.toString(), id)
+    })
+    write.immediate()
+    return out
   }
 
   async totals(accountId: string): Promise<AccountTotals> {
@@ -462,7 +531,7 @@ export class SqliteStore implements Store {
     this.#listeners.add(listener)
     // Only another connection can change the file under us; an in-memory database has none.
     if (this.#poll === null && !this.#memory && !this.#closed) {
-      this.#changeSeq = this.#q.externalChanges.get()!.seq
+      this.#dataVersion = this.#db.pragma('data_version', { simple: true }) as number
       this.#poll = setInterval(() => this.#pollChanges(), this.#pollMs)
       this.#poll.unref()
     }
@@ -471,21 +540,13 @@ export class SqliteStore implements Store {
     }
   }
 
-  /**
-   * The external_changes row moves on every write to keys, accounts' funds and limits (triggers, whoever the
-   * writer), never on a charge. A change this process made itself is seen too: its listeners drop a cache
-   * or re-read totals once more, which costs a little and is never wrong.
-   */
+  /** PRAGMA data_version moves only when another connection commits: exactly the changes we did not make. */
   #pollChanges(): void {
     if (this.#closed) return
-    const seq = this.#q.externalChanges.get()!.seq
-    if (seq === this.#changeSeq) return
-    this.#changeSeq = seq
+    const version = this.#db.pragma('data_version', { simple: true }) as number
+    if (version === this.#dataVersion) return
+    this.#dataVersion = version
     for (const listener of this.#listeners) listener()
-  }
-
-  async ready(): Promise<void> {
-    await this.#chargeThread?.ready()
   }
 
   async close(): Promise<void> {
@@ -493,8 +554,6 @@ export class SqliteStore implements Store {
     this.#closed = true
     if (this.#poll !== null) clearInterval(this.#poll)
     this.#listeners.clear()
-    // Batches already handed to the thread commit before it stops.
-    await this.#chargeThread?.close()
     this.#db.close()
   }
 }
