@@ -218,7 +218,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
 
   let app: Awaited<ReturnType<typeof listen>>
   try {
-    app = await listen(config.server.host, config.server.port, routes)
+    app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms })
   } catch (err) {
     await stopServing()
     throw err

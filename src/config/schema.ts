@@ -17,6 +17,8 @@ const ServerSchema = z.strictObject({
   port: z.int().min(0).max(65535).default(8080),
   max_json_body_bytes: byteSize(10 * 1024 * 1024),
   max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
+  /** How long a client may take to drain a streamed response's buffered output before it is closed. */
+  send_timeout_ms: timeoutMs(60_000),
 })
 
 const RegistrySchema = z.strictObject({

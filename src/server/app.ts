@@ -9,7 +9,7 @@ import type { Reply } from './reply.js'
 import { HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
-import { UwsReply } from './uws-reply.js'
+import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
 
 export type Handler = (head: RequestHead, reply: Reply) => void
 
@@ -88,8 +88,14 @@ function paramCount(pattern: string): number {
   return n
 }
 
+export interface ListenOptions {
+  /** How long a client may take to drain a streamed response's buffered output (uws-reply.ts). */
+  readonly sendTimeoutMs?: number
+}
+
 /** Builds the app over `routes` and listens; resolves once the port is bound. */
-export function listen(host: string, port: number, routes: readonly Route[]): Promise<AppHandle> {
+export function listen(host: string, port: number, routes: readonly Route[], options: ListenOptions = {}): Promise<AppHandle> {
+  const sendTimeoutMs = options.sendTimeoutMs ?? SEND_TIMEOUT_MS
   const app = uWS.App()
   const methodsByPath = new Map<string, string[]>()
 
@@ -99,7 +105,7 @@ export function listen(host: string, port: number, routes: readonly Route[]): Pr
     const key = route.pattern.replace(/:[^/]+/g, '*')
     methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
     app[route.method](route.pattern, (res, req) => {
-      const reply = new UwsReply(res)
+      const reply = new UwsReply(res, sendTimeoutMs)
       const head = new UwsRequestHead(req, res, params)
       try {
         route.handler(head, reply)
@@ -111,7 +117,7 @@ export function listen(host: string, port: number, routes: readonly Route[]): Pr
   }
 
   app.any('/*', (res, req) => {
-    const reply = new UwsReply(res)
+    const reply = new UwsReply(res, sendTimeoutMs)
     const head = new UwsRequestHead(req, res, 0)
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]

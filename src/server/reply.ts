@@ -21,7 +21,10 @@ export interface Reply {
   begin(status: number, headers: HeaderList): void
   /** Writes a chunk of a streamed response; false when the client is slow (wait for onWritable). */
   write(chunk: string | Uint8Array): boolean
-  /** Calls `handler` once, when the buffered output has drained after write() returned false. */
+  /**
+   * Calls `handler` once, when the buffered output has drained after write() returned false. A client that
+   * takes longer than the send timeout to drain it is closed as stalled (onAborted runs).
+   */
   onWritable(handler: () => void): void
   /** Ends a streamed response, optionally with a last chunk. */
   end(chunk?: string | Uint8Array): void

@@ -2,12 +2,25 @@
  * The Reply over a uWS HttpResponse. uWS rules kept here so nobody else has to know them: onAborted is
  * attached before anything asynchronous, a response is never touched after abort or end, and every write
  * from outside the route callback happens inside cork().
+ *
+ * Slow clients: a write that meets backpressure arms uWS's fixed 10 s timeout, and only another write that
+ * meets backpressure re-arms it; progress does not. A client reading a stream slowly through megabytes of
+ * socket buffers can take longer than that between two writable events (measured: 3 s, then 10 s, then
+ * cut, at 500 KB/s on loopback), so uWS would close a download that is moving. While a response waits for
+ * writable, every KEEPALIVE_MS it is paused and resumed: that restarts uWS's timeout and asks the poll for
+ * writable again. The wait itself is bounded by the send timeout (`server.send_timeout_ms`, as nginx's
+ * send_timeout bounds a client that accepts nothing), after which the response is closed and onAborted runs.
  */
 import type { HttpResponse } from 'uWebSockets.js'
 import { RouterError, statusLine } from '../errors.js'
 import type { HeaderList, Reply } from './reply.js'
 
 function noop(): void {}
+
+/** How often a response waiting for writable restarts uWS's timeout (10 s, which ticks by 4 s). */
+export const KEEPALIVE_MS = 3_000
+/** The default longest a client may take to drain what was written before the response is closed as stalled. */
+export const SEND_TIMEOUT_MS = 60_000
 
 export class UwsReply implements Reply {
   readonly #res: HttpResponse
@@ -16,11 +29,18 @@ export class UwsReply implements Reply {
   #done = false
   #abortHandler: () => void = noop
   #writableHandler: (() => void) | null = null
+  /** Set while a writable handler waits: the keep-alive timer and when the wait began. */
+  #stall: NodeJS.Timeout | null = null
+  #waitingSince = 0
 
-  constructor(res: HttpResponse) {
+  readonly #sendTimeoutMs: number
+
+  constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS) {
     this.#res = res
+    this.#sendTimeoutMs = sendTimeoutMs
     res.onAborted(() => {
       this.#aborted = true
+      this.#stopStallTimer()
       const handler = this.#abortHandler
       this.#abortHandler = noop
       handler()
@@ -100,14 +120,37 @@ export class UwsReply implements Reply {
     this.#res.onWritable(() => {
       const h = this.#writableHandler
       this.#writableHandler = null
+      this.#stopStallTimer()
       if (h !== null) h()
       return true
     })
+    this.#waitingSince = performance.now()
+    this.#stall = setInterval(() => this.#onStall(), KEEPALIVE_MS)
+  }
+
+  #onStall(): void {
+    if (this.#aborted || this.#done) return this.#stopStallTimer()
+    if (performance.now() - this.#waitingSince >= this.#sendTimeoutMs) {
+      // close() runs the abort handler: the caller cancels its upstream as for a client that went away.
+      this.#stopStallTimer()
+      this.#res.close()
+      return
+    }
+    // pause() then resume() restarts uWS's timeout and asks the poll for writable again.
+    this.#res.pause()
+    this.#res.resume()
+  }
+
+  #stopStallTimer(): void {
+    if (this.#stall === null) return
+    clearInterval(this.#stall)
+    this.#stall = null
   }
 
   end(chunk?: string | Uint8Array): void {
     if (this.#aborted || this.#done) return
     this.#done = true
+    this.#stopStallTimer()
     this.#res.cork(() => {
       if (chunk === undefined) this.#res.end()
       else this.#res.end(chunk)

@@ -93,3 +93,49 @@ t.test('a client that disconnects before the provider answers cancels the upstre
   while (sim.stats.aborted === 0 && Date.now() < deadline + 2000) await sleep(10)
   t.equal(sim.stats.aborted, 1)
 })
+
+/** Reads the raw response until the end of its chunked body (or the socket closes); whether it ended whole. */
+function readToEnd(sock: Socket): Promise<{ tail: string; bytes: number; complete: boolean }> {
+  let tail = ''
+  let bytes = 0
+  return new Promise((resolve) => {
+    const finish = (complete: boolean): void => resolve({ tail, bytes, complete })
+    sock.on('data', (chunk: Buffer) => {
+      bytes += chunk.length
+      tail = (tail + chunk.toString('latin1')).slice(-4096)
+      if (tail.endsWith('0\r\n\r\n')) finish(true)
+    })
+    sock.once('close', () => finish(false))
+    sock.resume()
+  })
+}
+
+t.test('a client that drains nothing for longer than uWS timeout (10 s) keeps its stream, within the send timeout', async (t) => {
+  // ~13 MiB of stream: far more than the loopback socket buffers hold, so the router waits for writable.
+  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { completionTokens: 60_000 } }])
+  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: 60_000 })
+  sock.pause()
+  await sleep(14_000)
+  t.equal(stack.sims.get(P)!.stats.aborted, 0, 'the router kept the stream (and its upstream) of a client that read nothing for 14 s')
+  const { tail, complete } = await readToEnd(sock)
+  sock.destroy()
+  t.ok(complete, 'the chunked body ended')
+  t.ok(tail.includes('data: [DONE]') && tail.includes('x_svc_trace'), 'with the trace and [DONE]')
+  t.equal(stack.sims.get(P)!.stats.completed, 1)
+})
+
+t.test('a client that drains nothing for longer than server.send_timeout_ms is closed and its upstream cancelled', async (t) => {
+  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { completionTokens: 60_000 } }], { server: { send_timeout_ms: 4000 } })
+  const sim = stack.sims.get(P)!
+  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: 60_000 })
+  sock.pause()
+  const started = performance.now()
+  const deadline = Date.now() + 15_000
+  while (sim.stats.aborted === 0 && Date.now() < deadline) await sleep(20)
+  const waited = performance.now() - started
+  t.equal(sim.stats.aborted, 1, 'the provider request was cancelled')
+  t.ok(waited >= 4000 && waited < 12_000, `after ${(waited / 1000).toFixed(1)} s without progress (send timeout 4 s, checked every 3 s)`)
+  const { complete } = await readToEnd(sock)
+  t.notOk(complete, 'the client got a cut stream, not a finished one')
+  t.equal(stack.router.table.model(MODEL)!.offers[0]!.stats.inflight, 0, 'nothing left in flight')
+})
