@@ -96,20 +96,18 @@ export async function startSimulators(root: string): Promise<SimSet> {
   return Object.fromEntries(entries) as Record<SimKind, Sim>
 }
 
+/** A chat request as a provider takes it (the simulator's key, no router headers): direct's, and the floor relay's. */
+function providerRequest(origin: string, kind: SimKind, stream: boolean): RequestSpec {
+  return { origin, path: CHAT_PATH, headers: { 'content-type': 'application/json', authorization: `Bearer ${PROVIDER_KEY}` }, body: chatBody(kind, stream) }
+}
+
 export function directTarget(sims: SimSet): Target {
   return {
     id: 'direct',
     version: 'svc-router simulate-provider',
     unavailable: null,
     pid: null,
-    request(kind, stream) {
-      return {
-        origin: sims[kind].url,
-        path: CHAT_PATH,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${PROVIDER_KEY}` },
-        body: chatBody(kind, stream),
-      }
-    },
+    request: (kind, stream) => providerRequest(sims[kind].url, kind, stream),
     async stop() {},
   }
 }
@@ -214,14 +212,7 @@ export async function floorTarget(root: string, sims: SimSet): Promise<Target> {
     unavailable: null,
     pid: byKind.fast.child.pid,
     pids: { fast: byKind.fast.child.pid, paced: byKind.paced.child.pid, slow: byKind.slow.child.pid },
-    request(kind, stream) {
-      return {
-        origin: byKind[kind].url,
-        path: CHAT_PATH,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${PROVIDER_KEY}` },
-        body: chatBody(kind, stream),
-      }
-    },
+    request: (kind, stream) => providerRequest(byKind[kind].url, kind, stream),
     stop: async () => {
       await Promise.all(relays.map((r) => r.child.stop()))
     },

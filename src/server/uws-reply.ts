@@ -7,7 +7,7 @@
  * meets backpressure re-arms it; progress does not. A client reading a stream slowly through megabytes of
  * socket buffers can take longer than that between two writable events (measured: 3 s, then 10 s, then
  * cut, at 500 KB/s on loopback), so uWS would close a download that is moving. While a response waits for
- * writable, every KEEPALIVE_MS it is paused and resumed: that restarts uWS's timeout and asks the poll for
+ * writable, every STALL_CHECK_MS it is paused and resumed: that restarts uWS's timeout and asks the poll for
  * writable again. The wait itself is bounded by the send timeout (`server.send_timeout_ms`, as nginx's
  * send_timeout bounds a client that accepts nothing), after which the response is closed and onAborted runs.
  */
@@ -18,7 +18,7 @@ import type { HeaderList, Reply } from './reply.js'
 function noop(): void {}
 
 /** How often a response waiting for writable restarts uWS's timeout (10 s, which ticks by 4 s). */
-export const KEEPALIVE_MS = 3_000
+export const STALL_CHECK_MS = 3_000
 /** The default longest a client may take to drain what was written before the response is closed as stalled. */
 export const SEND_TIMEOUT_MS = 60_000
 
@@ -29,7 +29,7 @@ export class UwsReply implements Reply {
   #done = false
   #abortHandler: () => void = noop
   #writableHandler: (() => void) | null = null
-  /** Set while a writable handler waits: the keep-alive timer and when the wait began. */
+  /** Set while a writable handler waits: the stall check timer and when the wait began. */
   #stall: NodeJS.Timeout | null = null
   #waitingSince = 0
 
@@ -125,7 +125,7 @@ export class UwsReply implements Reply {
       return true
     })
     this.#waitingSince = performance.now()
-    this.#stall = setInterval(() => this.#onStall(), KEEPALIVE_MS)
+    this.#stall = setInterval(() => this.#onStall(), STALL_CHECK_MS)
   }
 
   #onStall(): void {
