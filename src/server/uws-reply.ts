@@ -32,7 +32,6 @@ export class UwsReply implements Reply {
   /** Set while a writable handler waits: the stall check timer and when the wait began. */
   #stall: NodeJS.Timeout | null = null
   #waitingSince = 0
-
   readonly #sendTimeoutMs: number
 
   constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS) {
@@ -125,7 +124,7 @@ export class UwsReply implements Reply {
       return true
     })
     this.#waitingSince = performance.now()
-    this.#stall = setInterval(() => this.#onStall(), STALL_CHECK_MS)
+    this.#stall = setInterval(() => this.#onStall(), Math.min(STALL_CHECK_MS, this.#sendTimeoutMs))
   }
 
   #onStall(): void {
