@@ -110,10 +110,15 @@ function readToEnd(sock: Socket): Promise<{ tail: string; bytes: number; complet
   })
 }
 
+/**
+ * ~45 MiB of stream, several times what loopback socket buffers can hold even when the kernel grows them, so
+ * the router is still waiting for writable (not done) while the client reads nothing.
+ */
+const STALL_TOKENS = 200_000
+
 t.test('a client that drains nothing for longer than uWS timeout (10 s) keeps its stream, within the send timeout', async (t) => {
-  // ~13 MiB of stream: far more than the loopback socket buffers hold, so the router waits for writable.
-  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { completionTokens: 60_000 } }])
-  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: 60_000 })
+  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { completionTokens: STALL_TOKENS } }])
+  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: STALL_TOKENS })
   sock.pause()
   await sleep(14_000)
   t.equal(stack.sims.get(P)!.stats.aborted, 0, 'the router kept the stream (and its upstream) of a client that read nothing for 14 s')
@@ -125,9 +130,9 @@ t.test('a client that drains nothing for longer than uWS timeout (10 s) keeps it
 })
 
 t.test('a client that drains nothing for longer than server.send_timeout_ms is closed and its upstream cancelled', async (t) => {
-  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { completionTokens: 60_000 } }], { server: { send_timeout_ms: 4000 } })
+  const stack = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { completionTokens: STALL_TOKENS } }], { server: { send_timeout_ms: 4000 } })
   const sim = stack.sims.get(P)!
-  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: 60_000 })
+  const sock = rawRequest(stack, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }], max_tokens: STALL_TOKENS })
   sock.pause()
   const started = performance.now()
   const deadline = Date.now() + 15_000
