@@ -1,11 +1,10 @@
 #!/usr/bin/env node
 /** The svc-router command line: `serve`, `simulate-provider`, and the operator commands on the store. */
 import { parseArgs } from 'node:util'
-import { ConfigError, loadConfig } from './config/index.js'
+import { FileProblemsError, loadConfig } from './config/index.js'
 import { devKeysBanner } from './operator/bootstrap.js'
 import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
-import { RegistryError } from './registry/file-source.js'
 import { SchemaTooNewError } from './store/sqlite/migrate.js'
 import { serve } from './serve.js'
 import { simulateProviderCommand } from './simulator/cli.js'
@@ -97,7 +96,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof ConfigError || err instanceof RegistryError || err instanceof SchemaTooNewError) {
+  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError) {
     process.stderr.write(`svc-router: ${err.message}\n`)
   } else if (err instanceof OperatorUsageError) {
     process.stderr.write(`svc-router: ${err.message} (see --help)\n`)

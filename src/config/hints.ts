@@ -6,6 +6,19 @@
 
 import { z } from 'zod'
 
+/**
+ * A file that cannot be used (the config, the registry): `problems` holds one line per problem, each naming
+ * its dotted path; the message is `heading` then those lines, indented.
+ */
+export class FileProblemsError extends Error {
+  readonly problems: readonly string[]
+
+  constructor(heading: string, problems?: readonly string[]) {
+    super(problems === undefined ? heading : `${heading}:\n` + problems.map((p) => '  ' + p).join('\n'))
+    this.problems = problems ?? [heading]
+  }
+}
+
 /** A key that moved or was renamed: what to write instead. Paths are dotted config paths. */
 export interface RenamedKey {
   readonly use: readonly string[]

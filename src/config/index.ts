@@ -2,4 +2,4 @@
 
 export { ConfigSchema, MAX_TIMER_MS, PATH_KEYS, type Config, type DeepReadonly } from './schema.js'
 export { CONFIG_LEAVES, ConfigError, deepFreeze, envName, loadConfig, type ConfigLeaf, type LoadConfigOptions } from './load.js'
-export { RENAMED_CONFIG_KEYS, closest, describeIssues, editDistance, formatPath, yamlErrorLine, type RenamedKey } from './hints.js'
+export { RENAMED_CONFIG_KEYS, closest, describeIssues, editDistance, FileProblemsError, formatPath, yamlErrorLine, type RenamedKey } from './hints.js'

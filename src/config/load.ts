@@ -12,6 +12,7 @@ import {
   RENAMED_CONFIG_KEYS,
   closest,
   describeIssues,
+  FileProblemsError,
   formatPath,
   renamedHint,
   unwrapSchema,
@@ -19,15 +20,9 @@ import {
   type IssuePath,
 } from './hints.js'
 
-/** A config that cannot be used; `problems` holds one line per problem, each naming its dotted path. */
-export class ConfigError extends Error {
+/** A config that cannot be used. */
+export class ConfigError extends FileProblemsError {
   override name = 'ConfigError'
-  readonly problems: readonly string[]
-
-  constructor(message: string, problems: readonly string[] = [message]) {
-    super(message)
-    this.problems = problems
-  }
 }
 
 export interface LoadConfigOptions {
@@ -102,7 +97,7 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   }
   if (problems.length > 0 || !result.success) {
     const where = file === undefined ? '' : ` (${file})`
-    throw new ConfigError(`invalid configuration${where}:\n` + problems.map((p) => '  ' + p).join('\n'), problems)
+    throw new ConfigError(`invalid configuration${where}`, problems)
   }
 
   const config = result.data

@@ -8,26 +8,20 @@ import { watch, readFileSync, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { basename, dirname, resolve } from 'node:path'
 import { parseDocument } from 'yaml'
-import { deepFreeze, describeIssues, formatPath, yamlErrorLine } from '../config/index.js'
+import { deepFreeze, describeIssues, FileProblemsError, formatPath, yamlErrorLine } from '../config/index.js'
 import { RegistryFileSchema, duplicateIssues } from './schema.js'
 import type { RegistrySnapshot } from './types.js'
 
-/** A registry file that cannot be used; `problems` holds one line per problem, each starting with its path. */
-export class RegistryError extends Error {
+/** A registry file that cannot be used. */
+export class RegistryError extends FileProblemsError {
   override name = 'RegistryError'
-  readonly problems: readonly string[]
-
-  constructor(message: string, problems: readonly string[] = [message]) {
-    super(message)
-    this.problems = problems
-  }
 }
 
 /** Parse registry YAML. `origin` (a file name) only goes into error messages. */
 export function parseRegistry(text: string, version: number, origin?: string): RegistrySnapshot {
   const where = origin === undefined ? '' : ` (${origin})`
   const fail = (problems: string[]): never => {
-    throw new RegistryError(`invalid registry${where}:\n` + problems.map((p) => '  ' + p).join('\n'), problems)
+    throw new RegistryError(`invalid registry${where}`, problems)
   }
 
   const doc = parseDocument(text)
