@@ -2,11 +2,10 @@
  * `svc-router api-keys …`: sk- keys of an account from the operator's shell (DESIGN.md §2), the same
  * operations as the /v1/api-keys endpoints without needing an mk- key. The secret is printed once, at creation.
  */
-import { parseArgs } from 'node:util'
 import { Credentials } from '../auth/credentials.js'
 import { formatUsd } from '../billing/money.js'
 import { RESET_PERIODS, TRUST_MODES, type ApiKeyRecord, type ResetPeriod, type TrustMode } from '../store/store.js'
-import { COMMON, iso, OperatorUsageError, table, usd, wallet, withStore, type OperatorIo } from './commands.js'
+import { iso, OperatorUsageError, parseCommand, table, usd, wallet, withStore, type OperatorIo } from './commands.js'
 
 export const API_KEYS_USAGE = `usage: svc-router api-keys <command> [--config FILE]
 
@@ -47,27 +46,15 @@ function apiKeyLines(keys: readonly ApiKeyRecord[]): string {
 
 /** `svc-router api-keys …`; resolves to the exit code. */
 export async function apiKeysCommand(argv: string[], io: OperatorIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    options: {
-      ...COMMON,
-      name: { type: 'string' },
-      'trust-mode': { type: 'string' },
-      'credit-limit': { type: 'string' },
-      'reset-period': { type: 'string' },
-    },
-    allowPositionals: true,
-    strict: true,
-  })
-  const [command, ...args] = positionals
-  if (values.help) {
-    io.out(API_KEYS_USAGE)
-    return 0
-  }
-  if (command === undefined) {
-    io.err(API_KEYS_USAGE)
-    return 2
-  }
+  const options = {
+    name: { type: 'string' },
+    'trust-mode': { type: 'string' },
+    'credit-limit': { type: 'string' },
+    'reset-period': { type: 'string' },
+  } as const
+  const parsed = parseCommand(argv, options, API_KEYS_USAGE, io)
+  if (typeof parsed === 'number') return parsed
+  const { values, command, args } = parsed
   switch (command) {
     case 'create': {
       const account = wallet(args[0])

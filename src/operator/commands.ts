@@ -6,7 +6,7 @@
  *
  * A management key's secret is printed once, at creation; nothing else ever prints a secret.
  */
-import { parseArgs } from 'node:util'
+import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { Credentials } from '../auth/credentials.js'
 import { parseWallet } from '../auth/wallet.js'
 import { formatUsd, parseUsd } from '../billing/money.js'
@@ -113,25 +113,44 @@ export async function withStore<T>(configFile: string | undefined, io: OperatorI
   }
 }
 
-export const COMMON = { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } as const
+/** Options of a command: what parseArgs takes. */
+type OptionsConfig = NonNullable<ParseArgsConfig['options']>
 
-/** `svc-router accounts …`; resolves to the exit code. */
-export async function accountsCommand(argv: string[], io: OperatorIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    options: { ...COMMON, memo: { type: 'string' } },
-    allowPositionals: true,
-    strict: true,
-  })
+const COMMON = { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } } as const
+
+type Parsed<O extends OptionsConfig> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: typeof COMMON & O; allowPositionals: true; strict: true }>
+>
+
+/**
+ * A command's argv with its own options plus --config/--help. `--help` prints `usage` (exit 0), no
+ * subcommand prints it as an error (exit 2): both come back as the exit code to return.
+ */
+export function parseCommand<O extends OptionsConfig>(
+  argv: string[],
+  options: O,
+  usage: string,
+  io: OperatorIo,
+): { values: Parsed<O>['values']; command: string; args: string[] } | number {
+  const { values, positionals } = parseArgs({ args: argv, options: { ...COMMON, ...options }, allowPositionals: true, strict: true })
   const [command, ...args] = positionals
-  if (values.help) {
-    io.out(ACCOUNTS_USAGE)
+  // COMMON's --help is in every command's options; TypeScript cannot see it through the generic O.
+  if ((values as { help?: boolean }).help === true) {
+    io.out(usage)
     return 0
   }
   if (command === undefined) {
-    io.err(ACCOUNTS_USAGE)
+    io.err(usage)
     return 2
   }
+  return { values, command, args }
+}
+
+/** `svc-router accounts …`; resolves to the exit code. */
+export async function accountsCommand(argv: string[], io: OperatorIo): Promise<number> {
+  const parsed = parseCommand(argv, { memo: { type: 'string' } }, ACCOUNTS_USAGE, io)
+  if (typeof parsed === 'number') return parsed
+  const { values, command, args } = parsed
   switch (command) {
     case 'deposit':
     case 'credit': {
@@ -196,21 +215,9 @@ export async function accountsCommand(argv: string[], io: OperatorIo): Promise<n
 
 /** `svc-router mgmt-keys …`; resolves to the exit code. */
 export async function mgmtKeysCommand(argv: string[], io: OperatorIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    options: { ...COMMON, scopes: { type: 'string' }, name: { type: 'string' } },
-    allowPositionals: true,
-    strict: true,
-  })
-  const [command, ...args] = positionals
-  if (values.help) {
-    io.out(MGMT_KEYS_USAGE)
-    return 0
-  }
-  if (command === undefined) {
-    io.err(MGMT_KEYS_USAGE)
-    return 2
-  }
+  const parsed = parseCommand(argv, { scopes: { type: 'string' }, name: { type: 'string' } }, MGMT_KEYS_USAGE, io)
+  if (typeof parsed === 'number') return parsed
+  const { values, command, args } = parsed
   switch (command) {
     case 'create': {
       const account = wallet(args[0])
