@@ -6,7 +6,8 @@
  */
 import { Bench } from 'tinybench'
 import type { TraceFields } from '../../src/billing/trace.js'
-import { spliceTrace, traceMember, traceObject } from '../../src/billing/trace.js'
+import { traceMember, traceObject } from '../../src/billing/trace.js'
+import { spliceTrace } from '../../src/codecs/trace-splice.js'
 import { batched, check, formatNs, nsPerOp, ratio, recordSummary, type Finding } from './measure.js'
 
 const FIELDS: TraceFields = {
