@@ -4,6 +4,7 @@
  * (it does nothing then); `aborted` tells whether it did.
  */
 import type { RouterError } from '../errors.js'
+import type { BodySource } from '../upstream/request-body.js'
 import type { HeaderList, ResponseSink } from '../upstream/sink.js'
 
 export type { HeaderList }
@@ -11,4 +12,6 @@ export type { HeaderList }
 export interface Reply extends ResponseSink {
   /** Reads the whole request body, or fails with 413 request_too_large past `limit` bytes. */
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void
+  /** The request body as a stream with flow control (for bodies that are passed on as they arrive). */
+  bodySource(): BodySource
 }
