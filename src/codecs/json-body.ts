@@ -33,8 +33,9 @@ const COLON = 58
 
 /** Where one top-level member lies: `"key": value`, from the key's opening quote to the value's last byte. */
 export interface MemberSpan {
-  readonly key: string
   readonly start: number
+  /** One past the key's closing quote. */
+  readonly keyEnd: number
   /** One past the value's last byte. */
   readonly end: number
 }
@@ -58,9 +59,14 @@ interface Frame {
   seen: Set<string> | null
 }
 
-/** Key positions of every open object, shared across frames (a stack of runs); reused between calls. */
+/**
+ * Key positions of every open object, shared across frames (a stack of runs, `keyTop` long); reused between
+ * calls, so a body costs no allocation for its keys.
+ */
 const keyStarts: number[] = []
 const keyEnds: number[] = []
+const keyEscaped: boolean[] = []
+let keyTop = 0
 const frames: Frame[] = []
 for (let i = 0; i <= MAX_DEPTH; i++) frames.push({ isObject: false, firstKey: 0, seen: null })
 
@@ -75,17 +81,32 @@ function keyText(raw: Buffer, start: number, end: number): string {
   }
 }
 
-function sameKey(raw: Buffer, aStart: number, aEnd: number, bStart: number, bEnd: number): boolean {
-  const plainSame = aEnd - aStart === bEnd - bStart && raw.compare(raw, aStart, aEnd, bStart, bEnd) === 0
-  if (plainSame) return true
+/** Whether two keys are the same text; `escaped` tells whether each holds a backslash escape. */
+function sameKey(raw: Buffer, aStart: number, aEnd: number, aEscaped: boolean, bStart: number, bEnd: number, bEscaped: boolean): boolean {
   // Escapes can spell one key two ways ("a" and "\u0061"): compare the decoded text when either has one.
-  if (raw.indexOf(BACKSLASH, aStart) >= aEnd && raw.indexOf(BACKSLASH, bStart) >= bEnd) return false
-  return keyText(raw, aStart, aEnd) === keyText(raw, bStart, bEnd)
+  if (aEscaped || bEscaped) return keyText(raw, aStart, aEnd) === keyText(raw, bStart, bEnd)
+  const n = aEnd - aStart
+  if (n !== bEnd - bStart) return false
+  for (let k = 0; k < n; k++) if (raw[aStart + k] !== raw[bStart + k]) return false
+  return true
 }
+
+/** Short strings are scanned by hand: a native indexOf call costs more than reading a key's few bytes. */
+const SHORT_STRING = 48
 
 /** Index one past the closing quote of the string opening at `open`, or -1 when it never closes. */
 function stringEnd(raw: Buffer, open: number): number {
-  let at = open + 1
+  const n = raw.length
+  const short = Math.min(n, open + SHORT_STRING)
+  let i = open + 1
+  for (; i < short; i++) {
+    const c = raw[i]
+    if (c === QUOTE) return i + 1
+    if (c === BACKSLASH) i++
+  }
+  if (i >= n) return -1
+  // A long string (message content): find quotes natively and check each for an odd run of backslashes.
+  let at = i
   for (;;) {
     const q = raw.indexOf(QUOTE, at)
     if (q === -1) return -1
@@ -116,14 +137,13 @@ export function readJsonBody(raw: Buffer): JsonBody | RouterError {
 }
 
 function scan(raw: Buffer, members: MemberSpan[]): RouterError | null {
-  keyStarts.length = 0
-  keyEnds.length = 0
+  keyTop = 0
   let depth = 0
   /** A string at this position would be a key (just after `{` or after `,` inside an object). */
   let expectKey = false
-  /** The top-level member under way: its key's start (or -1). */
+  /** The top-level member under way: its key's start (or -1) and end. */
   let memberStart = -1
-  let memberKey = ''
+  let memberKeyEnd = 0
   const n = raw.length
   for (let i = 0; i < n; i++) {
     const c = raw[i]!
@@ -137,7 +157,7 @@ function scan(raw: Buffer, members: MemberSpan[]): RouterError | null {
         if (problem !== null) return problem
         if (depth === 1) {
           memberStart = i
-          memberKey = keyText(raw, i, end)
+          memberKeyEnd = end
         }
       }
       i = end - 1
@@ -148,7 +168,7 @@ function scan(raw: Buffer, members: MemberSpan[]): RouterError | null {
       depth++
       const frame = frames[depth]!
       frame.isObject = c === OPEN_OBJECT
-      frame.firstKey = keyStarts.length
+      frame.firstKey = keyTop
       frame.seen = null
       expectKey = frame.isObject
       continue
@@ -156,12 +176,11 @@ function scan(raw: Buffer, members: MemberSpan[]): RouterError | null {
     if (c === CLOSE_OBJECT || c === CLOSE_ARRAY) {
       if (depth === 0) return null
       if (depth === 1 && memberStart !== -1) {
-        members.push({ key: memberKey, start: memberStart, end: valueEnd(raw, i) })
+        members.push({ start: memberStart, keyEnd: memberKeyEnd, end: valueEnd(raw, i) })
         memberStart = -1
       }
       const frame = frames[depth]!
-      keyStarts.length = frame.firstKey
-      keyEnds.length = frame.firstKey
+      keyTop = frame.firstKey
       frame.seen = null
       depth--
       expectKey = false
@@ -170,7 +189,7 @@ function scan(raw: Buffer, members: MemberSpan[]): RouterError | null {
     }
     if (c === COMMA) {
       if (depth === 1 && memberStart !== -1) {
-        members.push({ key: memberKey, start: memberStart, end: valueEnd(raw, i) })
+        members.push({ start: memberStart, keyEnd: memberKeyEnd, end: valueEnd(raw, i) })
         memberStart = -1
       }
       expectKey = depth > 0 && frames[depth]!.isObject
@@ -189,23 +208,35 @@ function valueEnd(raw: Buffer, stop: number): number {
 }
 
 function addKey(raw: Buffer, frame: Frame, start: number, end: number): RouterError | null {
+  let escaped = false
+  for (let k = start + 1; k < end - 1; k++) {
+    if (raw[k] === BACKSLASH) {
+      escaped = true
+      break
+    }
+  }
   // "__proto__" is 11 bytes with its quotes; escapes can only make it longer.
-  if (end - start >= 11 && keyText(raw, start, end) === '__proto__') return invalid('request body has a "__proto__" key')
-  const count = keyStarts.length - frame.firstKey
+  if (end - start === 11 ? raw[start + 1] === 95 && keyText(raw, start, end) === '__proto__' : escaped && keyText(raw, start, end) === '__proto__') {
+    return invalid('request body has a "__proto__" key')
+  }
+  const count = keyTop - frame.firstKey
   if (frame.seen !== null) {
     const text = keyText(raw, start, end)
     if (frame.seen.has(text)) return duplicate(text)
     frame.seen.add(text)
     return null
   }
-  for (let k = frame.firstKey; k < keyStarts.length; k++) {
-    if (sameKey(raw, keyStarts[k]!, keyEnds[k]!, start, end)) return duplicate(keyText(raw, start, end))
+  for (let k = frame.firstKey; k < keyTop; k++) {
+    if (sameKey(raw, keyStarts[k]!, keyEnds[k]!, keyEscaped[k]!, start, end, escaped)) return duplicate(keyText(raw, start, end))
   }
-  keyStarts.push(start)
-  keyEnds.push(end)
+  keyStarts[keyTop] = start
+  keyEnds[keyTop] = end
+  keyEscaped[keyTop] = escaped
+  keyTop++
   if (count + 1 > PAIRWISE_KEYS) {
+    // Past a handful of keys, pairwise comparison would be quadratic: the object's keys go into a Set instead.
     const seen = new Set<string>()
-    for (let k = frame.firstKey; k < keyStarts.length; k++) seen.add(keyText(raw, keyStarts[k]!, keyEnds[k]!))
+    for (let k = frame.firstKey; k < keyTop; k++) seen.add(keyText(raw, keyStarts[k]!, keyEnds[k]!))
     frame.seen = seen
   }
   return null
@@ -222,14 +253,15 @@ function duplicate(key: string): RouterError {
  */
 export function spliceMembers(body: JsonBody, drop: readonly string[], set: Readonly<Record<string, string>>): Buffer {
   const raw = body.raw
+  const keys = body.members.map((m) => keyText(raw, m.start, m.keyEnd))
   const parts: Buffer[] = []
   const added: string[] = []
   let replaces = false
   for (const key in set) {
-    if (body.members.some((m) => m.key === key)) replaces = true
+    if (keys.includes(key)) replaces = true
     else added.push(JSON.stringify(key) + ':' + set[key])
   }
-  if (!replaces && !body.members.some((m) => drop.includes(m.key))) {
+  if (!replaces && !keys.some((k) => drop.includes(k))) {
     // The common case (a stream asking for usage): new members in front, the client's bytes untouched behind.
     const open = raw.indexOf(OPEN_OBJECT)
     const head = '{' + added.join(',') + (body.members.length === 0 ? '' : ',')
@@ -238,16 +270,18 @@ export function spliceMembers(body: JsonBody, drop: readonly string[], set: Read
   let out = '{' + added.join(',')
   let first = added.length === 0
   // Members are rebuilt from their own spans; the bytes between them (commas, blanks) are not needed.
-  for (const m of body.members) {
-    if (drop.includes(m.key)) continue
-    const text = set[m.key]
+  for (let i = 0; i < body.members.length; i++) {
+    const m = body.members[i]!
+    const key = keys[i]!
+    if (drop.includes(key)) continue
+    const text = set[key]
     if (!first) out += ','
     first = false
     if (text === undefined) {
       parts.push(Buffer.from(out), raw.subarray(m.start, m.end))
       out = ''
     } else {
-      out += JSON.stringify(m.key) + ':' + text
+      out += JSON.stringify(key) + ':' + text
     }
   }
   parts.push(Buffer.from(out + '}'))
