@@ -22,6 +22,61 @@ export interface Route {
 
 const decoder = new TextDecoder()
 
+/** The header names of HEADER, each at its slot in `scan.values`, and each field's slot. */
+const COPIED: readonly string[] = Object.values(HEADER)
+const SLOT = Object.fromEntries(Object.keys(HEADER).map((key, slot) => [key, slot])) as Record<keyof typeof HEADER, number>
+/**
+ * Slot of a copied name by the name's length. The eleven names have eleven different lengths, so a field
+ * whose name is not copied is dismissed by one array read, and a match costs one string compare.
+ */
+const SLOT_BY_LENGTH = new Int8Array(64).fill(-1)
+for (let slot = 0; slot < COPIED.length; slot++) {
+  const name = COPIED[slot]!
+  if (name.length >= SLOT_BY_LENGTH.length || SLOT_BY_LENGTH[name.length] !== -1) {
+    throw new Error(`header ${name}: copied names must have distinct lengths under ${SLOT_BY_LENGTH.length}`)
+  }
+  SLOT_BY_LENGTH[name.length] = slot
+}
+
+/**
+ * What one pass of req.forEach collects. uWS's getHeader returns only a field's first occurrence, so
+ * forEach is the one way to see repeats; and since forEach hands every field over anyway, the copied values
+ * are taken from it too instead of one getHeader call per name. One scan serves every request: forEach is
+ * synchronous and heads are built one at a time, so nothing is allocated per request but the strings uWS
+ * makes.
+ */
+const scan = {
+  values: new Array<string>(COPIED.length).fill(''),
+  /** Bit `slot` is set once that header was seen: a first occurrence may be ''. */
+  seen: 0,
+  conflict: '',
+}
+
+function onHeaderField(name: string, value: string): void {
+  const slot = name.length < SLOT_BY_LENGTH.length ? SLOT_BY_LENGTH[name.length]! : -1
+  if (slot < 0 || name !== COPIED[slot]) return
+  const bit = 1 << slot
+  if ((scan.seen & bit) === 0) {
+    scan.seen |= bit
+    scan.values[slot] = value
+  } else if (scan.conflict === '' && value !== scan.values[slot] && trimOws(value) !== trimOws(scan.values[slot]!)) {
+    scan.conflict = name
+  }
+}
+
+function isOws(code: number): boolean {
+  return code === 0x20 || code === 0x09
+}
+
+/** `value` without leading and trailing SP and HTAB (HTTP's optional whitespace; String#trim strips more). */
+function trimOws(value: string): string {
+  let start = 0
+  let end = value.length
+  while (start < end && isOws(value.charCodeAt(start))) start++
+  while (end > start && isOws(value.charCodeAt(end - 1))) end--
+  return start === 0 && end === value.length ? value : value.slice(start, end)
+}
+
 class UwsRequestHead implements RequestHead {
   readonly requestId = nextRequestId()
   readonly startedAt = performance.now()
@@ -39,6 +94,7 @@ class UwsRequestHead implements RequestHead {
   readonly maxPricePrompt: string
   readonly maxPriceCompletion: string
   readonly maxPriceImage: string
+  readonly conflictingHeader: string
   /** Path parameters of the route pattern, in order. */
   readonly params: string[]
   readonly #res: uWS.HttpResponse
@@ -49,17 +105,23 @@ class UwsRequestHead implements RequestHead {
     this.method = req.getMethod()
     this.path = req.getUrl()
     this.query = req.getQuery() ?? ''
-    this.authorization = req.getHeader(HEADER.authorization)
-    this.contentType = req.getHeader(HEADER.contentType)
-    this.contentLength = req.getHeader(HEADER.contentLength)
-    this.providerAddress = req.getHeader(HEADER.providerAddress)
-    this.providerSort = req.getHeader(HEADER.providerSort)
-    this.providerTrustMode = req.getHeader(HEADER.providerTrustMode)
-    this.providerAllowFallbacks = req.getHeader(HEADER.providerAllowFallbacks)
-    this.providerRequireParameters = req.getHeader(HEADER.providerRequireParameters)
-    this.maxPricePrompt = req.getHeader(HEADER.maxPricePrompt)
-    this.maxPriceCompletion = req.getHeader(HEADER.maxPriceCompletion)
-    this.maxPriceImage = req.getHeader(HEADER.maxPriceImage)
+    scan.values.fill('')
+    scan.seen = 0
+    scan.conflict = ''
+    req.forEach(onHeaderField)
+    const v = scan.values
+    this.authorization = v[SLOT.authorization]!
+    this.contentType = v[SLOT.contentType]!
+    this.contentLength = v[SLOT.contentLength]!
+    this.providerAddress = v[SLOT.providerAddress]!
+    this.providerSort = v[SLOT.providerSort]!
+    this.providerTrustMode = v[SLOT.providerTrustMode]!
+    this.providerAllowFallbacks = v[SLOT.providerAllowFallbacks]!
+    this.providerRequireParameters = v[SLOT.providerRequireParameters]!
+    this.maxPricePrompt = v[SLOT.maxPricePrompt]!
+    this.maxPriceCompletion = v[SLOT.maxPriceCompletion]!
+    this.maxPriceImage = v[SLOT.maxPriceImage]!
+    this.conflictingHeader = scan.conflict
     this.params = []
     for (let i = 0; i < paramCount; i++) this.params.push(req.getParameter(i) ?? '')
   }
