@@ -1,9 +1,15 @@
 /**
- * The uWS front end: routes, request heads copied out synchronously, and the 404/405 envelope. The only
- * module besides uws-reply.ts that sees uWS objects.
+ * The uWS front end: routes, request heads copied out synchronously, the 431 for oversized heads, and the
+ * 404/405 envelope. The only module besides uws-reply.ts that sees uWS objects.
+ *
+ * What this uWS build (uWebSockets.js 20.30, uWS core 20.43) does before any of this runs, and so what no
+ * code here can answer: a head it cannot parse (HTTP/1.0, more than 48 fields, no Host) is taken for an
+ * incomplete one and held until its 10 s idle timeout (8–12 s) closes the connection, or closed at once
+ * once 4 KiB of it are buffered; a request pipelined behind one still being answered closes the connection
+ * (the pending one sees onAborted). README "Operations notes: front-end limits" has the measurements.
  */
 import uWS from 'uWebSockets.js'
-import { RouterError } from '../errors.js'
+import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import type { Reply } from './reply.js'
 import { HEADER, type RequestHead } from './request-head.js'
@@ -21,6 +27,17 @@ export interface Route {
 }
 
 const decoder = new TextDecoder()
+
+/**
+ * The largest request head served, in bytes, counted as it is usually written: the request line, one
+ * `Name: value` CRLF per field, and the empty line. It is uWS 20.43's own limit, made deterministic: uWS
+ * parses a head of any size that arrives in one read (up to its 512 KiB receive buffer), but closes without
+ * an answer one that arrives in pieces and is not complete within its 4 KiB fallback buffer (HttpParser.h
+ * MAX_FALLBACK_SIZE). Refusing every larger head with 431 means a head is served or refused by its size,
+ * never by how TCP happened to cut it. (A head written without the space after each colon is counted a
+ * byte per field larger than it is: within 48 bytes of the limit it gets 431 where uWS could have taken it.)
+ */
+export const MAX_HEADER_BYTES = 4096
 
 /** The header names of HEADER, each at its slot in `scan.values`, and each field's slot. */
 const COPIED: readonly string[] = Object.values(HEADER)
@@ -50,9 +67,12 @@ const scan = {
   /** Bit `slot` is set once that header was seen: a first occurrence may be ''. */
   seen: 0,
   conflict: '',
+  /** Field bytes so far, as MAX_HEADER_BYTES counts them. */
+  bytes: 0,
 }
 
 function onHeaderField(name: string, value: string): void {
+  scan.bytes += name.length + value.length + 4
   const slot = name.length < SLOT_BY_LENGTH.length ? SLOT_BY_LENGTH[name.length]! : -1
   if (slot < 0 || name !== COPIED[slot]) return
   const bit = 1 << slot
@@ -95,6 +115,8 @@ class UwsRequestHead implements RequestHead {
   readonly maxPriceCompletion: string
   readonly maxPriceImage: string
   readonly conflictingHeader: string
+  /** The head's size as MAX_HEADER_BYTES counts it. */
+  readonly headBytes: number
   /** Path parameters of the route pattern, in order. */
   readonly params: string[]
   readonly #res: uWS.HttpResponse
@@ -108,6 +130,7 @@ class UwsRequestHead implements RequestHead {
     scan.values.fill('')
     scan.seen = 0
     scan.conflict = ''
+    scan.bytes = 0
     req.forEach(onHeaderField)
     const v = scan.values
     this.authorization = v[SLOT.authorization]!
@@ -122,6 +145,9 @@ class UwsRequestHead implements RequestHead {
     this.maxPriceCompletion = v[SLOT.maxPriceCompletion]!
     this.maxPriceImage = v[SLOT.maxPriceImage]!
     this.conflictingHeader = scan.conflict
+    // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
+    const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)
+    this.headBytes = this.method.length + 1 + target + 11 + scan.bytes + 2
     this.params = []
     for (let i = 0; i < paramCount; i++) this.params.push(req.getParameter(i) ?? '')
   }
@@ -153,11 +179,32 @@ function paramCount(pattern: string): number {
 export interface ListenOptions {
   /** How long a client may take to drain a streamed response's buffered output (uws-reply.ts). */
   readonly sendTimeoutMs?: number
+  /**
+   * Heads larger than this get 431 (default MAX_HEADER_BYTES). Above 4096 this build of uWS still closes,
+   * without an answer, a larger head that arrives in more than one read; see MAX_HEADER_BYTES.
+   */
+  readonly maxHeaderBytes?: number
+}
+
+/**
+ * Answers 431 in the envelope and closes, so that nothing after the head on this connection (a body) is
+ * read as another request. Written here rather than through UwsReply, whose send() closes only after a 413.
+ */
+function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, limit: number): void {
+  const err = new RouterError('request_header_fields_too_large', `the request head is ${head.headBytes} bytes; the limit is ${limit}`)
+  res.cork(() => {
+    res
+      .writeStatus(statusLine(err.status))
+      .writeHeader('Content-Type', 'application/json')
+      .writeHeader('x-request-id', head.requestId)
+      .end(renderError(err, head.requestId), true)
+  })
 }
 
 /** Builds the app over `routes` and listens; resolves once the port is bound. */
 export function listen(host: string, port: number, routes: readonly Route[], options: ListenOptions = {}): Promise<AppHandle> {
   const sendTimeoutMs = options.sendTimeoutMs ?? SEND_TIMEOUT_MS
+  const maxHeaderBytes = options.maxHeaderBytes ?? MAX_HEADER_BYTES
   const app = uWS.App()
   const methodsByPath = new Map<string, string[]>()
 
@@ -167,8 +214,9 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const key = route.pattern.replace(/:[^/]+/g, '*')
     methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
     app[route.method](route.pattern, (res, req) => {
-      const reply = new UwsReply(res, sendTimeoutMs)
       const head = new UwsRequestHead(req, res, params)
+      if (head.headBytes > maxHeaderBytes) return refuseHead(res, head, maxHeaderBytes)
+      const reply = new UwsReply(res, sendTimeoutMs)
       try {
         route.handler(head, reply)
       } catch (err) {
@@ -179,8 +227,9 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
   }
 
   app.any('/*', (res, req) => {
-    const reply = new UwsReply(res, sendTimeoutMs)
     const head = new UwsRequestHead(req, res, 0)
+    if (head.headBytes > maxHeaderBytes) return refuseHead(res, head, maxHeaderBytes)
+    const reply = new UwsReply(res, sendTimeoutMs)
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
     if (allowed !== undefined) {
