@@ -187,11 +187,28 @@ export interface ListenOptions {
 }
 
 /**
- * Answers 431 in the envelope and closes, so that nothing after the head on this connection (a body) is
- * read as another request. Written here rather than through UwsReply, whose send() closes only after a 413.
+ * What the front end refuses before any route sees the request: a head over the limit (431), or a header that
+ * decides who is asking or how the body is framed (authorization, content-type, content-length) sent twice with
+ * different values (400; the routing headers are judged by the routing stage, with their own codes). A
+ * differing Content-Length is a request-smuggling probe: uWS frames the body by the first one.
  */
-function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, limit: number): void {
-  const err = new RouterError('request_header_fields_too_large', `the request head is ${head.headBytes} bytes; the limit is ${limit}`)
+function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
+  if (head.headBytes > limit) {
+    return new RouterError('request_header_fields_too_large', `the request head is ${head.headBytes} bytes; the limit is ${limit}`)
+  }
+  const conflict = head.conflictingHeader
+  if (conflict === HEADER.authorization || conflict === HEADER.contentType || conflict === HEADER.contentLength) {
+    return new RouterError('invalid_request', `the ${conflict} header was sent more than once with different values`)
+  }
+  return null
+}
+
+/**
+ * Answers a refused head in the envelope and closes, so that nothing after the head on this connection (a
+ * body) is read as another request. Written here rather than through UwsReply, whose send() closes only after
+ * a 413.
+ */
+function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterError): void {
   res.cork(() => {
     res
       .writeStatus(statusLine(err.status))
@@ -215,7 +232,8 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
     app[route.method](route.pattern, (res, req) => {
       const head = new UwsRequestHead(req, res, params)
-      if (head.headBytes > maxHeaderBytes) return refuseHead(res, head, maxHeaderBytes)
+      const problem = headProblem(head, maxHeaderBytes)
+      if (problem !== null) return refuseHead(res, head, problem)
       const reply = new UwsReply(res, sendTimeoutMs)
       try {
         route.handler(head, reply)
@@ -228,7 +246,8 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
 
   app.any('/*', (res, req) => {
     const head = new UwsRequestHead(req, res, 0)
-    if (head.headBytes > maxHeaderBytes) return refuseHead(res, head, maxHeaderBytes)
+    const problem = headProblem(head, maxHeaderBytes)
+    if (problem !== null) return refuseHead(res, head, problem)
     const reply = new UwsReply(res, sendTimeoutMs)
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
