@@ -166,6 +166,17 @@ t.test('the last non-null usage wins; a later "usage": null does not clear it', 
   t.same(r.codec.usage, second)
 })
 
+t.test('an event ending in "usage":null reads as JSON.parse reads it, whatever comes before', async (t) => {
+  const duplicate = run([`data: {"id":"${ID}","usage":${JSON.stringify(USAGE)},"choices":[],"usage":null}\n\n`], true)
+  t.equal(duplicate.codec.usage, null, 'the last of duplicate keys wins, as in JSON.parse')
+  t.equal(duplicate.codec.events, 1)
+  t.not(duplicate.out, '', 'so it is no usage chunk and is forwarded')
+  const escapedKey = run([`data: {"id":"${ID}","usage":${JSON.stringify(USAGE)},"my\\"usage": null }\n\n`])
+  t.same(escapedKey.codec.usage, USAGE, 'a key that merely ends in usage" is not the usage member')
+  const spaced = run([`data: {"id": "${ID}", "choices": [], "usage" : null }  \n\n`], true)
+  t.equal(spaced.codec.usage, null)
+})
+
 t.test('usage: null chunks are not parsed: only the first data event (for the id) and the usage event are', async (t) => {
   const parse = JSON.parse
   let calls = 0
