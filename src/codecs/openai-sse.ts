@@ -108,8 +108,9 @@ export class OpenAiSseCodec {
   #emit: Emit = ignore
   /** A data event was seen: nothing is held any more. */
   #started = false
-  /** Events before the first data event, from earlier chunks. */
-  #held: Buffer | null = null
+  /** Events before the first data event, from earlier chunks, copied: sent as one Buffer with the first. */
+  #held: Buffer[] = []
+  #heldBytes = 0
   /** Bytes to forward, [#runStart, #runEnd) of #runSrc: consecutive forwarded events go out in one emit. */
   #runSrc: Buffer | null = null
   #runStart = 0
@@ -156,7 +157,7 @@ export class OpenAiSseCodec {
 
   /** Bytes held: an unfinished event, and events before the first data event. A caller may cap it. */
   get bufferedBytes(): number {
-    return this.#framer.pendingBytes + (this.#held === null ? 0 : this.#held.length)
+    return this.#framer.pendingBytes + this.#heldBytes
   }
 
   /** Forwards the complete events `chunk` finishes, usually as one emit of (a subarray of) the chunk. */
@@ -259,18 +260,19 @@ export class OpenAiSseCodec {
   /** Sends what is held (once a data event was seen) and the current run; before that, holds the run too. */
   #flush(): void {
     const src = this.#runSrc
-    if (this.#started && this.#held !== null) {
+    if (this.#started && this.#heldBytes !== 0) {
       const held = this.#held
-      this.#held = null
-      this.#out(held)
+      this.#held = []
+      this.#heldBytes = 0
+      this.#out(held.length === 1 ? held[0] : Buffer.concat(held))
     }
     if (src === null) return
     this.#runSrc = null
     const start = this.#runStart
     const end = this.#runEnd
     if (!this.#started) {
-      const run = src.subarray(start, end)
-      this.#held = this.#held === null ? Buffer.from(run) : Buffer.concat([this.#held, run])
+      this.#held.push(Buffer.from(src.subarray(start, end)))
+      this.#heldBytes += end - start
       return
     }
     this.#out(start === 0 && end === src.length ? src : src.subarray(start, end))

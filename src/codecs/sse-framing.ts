@@ -186,11 +186,19 @@ export class SseFramer {
   /** Goes on with the event held in #pending; returns where the chunk's next event starts, -1 if none does. */
   #continue(chunk: Buffer, pos: number): number {
     const len = chunk.length
+    // Cached as in #scan, so an event of many lines in one big chunk is not searched to the end per line.
+    let cr = -1
+    let lf = -1
     while (pos < len) {
-      let end = chunk.indexOf(LF, pos)
-      if (end === -1) end = len
-      const cr = chunk.indexOf(CR, pos)
-      if (cr !== -1 && cr < end) end = cr
+      if (lf < pos) {
+        lf = chunk.indexOf(LF, pos)
+        if (lf === -1) lf = len
+      }
+      if (cr < pos) {
+        cr = chunk.indexOf(CR, pos)
+        if (cr === -1) cr = len
+      }
+      const end = lf < cr ? lf : cr
       if (end === len) {
         this.#append(chunk, pos, len)
         return -1
