@@ -26,6 +26,11 @@ const ID_KEY = Buffer.from('"id"')
 const LF1 = Buffer.from('\n')
 const LF2 = Buffer.from('\n\n')
 const MAX_ID_LENGTH = 256
+/**
+ * Data events looked at for the chat id. Past them a provider is taken to send none: looking costs a search
+ * per event, and a JSON.parse per event for one that sends an unusable id on every chunk (`"id":""`).
+ */
+const ID_SEARCH_EVENTS = 16
 
 /**
  * Where `needle` occurs in `src` at or after `from`, or -1. It looks for one byte of the needle, `anchor`
@@ -118,6 +123,8 @@ export class OpenAiSseCodec {
   #lastDropped = false
   /** A data event with a JSON object payload was parsed: later ones are parsed for the id only if they hold "id". */
   #sawObject = false
+  /** Data events still to look at for the chat id. */
+  #idSearch = ID_SEARCH_EVENTS
   #terminator: Buffer | null = null
 
   /** `withholdUsage`: drop the provider's usage-only chunk (the router asked for include_usage, not the client). */
@@ -127,9 +134,9 @@ export class OpenAiSseCodec {
   }
 
   /**
-   * The `id` of the first data event whose payload is a JSON object with a string `id` that can go in a
-   * header (1–256 visible ASCII characters); '' until then. Known at the first emit when the first data
-   * event carries it, since events before the first data event are held until it comes.
+   * The `id` of the first data event, among the first 16, whose payload is a JSON object with a string `id`
+   * that can go in a header (1–256 visible ASCII characters); '' until then. Known at the first emit when
+   * the first data event carries it, since events before the first data event are held until it comes.
    */
   get chatId(): string {
     return this.#chatId
@@ -221,7 +228,10 @@ export class OpenAiSseCodec {
     }
     this.#events++
     let parse = this.#hasUsageObject(src, from, to, inSource)
-    if (!parse && this.#chatId === '') parse = !this.#sawObject || this.#idFinder.find(src, from, to, inSource) !== -1
+    if (this.#chatId === '' && this.#idSearch > 0) {
+      this.#idSearch--
+      if (!parse) parse = !this.#sawObject || this.#idFinder.find(src, from, to, inSource) !== -1
+    }
     if (!parse) return false
 
     let value: unknown

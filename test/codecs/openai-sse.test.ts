@@ -210,6 +210,24 @@ t.test('the chat id is the first data event that is a JSON object with a string 
   t.equal(numeric.codec.chatId, 'chatcmpl-str', 'a non-string id is no id')
 })
 
+t.test('the chat id is looked for in the first 16 data events only', async (t) => {
+  const parse = JSON.parse
+  let calls = 0
+  JSON.parse = function counted(this: unknown, text: string, reviver?: (key: string, value: unknown) => unknown): unknown {
+    calls++
+    return parse.call(JSON, text, reviver)
+  } as typeof JSON.parse
+  try {
+    const unusable = (i: number): string => `data: {"id":"","choices":[{"index":0,"delta":{"content":"${i}"}}]}\n\n`
+    const r = run([Array.from({ length: 40 }, (_, i) => unusable(i)).join('') + chunk('late')])
+    t.equal(calls, 16, 'a provider sending "id":"" on every chunk costs 16 parses, not one per chunk')
+    t.equal(r.codec.chatId, '')
+    t.equal(run([Array.from({ length: 15 }, (_, i) => unusable(i)).join('') + chunk('16th')]).codec.chatId, ID)
+  } finally {
+    JSON.parse = parse
+  }
+})
+
 t.test('an id that could not go in a header is ignored', async (t) => {
   for (const bad of ['chat\\r\\nSet-Cookie: x=1', 'has space', '', 'ü-id', 'x'.repeat(257)]) {
     const r = run([`data: {"id":"${bad}"}\n\n`, chunk('a')])
