@@ -22,7 +22,7 @@ const COLON = 58
 const SPACE = 32
 const EMPTY = Buffer.alloc(0)
 
-/** Called once per complete event; `source` is only guaranteed to hold the event during the call. */
+/** Called once per complete event, [start, end) of `source`: the pushed chunk, or a Buffer the framer no longer writes. */
 export type SseEventHandler = (source: Buffer, start: number, end: number) => void
 
 /** Splits a byte stream into SSE events, incrementally. */
