@@ -99,6 +99,12 @@ t.test('an unterminated [DONE] at the end of the body still counts and is not re
   }
 })
 
+t.test('events after the provider\'s [DONE] are still relayed, and the stream stays marked done', async (t) => {
+  const r = run([chunk('a') + 'data: [DONE]\n\n' + ': bye\n\n'])
+  t.equal(r.out, chunk('a') + ': bye\n\n')
+  t.ok(r.codec.sawDone)
+})
+
 t.test('content that merely mentions [DONE] is relayed', async (t) => {
   const body = chunk('[DONE]') + 'data: [DONE] now\n\n' + 'data: [done]\n\n'
   const r = run([body])
