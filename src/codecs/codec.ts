@@ -18,6 +18,8 @@ export interface ResponseCodec {
   readonly responseHeaders: HeaderList
   /** Streaming: a chunk of the upstream body, relayed through `emit` a whole event at a time. */
   push(chunk: Buffer, emit: Emit): void
+  /** Streaming: bytes held (an event not yet complete); past a bound the provider is broken, not slow. */
+  readonly pendingBytes: number
   /** Streaming: the upstream body ended; what is left is flushed. */
   finish(emit: Emit): void
   /** Held: the whole upstream body; false when it is not a valid answer (a provider failure, failover). */

@@ -34,6 +34,10 @@ export class ChatStreamCodec implements ResponseCodec {
     this.#sse.push(chunk, emit)
   }
 
+  get pendingBytes(): number {
+    return this.#sse.bufferedBytes
+  }
+
   finish(emit: Emit): void {
     this.#sse.finish(emit)
   }
@@ -80,6 +84,8 @@ export class ChatJsonCodec implements ResponseCodec {
   readonly responseHeaders = JSON_HEADERS
   #body: Buffer | null = null
   #parsed: ChatResponse | null = null
+
+  readonly pendingBytes = 0
 
   accepts(): boolean {
     // Judged by parsing: a body that is not a chat completion object fails in read().

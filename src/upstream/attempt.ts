@@ -20,6 +20,10 @@ const MAX_ERROR_BODY = 64 * 1024
 /** A held answer larger than this is a broken provider, not a completion (the router must hold it whole). */
 const MAX_HELD_RESPONSE = 64 * 1024 * 1024
 
+function tooLarge(): Error {
+  return Object.assign(new Error(`provider response exceeds ${MAX_HELD_RESPONSE} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' })
+}
+
 /** Why an attempt produced no answer, as the loop decides on it. */
 export const enum MissKind {
   Failure,
@@ -217,6 +221,11 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const codec = this.plan.codec
     if (phase === Phase.Relaying && codec.streaming) {
       codec.push(chunk, this.#emit)
+      if (codec.pendingBytes > MAX_HELD_RESPONSE) {
+        // One event that never ends is a broken provider: held without bound it would be memory without bound.
+        controller.abort(tooLarge())
+        return
+      }
       if (!this.#writable) {
         controller.pause()
         this.#owner.sink.onWritable(() => {
@@ -228,7 +237,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
     if (phase === Phase.Passthrough && this.#size + chunk.length > MAX_ERROR_BODY) return
     if (this.#size + chunk.length > MAX_HELD_RESPONSE) {
-      controller.abort(Object.assign(new Error(`provider response exceeds ${MAX_HELD_RESPONSE} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' }))
+      controller.abort(tooLarge())
       return
     }
     this.#parts.push(chunk)

@@ -258,3 +258,56 @@ t.test('a CRLF stream is relayed event by event, not held until the end', async 
   t.ok(firstAt < 400, `the first event arrived before the provider's end (after ${firstAt.toFixed(0)} ms)`)
   t.equal((text.match(/\[DONE\]/g) ?? []).length, 1)
 })
+
+t.test('usage counts that are not whole non-negative numbers are estimated, never billed as zero', async (t) => {
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(
+        JSON.stringify({
+          id: 'chatcmpl-neg',
+          object: 'chat.completion',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'four words of text' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: -5, completion_tokens: 1.5, total_tokens: 0 },
+        }),
+      )
+    },
+    true,
+  )
+  const res = await post(stack, { ...STREAM, stream: false })
+  t.equal(res.status, 200)
+  const trace = JSON.parse(res.text).x_svc_trace
+  t.equal(trace.usage.estimated, true)
+  t.ok(trace.usage.prompt_tokens > 0 && trace.usage.completion_tokens > 0)
+  t.not(trace.billing.total_cost, '0')
+})
+
+t.test('a stream event that never ends is cut at the bound as a provider failure, not held without limit', async (t) => {
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      const filler = Buffer.alloc(1024 * 1024, 0x61)
+      res.write('data: {"id":"chatcmpl-x","choices":[{"delta":{"content":"')
+      let sent = 0
+      const more = (): void => {
+        while (sent < 80) {
+          sent++
+          if (!res.write(filler)) return void res.once('drain', more)
+        }
+        res.end()
+      }
+      more()
+    },
+  )
+  const res = await post(stack, STREAM)
+  // Nothing of it reached the client (no event ever completed), so the next provider served the request.
+  t.equal(res.status, 200)
+  const traceLine = res.text.split('\n').find((l) => l.includes('x_svc_trace'))!
+  const trace = JSON.parse(traceLine.slice('data: '.length)).x_svc_trace
+  t.same(trace.attempts, [
+    { provider: BAD, status: 200, error: 'response_too_large' },
+    { provider: GOOD, status: 200 },
+  ])
+})
