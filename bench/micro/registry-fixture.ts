@@ -7,9 +7,8 @@ import { HealthBook } from '../../src/health/health.js'
 import { buildIndex, FLOORS, type IndexInput, type IndexOutput } from '../../src/routing/index-build.js'
 import { buildOfferSet, type Offer, type OfferSet } from '../../src/routing/offers.js'
 import type { ModelIndex } from '../../src/routing/table.js'
-import type { RegistryModel, RegistryProvider, RegistrySnapshot, TrustMode } from '../../src/registry/types.js'
-
-const TIERS: readonly TrustMode[] = ['standard', 'verified', 'private']
+import type { RegistryModel, RegistryProvider, RegistrySnapshot } from '../../src/registry/types.js'
+import { TRUST_MODES } from '../../src/vocabulary/trust.js'
 const PARAMS = ['temperature', 'top_p', 'max_tokens', 'seed', 'tools', 'tool_choice'] as const
 
 /** mulberry32: small, fast, and the same sequence in every thread. */
@@ -53,7 +52,7 @@ export function syntheticSnapshot(providers: number, models = 1, seed = 42): Reg
     list.push({
       address: providerAddress(i),
       url: `http://127.0.0.1:${10_000 + (i % 50_000)}`,
-      trust_mode: TIERS[i % TIERS.length]!,
+      trust_mode: TRUST_MODES[i % TRUST_MODES.length]!,
       verifiability: '',
       tee_type: '',
       tee_verifier: '',

@@ -4,6 +4,7 @@
  */
 
 import { z } from 'zod'
+import { LOWER_ADDRESS_PATTERN } from '../vocabulary/address.js'
 
 /** Node clamps any timer delay above 2^31-1 ms to 1 ms, so a longer "timeout" would fire at once. */
 export const MAX_TIMER_MS = 2_147_483_647
@@ -45,7 +46,7 @@ const DevSchema = z.strictObject({
   bootstrap: z.boolean().default(false),
   wallet: z
     .string()
-    .regex(/^0x[0-9a-f]{40}$/, 'must be a lower-case wallet address (0x followed by 40 lower-case hex digits)')
+    .regex(LOWER_ADDRESS_PATTERN, 'must be a lower-case wallet address (0x followed by 40 lower-case hex digits)')
     .default('0x00000000000000000000000000000000000de0de'),
   deposit_usd: z.number().positive().max(1e9).default(10),
 })

@@ -5,8 +5,8 @@
  */
 import { perTokenPrice, parseUsd } from '../billing/money.js'
 import type { HealthBook, OfferStats, ProviderHealth } from '../health/health.js'
-import type { RegistryModel, RegistryProvider, RegistrySnapshot, TrustMode } from '../registry/types.js'
-import { TIER_RANK } from '../registry/types.js'
+import type { RegistryModel, RegistryProvider, RegistrySnapshot } from '../registry/types.js'
+import { TIER_RANK, type TrustMode } from '../vocabulary/trust.js'
 import { maskOf } from './params.js'
 
 export interface ProviderEntry {

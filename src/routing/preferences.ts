@@ -5,6 +5,10 @@
  */
 import { RouterError } from '../errors.js'
 import type { RequestHead } from '../server/request-head.js'
+import { tierRank, TRUST_MODES } from '../vocabulary/trust.js'
+
+// src/surfaces/inference.ts imports tierName from here.
+export { tierName } from '../vocabulary/trust.js'
 
 export const SORT_DEFAULT = 0
 export const SORT_LATENCY = 1
@@ -40,18 +44,9 @@ export class RoutingPrefs {
   }
 }
 
-const TIER_NAMES = ['standard', 'verified', 'private']
-
 /** Trims HTTP whitespace; returns the same string when there is none (V8 does not copy then). */
 function trimmed(value: string): string {
   return value.length === 0 ? value : value.trim()
-}
-
-function tierRank(value: string): number {
-  if (value === 'standard') return 0
-  if (value === 'verified') return 1
-  if (value === 'private') return 2
-  return UNSET
 }
 
 /** `true`/`false` in any case; UNSET for anything else. */
@@ -132,13 +127,14 @@ export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): Rou
 
   v = trimmed(head.providerTrustMode)
   if (v.length !== 0) {
-    prefs.tier = tierRank(v)
-    if (prefs.tier === UNSET) {
+    const rank = tierRank(v)
+    if (rank === -1) {
       return new RouterError(
         'invalid_trust_mode',
-        `X-SVC-Provider-Trust-Mode must be one of standard, verified, private, got ${JSON.stringify(v)}`,
+        `X-SVC-Provider-Trust-Mode must be one of ${TRUST_MODES.join(', ')}, got ${JSON.stringify(v)}`,
       )
     }
+    prefs.tier = rank
   }
 
   v = trimmed(head.providerAllowFallbacks)
@@ -226,9 +222,9 @@ export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): vo
         break
       }
       case 'trust_mode': {
-        const rank = typeof value === 'string' ? tierRank(value.trim()) : UNSET
-        if (rank === UNSET) {
-          throw new RouterError('invalid_trust_mode', `provider.trust_mode must be one of ${TIER_NAMES.join(', ')}, got ${JSON.stringify(value)}`)
+        const rank = typeof value === 'string' ? tierRank(value.trim()) : -1
+        if (rank === -1) {
+          throw new RouterError('invalid_trust_mode', `provider.trust_mode must be one of ${TRUST_MODES.join(', ')}, got ${JSON.stringify(value)}`)
         }
         if (prefs.tier === UNSET) prefs.tier = rank
         break
@@ -272,8 +268,4 @@ export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): vo
         )
     }
   }
-}
-
-export function tierName(rank: number): string {
-  return TIER_NAMES[rank] ?? 'none'
 }
