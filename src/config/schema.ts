@@ -17,7 +17,6 @@ const ServerSchema = z.strictObject({
   /** 0 asks the OS for an ephemeral port (tests). */
   port: z.int().min(0).max(65535).default(8080),
   max_json_body_bytes: byteSize(10 * 1024 * 1024),
-  max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */
   send_timeout_ms: timeoutMs(60_000),
 })
@@ -61,8 +60,6 @@ const UpstreamSchema = z.strictObject({
   body_timeout_ms: timeoutMs(60_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
-  /** 0 turns failover off for multipart bodies. */
-  replay_buffer_bytes: z.int().min(0).default(25 * 1024 * 1024),
 })
 
 const RoutingSchema = z.strictObject({

@@ -95,11 +95,6 @@ export class Selection {
     this.#yielded = 0
   }
 
-  /** How many candidates were handed out so far. */
-  get yielded(): number {
-    return this.#yielded
-  }
-
   next(): Offer | null {
     // Without fallbacks (an explicit false, or a pin without true), only the first candidate is ever tried.
     if (this.#yielded > 0 && !this.#prefs.fallbacksAllowed()) return null
