@@ -44,9 +44,22 @@ export class RoutingPrefs {
   }
 }
 
-/** Trims HTTP whitespace; returns the same string when there is none (V8 does not copy then). */
-function trimmed(value: string): string {
-  return value.length === 0 ? value : value.trim()
+/**
+ * Strips leading and trailing SP and HTAB, the optional whitespace of RFC 9110 §5.6.3, and nothing else.
+ * String#trim would also strip U+00A0, U+FEFF, U+2003 and the other Unicode spaces, so a value such as
+ * "\u00a0price" (uWS hands a raw 0xA0 byte over as U+00A0) would pass for "price": any other character stays
+ * in the value and makes it malformed. Returns the same string when there is nothing to strip (no copy).
+ */
+function trimOws(value: string): string {
+  let start = 0
+  let end = value.length
+  while (start < end && isOws(value.charCodeAt(start))) start++
+  while (end > start && isOws(value.charCodeAt(end - 1))) end--
+  return start === 0 && end === value.length ? value : value.slice(start, end)
+}
+
+function isOws(c: number): boolean {
+  return c === 32 || c === 9
 }
 
 /** `true`/`false` in any case; UNSET for anything else. */
@@ -109,10 +122,10 @@ function badBool(header: string, value: string): RouterError {
  * The pin header is only normalised here; the registry decides whether it names a provider.
  */
 export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): RouterError | null {
-  let v = trimmed(head.providerAddress)
+  let v = trimOws(head.providerAddress)
   if (v.length !== 0) prefs.address = v.toLowerCase()
 
-  v = trimmed(head.providerSort)
+  v = trimOws(head.providerSort)
   if (v.length !== 0) {
     if (v === 'latency') prefs.sort = SORT_LATENCY
     else if (v === 'price') prefs.sort = SORT_PRICE
@@ -125,7 +138,7 @@ export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): Rou
     prefs.sortSet = true
   }
 
-  v = trimmed(head.providerTrustMode)
+  v = trimOws(head.providerTrustMode)
   if (v.length !== 0) {
     const rank = tierRank(v)
     if (rank === -1) {
@@ -137,29 +150,29 @@ export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): Rou
     prefs.tier = rank
   }
 
-  v = trimmed(head.providerAllowFallbacks)
+  v = trimOws(head.providerAllowFallbacks)
   if (v.length !== 0) {
     prefs.allowFallbacks = parseBool(v)
     if (prefs.allowFallbacks === UNSET) return badBool('X-SVC-Provider-Allow-Fallbacks', v)
   }
 
-  v = trimmed(head.providerRequireParameters)
+  v = trimOws(head.providerRequireParameters)
   if (v.length !== 0) {
     prefs.requireParameters = parseBool(v)
     if (prefs.requireParameters === UNSET) return badBool('X-SVC-Provider-Require-Parameters', v)
   }
 
-  v = trimmed(head.maxPricePrompt)
+  v = trimOws(head.maxPricePrompt)
   if (v.length !== 0) {
     prefs.maxPrompt = parseDecimal(v)
     if (prefs.maxPrompt === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Prompt', v)
   }
-  v = trimmed(head.maxPriceCompletion)
+  v = trimOws(head.maxPriceCompletion)
   if (v.length !== 0) {
     prefs.maxCompletion = parseDecimal(v)
     if (prefs.maxCompletion === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Completion', v)
   }
-  v = trimmed(head.maxPriceImage)
+  v = trimOws(head.maxPriceImage)
   if (v.length !== 0) {
     prefs.maxImage = parseDecimal(v)
     if (prefs.maxImage === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Image', v)
@@ -174,7 +187,7 @@ function bodyField(name: string): string {
 function bodyPrice(value: unknown, name: string): number {
   if (typeof value === 'number' && Number.isFinite(value) && value >= 0) return value
   if (typeof value === 'string') {
-    const n = parseDecimal(value.trim())
+    const n = parseDecimal(trimOws(value))
     if (n !== UNSET) return n
   }
   throw new RouterError(
@@ -186,7 +199,7 @@ function bodyPrice(value: unknown, name: string): number {
 function bodyBool(value: unknown, name: string): number {
   if (typeof value === 'boolean') return value ? 1 : 0
   if (typeof value === 'string') {
-    const b = parseBool(value.trim())
+    const b = parseBool(trimOws(value))
     if (b !== UNSET) return b
   }
   throw new RouterError('invalid_provider_header', `${bodyField(name)} must be true or false, got ${JSON.stringify(value)}`)
@@ -206,12 +219,14 @@ export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): vo
     const value = p[key]
     if (value === undefined || value === null) continue
     switch (key) {
-      case 'address':
+      case 'address': {
         if (typeof value !== 'string') throw new RouterError('invalid_request', 'provider.address must be a string')
-        if (prefs.address === '' && value.trim() !== '') prefs.address = value.trim().toLowerCase()
+        const address = trimOws(value)
+        if (prefs.address === '' && address !== '') prefs.address = address.toLowerCase()
         break
+      }
       case 'sort': {
-        const sort = typeof value === 'string' ? value.trim() : value
+        const sort = typeof value === 'string' ? trimOws(value) : value
         if (sort !== 'latency' && sort !== 'price') {
           throw new RouterError('invalid_provider_header', `provider.sort must be "latency" or "price", got ${JSON.stringify(value)}`)
         }
@@ -222,7 +237,7 @@ export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): vo
         break
       }
       case 'trust_mode': {
-        const rank = typeof value === 'string' ? tierRank(value.trim()) : -1
+        const rank = typeof value === 'string' ? tierRank(trimOws(value)) : -1
         if (rank === -1) {
           throw new RouterError('invalid_trust_mode', `provider.trust_mode must be one of ${TRUST_MODES.join(', ')}, got ${JSON.stringify(value)}`)
         }

@@ -147,6 +147,25 @@ t.test('header domains', async (t) => {
     }
   })
 
+  // A todo, not a pass: the uWS build in use trims header values itself, dropping every byte below 0x21 or
+  // above 0x7F at either edge (a signed-char `< 33` test in its parser), so "\xA0price" reaches
+  // parseRoutingHeaders as "price". Only SP and HTAB may be trimmed (spec §4.7, RFC 9110); the parser does
+  // its part (test/routing/preferences.test.ts), the front end has to stop uWS doing the rest.
+  const uwsTrimsObsText = 'uWS strips bytes 0x80-0xFF at the edges of a header value before getHeader returns'
+  t.test('a raw 0xA0 byte (U+00A0) around a value is not trimmed: 400 with the header\'s own code', { todo: uwsTrimsObsText }, async (t) => {
+    const nbsp = '\u00a0'
+    const before = requests(stack, P)
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Sort': nbsp + 'price' }), 400, 'invalid_provider_header', 'sort')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': 'private' + nbsp }), 400, 'invalid_trust_mode', 'trust mode')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': nbsp }), 400, 'invalid_trust_mode', 'trust mode U+00A0 alone is not blank')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Allow-Fallbacks': nbsp + 'true' }), 400, 'invalid_provider_header', 'allow-fallbacks')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Require-Parameters': 'false' + nbsp }), 400, 'invalid_provider_header', 'require-parameters')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': nbsp + '0.5' }), 400, 'invalid_max_price_usd', 'prompt ceiling')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Image': ' 0.5' + nbsp }), 400, 'invalid_max_price_usd', 'image ceiling')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Address': nbsp + P }), 404, 'provider_not_found', 'pin')
+    t.equal(requests(stack, P), before, 'nothing reached the provider')
+  })
+
   t.test('Sort: exact lowercase latency and price only, else 400 invalid_provider_header', async (t) => {
     for (const value of ['latency', 'price', ' price ']) {
       expectServed(t, await chat(stack, { 'X-SVC-Provider-Sort': value }), `sort ${JSON.stringify(value)}`)

@@ -111,6 +111,54 @@ t.test('values are trimmed before they are checked', async (t) => {
   t.equal(prefs.maxPrompt, 0.5)
 })
 
+/** Whitespace that String#trim strips but HTTP does not: none of it is optional whitespace (RFC 9110 §5.6.3). */
+const NOT_OWS = ['\u00a0', '\u2003', '\u3000', '\ufeff', '\u000b', '\u000c', '\n', '\r', '\u2028']
+
+/** A value as \u escapes where it is not printable ASCII (a raw U+2028 would break the TAP output's lines). */
+function shown(value: string): string {
+  return '"' + value.replace(/[^\x20-\x7e]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0')) + '"'
+}
+
+t.test('only SP and HTAB are trimmed: other whitespace makes a header malformed, with its own code', async (t) => {
+  const cases: [keyof RoutingHeaders, string, string][] = [
+    ['providerSort', 'price', 'invalid_provider_header'],
+    ['providerTrustMode', 'verified', 'invalid_trust_mode'],
+    ['providerAllowFallbacks', 'true', 'invalid_provider_header'],
+    ['providerRequireParameters', 'false', 'invalid_provider_header'],
+    ['maxPricePrompt', '0.5', 'invalid_max_price_usd'],
+    ['maxPriceCompletion', '0.5', 'invalid_max_price_usd'],
+    ['maxPriceImage', '0.5', 'invalid_max_price_usd'],
+  ]
+  for (const ws of NOT_OWS) {
+    for (const [field, valid, code] of cases) {
+      for (const value of [ws + valid, valid + ws, ` ${ws}${valid}\t`, ws]) {
+        const { err } = parse({ [field]: value })
+        t.equal(err?.code, code, `${field}=${shown(value)} is malformed`)
+        t.equal(err?.status, 400)
+      }
+    }
+    // The pin is only normalised here; the registry finds no provider under an address with a stray character.
+    const { prefs, err } = parse({ providerAddress: ws + ADDRESS })
+    t.equal(err, null)
+    t.equal(prefs.address, ws + ADDRESS, `pin ${shown(ws)}+address keeps the character`)
+  }
+})
+
+t.test('body fields are trimmed like their headers: SP and HTAB only', async (t) => {
+  t.equal(bodyError({ sort: ' \tprice\t ' }), null)
+  t.equal(bodyError({ trust_mode: ' private ' }), null)
+  for (const ws of NOT_OWS) {
+    t.equal(bodyError({ sort: ws + 'price' }), 'invalid_provider_header', `sort ${shown(ws + 'price')}`)
+    t.equal(bodyError({ trust_mode: 'private' + ws }), 'invalid_trust_mode', `trust_mode ${shown('private' + ws)}`)
+    t.equal(bodyError({ allow_fallbacks: ws + 'true' }), 'invalid_provider_header', `allow_fallbacks ${shown(ws + 'true')}`)
+    t.equal(bodyError({ require_parameters: 'false' + ws }), 'invalid_provider_header', `require_parameters ${shown('false' + ws)}`)
+    t.equal(bodyError({ max_price: { prompt: ws + '1' } }), 'invalid_max_price_usd', `max_price.prompt ${shown(ws + '1')}`)
+    const prefs = new RoutingPrefs()
+    mergeBodyPreferences({ address: ws }, prefs)
+    t.equal(prefs.address, ws, `address ${shown(ws)} is not blank`)
+  }
+})
+
 t.test('pin header is trimmed and lower-cased, and turns fallbacks off by default', async (t) => {
   const { prefs, err } = parse({ providerAddress: ` ${ADDRESS.toUpperCase().replace('0X', '0x')} ` })
   t.equal(err, null)
