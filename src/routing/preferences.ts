@@ -3,8 +3,8 @@
  * with the deprecated body `provider` object (header wins). Parsing is a character scan with no regex and no
  * intermediate objects; a present but malformed value is an error, never a default.
  */
-import { RouterError } from '../errors.js'
-import type { RequestHead } from '../server/request-head.js'
+import { RouterError, type ErrorCode } from '../errors.js'
+import { HEADER, type RequestHead } from '../server/request-head.js'
 import { tierRank, TRUST_MODES } from '../vocabulary/trust.js'
 
 // src/surfaces/inference.ts imports tierName from here.
@@ -117,11 +117,32 @@ function badBool(header: string, value: string): RouterError {
   return new RouterError('invalid_provider_header', `${header} must be true or false, got ${JSON.stringify(value)}`)
 }
 
+/** Each routing header by its lower-case name: how messages spell it, and the 400 code its bad value gets. */
+const ROUTING_HEADERS: ReadonlyMap<string, { readonly name: string; readonly code: ErrorCode }> = new Map([
+  [HEADER.providerAddress, { name: 'X-SVC-Provider-Address', code: 'invalid_provider_header' }],
+  [HEADER.providerSort, { name: 'X-SVC-Provider-Sort', code: 'invalid_provider_header' }],
+  [HEADER.providerTrustMode, { name: 'X-SVC-Provider-Trust-Mode', code: 'invalid_trust_mode' }],
+  [HEADER.providerAllowFallbacks, { name: 'X-SVC-Provider-Allow-Fallbacks', code: 'invalid_provider_header' }],
+  [HEADER.providerRequireParameters, { name: 'X-SVC-Provider-Require-Parameters', code: 'invalid_provider_header' }],
+  [HEADER.maxPricePrompt, { name: 'X-SVC-Provider-Max-Price-Usd-Prompt', code: 'invalid_max_price_usd' }],
+  [HEADER.maxPriceCompletion, { name: 'X-SVC-Provider-Max-Price-Usd-Completion', code: 'invalid_max_price_usd' }],
+  [HEADER.maxPriceImage, { name: 'X-SVC-Provider-Max-Price-Usd-Image', code: 'invalid_max_price_usd' }],
+])
+
 /**
  * Parses the routing headers into `prefs`. Returns null, or the RouterError of the first malformed header.
  * The pin header is only normalised here; the registry decides whether it names a provider.
  */
 export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): RouterError | null {
+  // A routing header sent twice with different values has no one value to honour: neither copy wins.
+  // RequestHead.conflictingHeader comes with the front-end branch; read through this cast until it has landed
+  // (then: head.conflictingHeader), so this compiles with and without it.
+  const conflicting = (head as { conflictingHeader?: string }).conflictingHeader ?? ''
+  if (conflicting.length !== 0) {
+    const header = ROUTING_HEADERS.get(conflicting)
+    if (header !== undefined) return new RouterError(header.code, `${header.name} was sent twice with different values`)
+  }
+
   let v = trimOws(head.providerAddress)
   if (v.length !== 0) prefs.address = v.toLowerCase()
 

@@ -42,6 +42,17 @@ function parse(headers: RoutingHeaders): { prefs: RoutingPrefs; err: RouterError
   return { prefs, err }
 }
 
+/**
+ * Like parse(), for a head whose front end saw `name` twice with different values. RequestHead.conflictingHeader
+ * comes with the front-end branch: passed as a variable, not a literal, so this compiles before and after.
+ */
+function parseConflicting(name: string, headers: RoutingHeaders = {}): { prefs: RoutingPrefs; err: RouterError | null } {
+  const fields: RoutingHeaders & { conflictingHeader: string } = { ...headers, conflictingHeader: name }
+  const prefs = new RoutingPrefs()
+  const err = parseRoutingHeaders(requestHead(fields), prefs)
+  return { prefs, err }
+}
+
 /** The error code `mergeBodyPreferences` throws, or null when it accepts the object. */
 function bodyError(provider: unknown, prefs = new RoutingPrefs()): string | null {
   try {
@@ -230,6 +241,36 @@ t.test('the first malformed header is reported, naming the header', async (t) =>
   t.match(err?.message, /X-SVC-Provider-Sort/)
   t.match(parse({ maxPriceCompletion: 'NaN' }).err?.message, /X-SVC-Provider-Max-Price-Usd-Completion/)
   t.match(parse({ providerRequireParameters: 'yes' }).err?.message, /X-SVC-Provider-Require-Parameters/)
+})
+
+t.test('a routing header sent twice with different values is 400 with that header\'s own code', async (t) => {
+  const cases: [string, string, string, RoutingHeaders][] = [
+    ['x-svc-provider-address', 'X-SVC-Provider-Address', 'invalid_provider_header', { providerAddress: ADDRESS }],
+    ['x-svc-provider-sort', 'X-SVC-Provider-Sort', 'invalid_provider_header', { providerSort: 'price' }],
+    ['x-svc-provider-trust-mode', 'X-SVC-Provider-Trust-Mode', 'invalid_trust_mode', { providerTrustMode: 'private' }],
+    ['x-svc-provider-allow-fallbacks', 'X-SVC-Provider-Allow-Fallbacks', 'invalid_provider_header', { providerAllowFallbacks: 'true' }],
+    ['x-svc-provider-require-parameters', 'X-SVC-Provider-Require-Parameters', 'invalid_provider_header', { providerRequireParameters: 'false' }],
+    ['x-svc-provider-max-price-usd-prompt', 'X-SVC-Provider-Max-Price-Usd-Prompt', 'invalid_max_price_usd', { maxPricePrompt: '1' }],
+    ['x-svc-provider-max-price-usd-completion', 'X-SVC-Provider-Max-Price-Usd-Completion', 'invalid_max_price_usd', { maxPriceCompletion: '1' }],
+    ['x-svc-provider-max-price-usd-image', 'X-SVC-Provider-Max-Price-Usd-Image', 'invalid_max_price_usd', { maxPriceImage: '1' }],
+  ]
+  for (const [lower, name, code, headers] of cases) {
+    // The copy the head holds is valid: the conflict alone is the error.
+    t.equal(parse(headers).err, null, `${name} once is accepted`)
+    const { err } = parseConflicting(lower, headers)
+    t.equal(err?.code, code, `${name} twice: ${code}`)
+    t.equal(err?.status, 400)
+    t.equal(err?.message, `${name} was sent twice with different values`)
+  }
+  t.equal(parseConflicting('x-svc-provider-sort', { providerTrustMode: 'high' }).err?.code, 'invalid_provider_header', 'the conflict is reported before a malformed header')
+})
+
+t.test('a conflicting header that is not a routing header is not the router\'s to judge', async (t) => {
+  for (const name of ['', 'authorization', 'content-type', 'x-svc-provider-order', 'x-request-id']) {
+    const { prefs, err } = parseConflicting(name, { providerSort: 'price' })
+    t.equal(err, null, `conflicting ${JSON.stringify(name)}`)
+    t.equal(prefs.sort, SORT_PRICE)
+  }
 })
 
 t.test('parseDecimal accepts plain decimals only', async (t) => {
