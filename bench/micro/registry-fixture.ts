@@ -117,8 +117,8 @@ export function standaloneIndex(providers: number): ModelIndex {
   return modelIndexOf(offers, buildIndex(indexInputOf(offers)), 0)
 }
 
-/** The prompt price below which `share` of the offers of model 0 lie: a ceiling that keeps that share. */
-export function promptCeiling(index: ModelIndex, share: number): number {
-  const prices = index.offers.map((o) => o.promptPerM).sort((a, b) => a - b)
+/** The prompt price (atto-USD per 1M) below which `share` of the offers of model 0 lie: a ceiling that keeps that share. */
+export function promptCeiling(index: ModelIndex, share: number): bigint {
+  const prices = index.offers.map((o) => o.promptPerM).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
   return prices[Math.min(prices.length - 1, Math.floor(prices.length * share))]!
 }

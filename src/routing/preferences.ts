@@ -3,6 +3,7 @@
  * with the deprecated body `provider` object (header wins). Parsing is a character scan with no regex and no
  * intermediate objects; a present but malformed value is an error, never a default.
  */
+import { numberToDecimal } from '../billing/money.js'
 import { RouterError, type ErrorCode } from '../errors.js'
 import { HEADER, type RequestHead } from '../server/request-head.js'
 import { tierRank, TRUST_MODES } from '../vocabulary/trust.js'
@@ -28,10 +29,14 @@ export class RoutingPrefs {
   allowFallbacks = UNSET
   /** 1 / 0, or UNSET (off). */
   requireParameters = UNSET
-  /** Ceilings in USD (per 1M tokens, per image), or UNSET. */
-  maxPrompt = UNSET
-  maxCompletion = UNSET
-  maxImage = UNSET
+  /**
+   * Price ceilings as exact atto-USD (10^-18 USD, billing/money.ts) per 1M prompt / completion tokens and per
+   * image, or null when unset. A ceiling is money: it is compared with the offers' exact prices, never as a
+   * float. (null, not a bigint sentinel, so that "is there a ceiling" costs no BigInt operation.)
+   */
+  maxPrompt: bigint | null = null
+  maxCompletion: bigint | null = null
+  maxImage: bigint | null = null
 
   /** Fallbacks after defaults: on unless an address is pinned (rule 1). */
   fallbacksAllowed(): boolean {
@@ -67,7 +72,6 @@ function stripOws(value: string): string {
   return value.slice(start, end)
 }
 
-
 function isOws(c: number): boolean {
   return c === 32 || c === 9
 }
@@ -94,26 +98,79 @@ function parseBool(value: string): number {
   return UNSET
 }
 
-/** A plain non-negative decimal (`12`, `0.25`); UNSET for signs, exponents, NaN, Inf or stray characters. */
-export function parseDecimal(value: string): number {
-  const n = value.length
-  if (n === 0 || n > 64) return UNSET
-  let digitsBefore = 0
-  let digitsAfter = 0
+/** Decimals of an atto-USD amount: the unit of every price and charge (billing/money.ts). */
+const FRACTION_DIGITS = 18
+/**
+ * Most significant digits before the point of a ceiling written as text: far above any price, and a bound on
+ * the BigInt work one header or body string can ask for.
+ */
+const MAX_INTEGER_DIGITS = 64
+/** Digits gathered in a plain number before they move into a bigint: 15 digits stay below 2^53, so exact. */
+const CHUNK_DIGITS = 15
+/** 10^0 … 10^18 as bigints. */
+const POW10: readonly bigint[] = Array.from({ length: FRACTION_DIGITS + 1 }, (_, i) => 10n ** BigInt(i))
+
+/**
+ * A ceiling header or body string: a plain non-negative decimal (`12`, `0.25`) as exact atto-USD, or null for
+ * signs, exponents, NaN, Inf, stray characters or more than 64 significant digits before the point.
+ *
+ * Digits past the 18th after the point are dropped, truncating toward zero, rather than rejected: the spec
+ * takes any finite non-negative decimal, and for a ceiling the truncation is exact, not an approximation.
+ * Every offer price is a whole number of atto-USD, and for a whole number p and any c >= 0, p <= c exactly
+ * when p <= trunc(c). So 0.49999999999999999999 still excludes a price of 0.5 and admits 0.499999999999999999,
+ * as the full decimal would. (Rounding to nearest would make that ceiling 0.5 and admit the 0.5 offer.)
+ */
+export function parseCeiling(text: string): bigint | null {
+  return decimalToAtto(text, MAX_INTEGER_DIGITS)
+}
+
+/**
+ * A JSON number ceiling (body `provider.max_price`) as the decimal it prints as, then as parseCeiling reads
+ * it: 0.1 is the ceiling 0.1, not the binary double nearest to it. No digit bound: a double prints in at
+ * most a few hundred characters.
+ */
+function numberCeiling(value: number): bigint | null {
+  const text = numberToDecimal(value)
+  return text === null ? null : decimalToAtto(text, Number.POSITIVE_INFINITY)
+}
+
+function decimalToAtto(text: string, maxIntegerDigits: number): bigint | null {
+  const n = text.length
+  if (n === 0 || text.charCodeAt(0) === 46 || text.charCodeAt(n - 1) === 46) return null
   let dot = false
+  let integerDigits = 0
+  let fractionDigits = 0
+  // Significant digits gather in `chunk` and move into `big` CHUNK_DIGITS at a time, so a usual ceiling
+  // ("0.25") costs two BigInt operations in all.
+  let chunk = 0
+  let chunkDigits = 0
+  let big = 0n
+  let started = false
   for (let i = 0; i < n; i++) {
-    const c = value.charCodeAt(i)
-    if (c >= 48 && c <= 57) {
-      if (dot) digitsAfter++
-      else digitsBefore++
-    } else if (c === 46 && !dot) {
+    const c = text.charCodeAt(i)
+    if (c === 46) {
+      if (dot) return null
       dot = true
-    } else {
-      return UNSET
+      continue
+    }
+    const digit = c - 48
+    if (digit < 0 || digit > 9) return null
+    if (dot) {
+      if (fractionDigits === FRACTION_DIGITS) continue // truncated toward zero, see parseCeiling
+      fractionDigits++
+    }
+    if (!started && digit === 0) continue // a leading zero adds nothing
+    started = true
+    if (!dot && ++integerDigits > maxIntegerDigits) return null
+    chunk = chunk * 10 + digit
+    if (++chunkDigits === CHUNK_DIGITS) {
+      big = big * POW10[CHUNK_DIGITS]! + BigInt(chunk)
+      chunk = 0
+      chunkDigits = 0
     }
   }
-  if (digitsBefore === 0 || (dot && digitsAfter === 0)) return UNSET
-  return Number(value)
+  const units = big === 0n ? BigInt(chunk) : big * POW10[chunkDigits]! + BigInt(chunk)
+  return fractionDigits === FRACTION_DIGITS ? units : units * POW10[FRACTION_DIGITS - fractionDigits]!
 }
 
 function badPrice(header: string, value: string): RouterError {
@@ -195,18 +252,21 @@ export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): Rou
 
   v = trimOws(head.maxPricePrompt)
   if (v.length !== 0) {
-    prefs.maxPrompt = parseDecimal(v)
-    if (prefs.maxPrompt === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Prompt', v)
+    const ceiling = parseCeiling(v)
+    if (ceiling === null) return badPrice('X-SVC-Provider-Max-Price-Usd-Prompt', v)
+    prefs.maxPrompt = ceiling
   }
   v = trimOws(head.maxPriceCompletion)
   if (v.length !== 0) {
-    prefs.maxCompletion = parseDecimal(v)
-    if (prefs.maxCompletion === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Completion', v)
+    const ceiling = parseCeiling(v)
+    if (ceiling === null) return badPrice('X-SVC-Provider-Max-Price-Usd-Completion', v)
+    prefs.maxCompletion = ceiling
   }
   v = trimOws(head.maxPriceImage)
   if (v.length !== 0) {
-    prefs.maxImage = parseDecimal(v)
-    if (prefs.maxImage === UNSET) return badPrice('X-SVC-Provider-Max-Price-Usd-Image', v)
+    const ceiling = parseCeiling(v)
+    if (ceiling === null) return badPrice('X-SVC-Provider-Max-Price-Usd-Image', v)
+    prefs.maxImage = ceiling
   }
   return null
 }
@@ -215,12 +275,9 @@ function bodyField(name: string): string {
   return `provider.${name}`
 }
 
-function bodyPrice(value: unknown, name: string): number {
-  if (typeof value === 'number' && Number.isFinite(value) && value >= 0) return value
-  if (typeof value === 'string') {
-    const n = parseDecimal(trimOws(value))
-    if (n !== UNSET) return n
-  }
+function bodyPrice(value: unknown, name: string): bigint {
+  const ceiling = typeof value === 'number' ? numberCeiling(value) : typeof value === 'string' ? parseCeiling(trimOws(value)) : null
+  if (ceiling !== null) return ceiling
   throw new RouterError(
     'invalid_max_price_usd',
     `${bodyField(name)} must be a finite non-negative decimal, got ${JSON.stringify(value)}`,
@@ -294,13 +351,13 @@ export function mergeBodyPreferences(provider: unknown, prefs: RoutingPrefs): vo
           if (m[dim] === undefined || m[dim] === null) continue
           if (dim === 'prompt') {
             const n = bodyPrice(m[dim], 'max_price.prompt')
-            if (prefs.maxPrompt === UNSET) prefs.maxPrompt = n
+            if (prefs.maxPrompt === null) prefs.maxPrompt = n
           } else if (dim === 'completion') {
             const n = bodyPrice(m[dim], 'max_price.completion')
-            if (prefs.maxCompletion === UNSET) prefs.maxCompletion = n
+            if (prefs.maxCompletion === null) prefs.maxCompletion = n
           } else if (dim === 'image') {
             const n = bodyPrice(m[dim], 'max_price.image')
-            if (prefs.maxImage === UNSET) prefs.maxImage = n
+            if (prefs.maxImage === null) prefs.maxImage = n
           } else {
             throw new RouterError('invalid_request', `unknown field provider.max_price.${dim} (known: prompt, completion, image)`)
           }

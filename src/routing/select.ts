@@ -37,14 +37,15 @@ const PASS_END = 4
 /** Random draws of the default strategy before it gives way to the list order. */
 const P2C_DRAWS = 4
 
+/** Exact: ceilings and offer prices are both atto-USD bigints in the ceiling's unit (per 1M tokens, per image). */
 function withinCeiling(offer: Offer, prefs: RoutingPrefs, dimension: number): boolean {
   if (dimension === DIMENSION_CHAT) {
     return (
-      (prefs.maxPrompt === UNSET || offer.promptPerM <= prefs.maxPrompt) &&
-      (prefs.maxCompletion === UNSET || offer.completionPerM <= prefs.maxCompletion)
+      (prefs.maxPrompt === null || offer.promptPerM <= prefs.maxPrompt) &&
+      (prefs.maxCompletion === null || offer.completionPerM <= prefs.maxCompletion)
     )
   }
-  if (dimension === DIMENSION_IMAGE) return prefs.maxImage === UNSET || offer.imageUsd <= prefs.maxImage
+  if (dimension === DIMENSION_IMAGE) return prefs.maxImage === null || offer.imagePrice <= prefs.maxImage
   return true
 }
 

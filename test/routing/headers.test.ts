@@ -472,6 +472,38 @@ t.test('max price', async (t) => {
   })
 })
 
+t.test('a ceiling of 0.49999999999999999 is below a price of 0.50: ceilings are compared as exact decimals', async (t) => {
+  // As a double, 0.49999999999999999 is 0.5: a float comparison admitted the provider priced 0.50.
+  const stack = await stackFor(t, [{ address: A, models: [{ id: MODEL, price: { prompt: 0.5, completion: 0.5 } }] }])
+  const justBelow = '0.49999999999999999'
+  const farBelow = '0.49999999999999999999' // 20 decimals: more than atto-USD holds, and still below 0.5
+
+  await t.test('header', async (t) => {
+    for (const [name, value] of [
+      ['X-SVC-Provider-Max-Price-Usd-Prompt', justBelow],
+      ['X-SVC-Provider-Max-Price-Usd-Completion', justBelow],
+      ['X-SVC-Provider-Max-Price-Usd-Prompt', farBelow],
+      ['X-SVC-Provider-Max-Price-Usd-Completion', farBelow],
+    ] as const) {
+      expectError(t, await chat(stack, { [name]: value }), 400, 'no_provider_within_max_price', `${name}: ${value}`)
+      expectError(t, await chat(stack, { [name]: value, 'X-SVC-Provider-Address': A }), 400, 'pinned_provider_exceeds_max_price', `pinned, ${name}: ${value}`)
+    }
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': '0.5' }), 'a ceiling equal to the price'), A)
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': '0.50000000000000000001' }), 'a hair above'), A)
+  })
+
+  await t.test('body', async (t) => {
+    for (const value of [justBelow, farBelow]) {
+      for (const dim of ['prompt', 'completion']) {
+        const provider = { max_price: { [dim]: value } }
+        expectError(t, await chat(stack, {}, { provider }), 400, 'no_provider_within_max_price', `max_price.${dim} ${value}`)
+      }
+    }
+    t.equal(expectServed(t, await chat(stack, {}, { provider: { max_price: { prompt: 0.5, completion: '0.5' } } }), 'equal, as a number and a string'), A)
+  })
+  t.equal(requests(stack, A), 3, 'only the requests within the ceiling reached the provider')
+})
+
 t.test('max price is a hard filter before failover: the cheap provider fails and the dear one is never tried', async (t) => {
   const stack = await stackFor(t, [{ ...CHEAP_AND_DEAR[0]!, sim: { fault: 'status-500' } }, CHEAP_AND_DEAR[1]!])
   const res = await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': '1' })

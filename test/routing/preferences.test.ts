@@ -6,7 +6,7 @@ import t from 'tap'
 import { RouterError } from '../../src/errors.js'
 import {
   mergeBodyPreferences,
-  parseDecimal,
+  parseCeiling,
   parseRoutingHeaders,
   RoutingPrefs,
   SORT_DEFAULT,
@@ -16,6 +16,7 @@ import {
 } from '../../src/routing/preferences.js'
 import type { RequestHead } from '../../src/server/request-head.js'
 import { requestHead } from '../helpers/request-head.js'
+import { usd } from './usd.js'
 
 type RoutingHeaders = Partial<
   Pick<
@@ -75,9 +76,9 @@ t.test('absent headers leave every preference unset', async (t) => {
   t.equal(prefs.tier, UNSET)
   t.equal(prefs.allowFallbacks, UNSET)
   t.equal(prefs.requireParameters, UNSET)
-  t.equal(prefs.maxPrompt, UNSET)
-  t.equal(prefs.maxCompletion, UNSET)
-  t.equal(prefs.maxImage, UNSET)
+  t.equal(prefs.maxPrompt, null)
+  t.equal(prefs.maxCompletion, null)
+  t.equal(prefs.maxImage, null)
   t.equal(prefs.fallbacksAllowed(), true, 'fallbacks default on')
   t.equal(prefs.requiresParameters(), false, 'require-parameters defaults off')
 })
@@ -100,9 +101,9 @@ t.test('blank and whitespace-only headers count as unset, never as malformed', a
     t.equal(prefs.tier, UNSET)
     t.equal(prefs.allowFallbacks, UNSET)
     t.equal(prefs.requireParameters, UNSET)
-    t.equal(prefs.maxPrompt, UNSET)
-    t.equal(prefs.maxCompletion, UNSET)
-    t.equal(prefs.maxImage, UNSET)
+    t.equal(prefs.maxPrompt, null)
+    t.equal(prefs.maxCompletion, null)
+    t.equal(prefs.maxImage, null)
   }
 })
 
@@ -119,7 +120,7 @@ t.test('values are trimmed before they are checked', async (t) => {
   t.equal(prefs.tier, 1)
   t.equal(prefs.allowFallbacks, 0)
   t.equal(prefs.requireParameters, 1)
-  t.equal(prefs.maxPrompt, 0.5)
+  t.equal(prefs.maxPrompt, usd('0.5'))
 })
 
 /** Whitespace that String#trim strips but HTTP does not: none of it is optional whitespace (RFC 9110 §5.6.3). */
@@ -222,10 +223,10 @@ t.test('boolean headers accept true/false in any case and nothing else', async (
 t.test('each price header takes a finite non-negative decimal and rejects anything else', async (t) => {
   for (const field of ['maxPricePrompt', 'maxPriceCompletion', 'maxPriceImage'] as const) {
     const key = field === 'maxPricePrompt' ? 'maxPrompt' : field === 'maxPriceCompletion' ? 'maxCompletion' : 'maxImage'
-    for (const [value, want] of [['0', 0], ['0.5', 0.5], ['10', 10], ['007.250', 7.25]] as const) {
+    for (const [value, want] of [['0', '0'], ['0.5', '0.5'], ['10', '10'], ['007.250', '7.25']] as const) {
       const { prefs, err } = parse({ [field]: value })
       t.equal(err, null, `${field}=${value} accepted`)
-      t.equal(prefs[key], want)
+      t.equal(prefs[key], usd(want))
     }
     for (const bad of ['NaN', 'Inf', 'Infinity', '-1', '-0', '+1', '1e3', 'abc', '0x10', '1.', '.5', '1.2.3', '1,5', '1 5', '$1']) {
       const { err } = parse({ [field]: bad })
@@ -273,14 +274,65 @@ t.test('a conflicting header that is not a routing header is not the router\'s t
   }
 })
 
-t.test('parseDecimal accepts plain decimals only', async (t) => {
-  t.equal(parseDecimal('0'), 0)
-  t.equal(parseDecimal('12'), 12)
-  t.equal(parseDecimal('0.25'), 0.25)
-  t.equal(parseDecimal('10.0'), 10)
-  t.equal(parseDecimal('1'.repeat(64)), Number('1'.repeat(64)), '64 characters is the longest accepted')
+t.test('a price header of 0.49999999999999999 is that exact decimal, below 0.5, not the double 0.5', async (t) => {
+  for (const field of ['maxPricePrompt', 'maxPriceCompletion', 'maxPriceImage'] as const) {
+    const key = field === 'maxPricePrompt' ? 'maxPrompt' : field === 'maxPriceCompletion' ? 'maxCompletion' : 'maxImage'
+    const { prefs, err } = parse({ [field]: '0.49999999999999999' })
+    t.equal(err, null)
+    t.equal(prefs[key], usd('0.49999999999999999'), `${field}: exact`)
+    t.ok(prefs[key]! < usd('0.5'), `${field}: below 0.5`)
+  }
+})
+
+t.test('a ceiling with more than 18 decimals is accepted and truncated toward zero', async (t) => {
+  const cases: [string, string][] = [
+    ['0.49999999999999999999', '0.499999999999999999'],
+    ['0.0000000000000000009', '0'],
+    ['1.0000000000000000001', '1'],
+    ['0.' + '9'.repeat(300), '0.' + '9'.repeat(18)],
+    ['0'.repeat(100) + '1.5', '1.5'],
+    ['123456789012345678901234567890.123456789012345678', '123456789012345678901234567890.123456789012345678'],
+  ]
+  for (const [text, want] of cases) {
+    t.equal(parseCeiling(text), usd(want), `${text.length > 40 ? text.slice(0, 37) + '...' : text} reads as ${want.length > 40 ? want.slice(0, 37) + '...' : want}`)
+    t.equal(parse({ maxPricePrompt: text }).prefs.maxPrompt, usd(want), 'as a header')
+    const prefs = new RoutingPrefs()
+    mergeBodyPreferences({ max_price: { image: text } }, prefs)
+    t.equal(prefs.maxImage, usd(want), 'as a body string')
+  }
+})
+
+t.test('a body ceiling given as a JSON number is the decimal it prints as', async (t) => {
+  const cases: [number, string][] = [
+    [0.1, '0.1'],
+    [0.49999999999999994, '0.49999999999999994'],
+    [1e-7, '0.0000001'],
+    [1.5e21, '1500000000000000000000'],
+    [5e-324, '0'],
+    [0, '0'],
+    [-0, '0'],
+  ]
+  for (const [value, want] of cases) {
+    const prefs = new RoutingPrefs()
+    mergeBodyPreferences({ max_price: { prompt: value } }, prefs)
+    t.equal(prefs.maxPrompt, usd(want), `${value} is ${want}`)
+  }
+  const huge = new RoutingPrefs()
+  mergeBodyPreferences({ max_price: { completion: 1e300 } }, huge)
+  t.equal(huge.maxCompletion, usd('1' + '0'.repeat(300)), 'a number has no digit bound: 1e300 is a (very high) ceiling')
+  for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, -1, -5e-324]) {
+    t.equal(bodyError({ max_price: { prompt: bad } }), 'invalid_max_price_usd', `${bad} is not a ceiling`)
+  }
+})
+
+t.test('parseCeiling accepts plain decimals only', async (t) => {
+  t.equal(parseCeiling('0'), usd('0'))
+  t.equal(parseCeiling('12'), usd('12'))
+  t.equal(parseCeiling('0.25'), usd('0.25'))
+  t.equal(parseCeiling('10.0'), usd('10'))
+  t.equal(parseCeiling('1'.repeat(64)), usd('1'.repeat(64)), '64 digits before the point is the most accepted')
   for (const bad of ['', '1'.repeat(65), 'NaN', 'Infinity', '-Infinity', 'Inf', '-1', '+1', '1e3', '1E3', '0x10', '0b1', '1.', '.5', '.', '1..2', ' 1', '1 ', 'abc', '١']) {
-    t.equal(parseDecimal(bad), UNSET, `${JSON.stringify(bad)} is not a decimal`)
+    t.equal(parseCeiling(bad), null, `${JSON.stringify(bad)} is not a decimal`)
   }
 })
 
@@ -303,9 +355,9 @@ t.test('body provider object applies each field when no header set it', async (t
   t.equal(prefs.tier, 1)
   t.equal(prefs.allowFallbacks, 1)
   t.equal(prefs.requireParameters, 1)
-  t.equal(prefs.maxPrompt, 1.5)
-  t.equal(prefs.maxCompletion, 2)
-  t.equal(prefs.maxImage, 0)
+  t.equal(prefs.maxPrompt, usd('1.5'))
+  t.equal(prefs.maxCompletion, usd('2'))
+  t.equal(prefs.maxImage, usd('0'))
 })
 
 t.test('header wins over the body field by field', async (t) => {
@@ -331,16 +383,16 @@ t.test('header wins over the body field by field', async (t) => {
   t.equal(prefs.tier, 2, 'header trust mode kept')
   t.equal(prefs.allowFallbacks, 0, 'header allow-fallbacks kept')
   t.equal(prefs.requireParameters, 0, 'header require-parameters kept')
-  t.equal(prefs.maxPrompt, 3, 'header prompt ceiling kept')
-  t.equal(prefs.maxCompletion, 0.2, 'body completion ceiling applies: the header left it unset')
-  t.equal(prefs.maxImage, UNSET)
+  t.equal(prefs.maxPrompt, usd('3'), 'header prompt ceiling kept')
+  t.equal(prefs.maxCompletion, usd('0.2'), 'body completion ceiling applies: the header left it unset')
+  t.equal(prefs.maxImage, null)
 })
 
 t.test('body max_price applies while the header sets only trust mode', async (t) => {
   const { prefs } = parse({ providerTrustMode: 'standard' })
   mergeBodyPreferences({ max_price: { prompt: 0.5 } }, prefs)
   t.equal(prefs.tier, 0)
-  t.equal(prefs.maxPrompt, 0.5)
+  t.equal(prefs.maxPrompt, usd('0.5'))
 })
 
 t.test('body pin does not replace a header pin', async (t) => {
@@ -356,7 +408,7 @@ t.test('absent, null and empty body provider objects change nothing', async (t) 
     t.equal(prefs.address, '')
     t.equal(prefs.sortSet, false)
     t.equal(prefs.tier, UNSET)
-    t.equal(prefs.maxPrompt, UNSET)
+    t.equal(prefs.maxPrompt, null)
   }
 })
 
