@@ -15,7 +15,7 @@ import type { RequestHead } from '../server/request-head.js'
 import { sendJson } from '../server/respond.js'
 import { periodStartDay } from '../store/days.js'
 import { RESET_PERIODS, TRUST_MODES, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store, type TrustMode } from '../store/store.js'
-import { parseJsonObject } from './inference.js'
+import { parseJsonObject } from '../codecs/json-body.js'
 
 export interface ApiKeysDeps {
   readonly authenticate: MgmtAuthenticator
