@@ -202,11 +202,8 @@ const ROUTING_HEADERS: ReadonlyMap<string, { readonly name: string; readonly cod
  */
 export function parseRoutingHeaders(head: RequestHead, prefs: RoutingPrefs): RouterError | null {
   // A routing header sent twice with different values has no one value to honour: neither copy wins.
-  // RequestHead.conflictingHeader comes with the front-end branch; read through this cast until it has landed
-  // (then: head.conflictingHeader), so this compiles with and without it.
-  const conflicting = (head as { conflictingHeader?: string }).conflictingHeader ?? ''
-  if (conflicting.length !== 0) {
-    const header = ROUTING_HEADERS.get(conflicting)
+  if (head.conflictingHeader.length !== 0) {
+    const header = ROUTING_HEADERS.get(head.conflictingHeader)
     if (header !== undefined) return new RouterError(header.code, `${header.name} was sent twice with different values`)
   }
 

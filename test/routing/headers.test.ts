@@ -172,10 +172,7 @@ t.test('header domains', async (t) => {
     t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['private', 'private'] }), 'trust mode twice'), P)
   })
 
-  // A todo until RequestHead.conflictingHeader lands with the front-end branch: uWS's getHeader returns the
-  // first copy only, so today the second is silently ignored. parseRoutingHeaders already rejects a conflict
-  // the head reports (test/routing/preferences.test.ts).
-  t.test('a routing header sent twice with different values is 400 with its own code', { todo: 'needs RequestHead.conflictingHeader from the front end' }, async (t) => {
+  t.test('a routing header sent twice with different values is 400 with its own code', async (t) => {
     const before = requests(stack, P)
     expectError(t, await chat(stack, { 'X-SVC-Provider-Sort': ['price', 'latency'] }), 400, 'invalid_provider_header', 'sort')
     expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['private', 'standard'] }), 400, 'invalid_trust_mode', 'trust mode')

@@ -43,14 +43,10 @@ function parse(headers: RoutingHeaders): { prefs: RoutingPrefs; err: RouterError
   return { prefs, err }
 }
 
-/**
- * Like parse(), for a head whose front end saw `name` twice with different values. RequestHead.conflictingHeader
- * comes with the front-end branch: passed as a variable, not a literal, so this compiles before and after.
- */
+/** Like parse(), for a head whose front end saw `name` twice with different values. */
 function parseConflicting(name: string, headers: RoutingHeaders = {}): { prefs: RoutingPrefs; err: RouterError | null } {
-  const fields: RoutingHeaders & { conflictingHeader: string } = { ...headers, conflictingHeader: name }
   const prefs = new RoutingPrefs()
-  const err = parseRoutingHeaders(requestHead(fields), prefs)
+  const err = parseRoutingHeaders(requestHead({ ...headers, conflictingHeader: name }), prefs)
   return { prefs, err }
 }
 
