@@ -8,9 +8,6 @@ import { RouterError, type ErrorCode } from '../errors.js'
 import { HEADER, type RequestHead } from '../server/request-head.js'
 import { tierRank, TRUST_MODES } from '../vocabulary/trust.js'
 
-// src/surfaces/inference.ts imports tierName from here.
-export { tierName } from '../vocabulary/trust.js'
-
 export const SORT_DEFAULT = 0
 export const SORT_LATENCY = 1
 export const SORT_PRICE = 2

@@ -7,9 +7,10 @@
  * skipped for good), and when Require-Parameters is off, capable before incapable within each.
  */
 import { RouterError } from '../errors.js'
+import { tierName } from '../vocabulary/trust.js'
 import type { Offer, ProviderEntry } from './offers.js'
 import { namesOf } from './params.js'
-import { RoutingPrefs, SORT_DEFAULT, SORT_LATENCY, tierName, UNSET } from './preferences.js'
+import { RoutingPrefs, SORT_DEFAULT, SORT_LATENCY, UNSET } from './preferences.js'
 import type { ModelIndex } from './table.js'
 
 /** Which price ceilings apply to the surface (spec §4.7 rule 5 table). */
