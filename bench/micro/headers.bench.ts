@@ -3,6 +3,7 @@
  * Measured as the router pays it: a fresh RoutingPrefs, then the parse.
  */
 import { Bench } from 'tinybench'
+import { parseUsd } from '../../src/billing/money.js'
 import { parseRoutingHeaders, RoutingPrefs, SORT_PRICE, UNSET } from '../../src/routing/preferences.js'
 import type { RequestHead } from '../../src/server/request-head.js'
 import { batched, check, formatNs, nsPerOp, recordSummary } from './measure.js'
@@ -32,12 +33,12 @@ function parse(h: RequestHead): RoutingPrefs {
 }
 
 const none = parse(NONE)
-check(none.address === '' && none.sort === 0 && !none.sortSet && none.tier === UNSET && none.maxPrompt === UNSET, 'no headers leave every field unset')
+check(none.address === '' && none.sort === 0 && !none.sortSet && none.tier === UNSET && none.maxPrompt === null, 'no headers leave every field unset')
 const all = parse(ALL)
 check(all.address === '0xabcdef0123456789abcdef0123456789abcdef01', 'address lower-cased')
 check(all.sort === SORT_PRICE && all.sortSet && all.tier === 1, 'sort and tier')
 check(all.allowFallbacks === 0 && all.requireParameters === 1, 'booleans, any case')
-check(all.maxPrompt === 0.25 && all.maxCompletion === 1.5 && all.maxImage === 0.004, 'ceilings, trimmed')
+check(all.maxPrompt === parseUsd('0.25') && all.maxCompletion === parseUsd('1.5') && all.maxImage === parseUsd('0.004'), 'ceilings, exact, trimmed')
 
 const BATCH = 1000
 const bench = new Bench({ name: 'headers', time: 500, warmupTime: 100 })

@@ -7,9 +7,8 @@ import { HealthBook } from '../../src/health/health.js'
 import { buildIndex, FLOORS, type IndexInput, type IndexOutput } from '../../src/routing/index-build.js'
 import { buildOfferSet, type Offer, type OfferSet } from '../../src/routing/offers.js'
 import type { ModelIndex } from '../../src/routing/table.js'
-import type { RegistryModel, RegistryProvider, RegistrySnapshot, TrustMode } from '../../src/registry/types.js'
-
-const TIERS: readonly TrustMode[] = ['standard', 'verified', 'private']
+import type { RegistryModel, RegistryProvider, RegistrySnapshot } from '../../src/registry/types.js'
+import { TRUST_MODES } from '../../src/vocabulary/trust.js'
 const PARAMS = ['temperature', 'top_p', 'max_tokens', 'seed', 'tools', 'tool_choice'] as const
 
 /** mulberry32: small, fast, and the same sequence in every thread. */
@@ -53,7 +52,7 @@ export function syntheticSnapshot(providers: number, models = 1, seed = 42): Reg
     list.push({
       address: providerAddress(i),
       url: `http://127.0.0.1:${10_000 + (i % 50_000)}`,
-      trust_mode: TIERS[i % TIERS.length]!,
+      trust_mode: TRUST_MODES[i % TRUST_MODES.length]!,
       verifiability: '',
       tee_type: '',
       tee_verifier: '',
@@ -118,8 +117,8 @@ export function standaloneIndex(providers: number): ModelIndex {
   return modelIndexOf(offers, buildIndex(indexInputOf(offers)), 0)
 }
 
-/** The prompt price below which `share` of the offers of model 0 lie: a ceiling that keeps that share. */
-export function promptCeiling(index: ModelIndex, share: number): number {
-  const prices = index.offers.map((o) => o.promptPerM).sort((a, b) => a - b)
+/** The prompt price (atto-USD per 1M) below which `share` of the offers of model 0 lie: a ceiling that keeps that share. */
+export function promptCeiling(index: ModelIndex, share: number): bigint {
+  const prices = index.offers.map((o) => o.promptPerM).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
   return prices[Math.min(prices.length - 1, Math.floor(prices.length * share))]!
 }

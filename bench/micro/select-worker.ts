@@ -4,17 +4,18 @@
  * the same deterministic fixture as the main thread) and returns the chosen provider's address.
  */
 import { RouterError } from '../../src/errors.js'
-import { RoutingPrefs, UNSET } from '../../src/routing/preferences.js'
+import { RoutingPrefs } from '../../src/routing/preferences.js'
 import { DIMENSION_CHAT, select } from '../../src/routing/select.js'
 import type { ModelIndex } from '../../src/routing/table.js'
 import { standaloneIndex } from './registry-fixture.js'
 
-/** What crosses the thread boundary: plain numbers, as the routing headers would produce them. */
+/** What crosses the thread boundary: plain values, as the routing headers would produce them. */
 export interface SelectTask {
   readonly providers: number
   readonly sort: number
   readonly tier: number
-  readonly maxPrompt: number
+  /** atto-USD per 1M prompt tokens, or null for none. */
+  readonly maxPrompt: bigint | null
   readonly maxOutput: number
   readonly paramMask: number
 }
@@ -30,7 +31,7 @@ export default function selectInWorker(task: SelectTask): string {
   const prefs = new RoutingPrefs()
   prefs.sort = task.sort
   prefs.tier = task.tier
-  prefs.maxPrompt = task.maxPrompt === UNSET ? UNSET : task.maxPrompt
+  prefs.maxPrompt = task.maxPrompt
   const selection = select(
     index,
     prefs,

@@ -32,7 +32,7 @@ const VARIANTS: readonly Variant[] = [
   { label: `default + price ceiling (${CEILING_SHARE * 100}% of offers under it)`, sort: SORT_DEFAULT, ceiling: true },
 ]
 
-function prefsFor(variant: Variant, ceiling: number): RoutingPrefs {
+function prefsFor(variant: Variant, ceiling: bigint): RoutingPrefs {
   const prefs = new RoutingPrefs()
   prefs.sort = variant.sort
   prefs.sortSet = variant.sort !== SORT_DEFAULT
@@ -72,14 +72,14 @@ for (const n of SIZES) {
     check(index.offers.includes(firstOffer(index, prefsFor(VARIANTS[0]!, ceiling), req)), `default picks an offer at ${n}`)
     check(firstOffer(index, prefsFor(VARIANTS[3]!, ceiling), req).promptPerM <= ceiling, `ceiling respected at ${n}`)
   }
-  const cheapest = await pool.run({ providers: n, sort: SORT_PRICE, tier: UNSET, maxPrompt: UNSET, maxOutput: -1, paramMask: 0 })
+  const cheapest = await pool.run({ providers: n, sort: SORT_PRICE, tier: UNSET, maxPrompt: null, maxOutput: -1, paramMask: 0 })
   check(cheapest === index.price[0]![0]!.provider.address, `the worker's copy selects like the main thread at ${n}`)
 
   for (const variant of VARIANTS) {
     const prefs = prefsFor(variant, ceiling)
     bench.add(`inline ${variant.label} @${n}`, batched(BATCH, () => firstOffer(index, prefs, req)))
   }
-  const task: SelectTask = { providers: n, sort: SORT_DEFAULT, tier: UNSET, maxPrompt: UNSET, maxOutput: -1, paramMask: 0 }
+  const task: SelectTask = { providers: n, sort: SORT_DEFAULT, tier: UNSET, maxPrompt: null, maxOutput: -1, paramMask: 0 }
   // Warm the worker's JIT on this size too, so the first task measured is not the one that pays for it.
   for (let i = 0; i < 300; i++) await pool.run(task)
   bench.add(`piscina round trip, default @${n}`, async () => {

@@ -4,8 +4,7 @@
  * address is caught instead of silently naming another account). Stored lower-case.
  */
 import { keccak_256 } from '@noble/hashes/sha3.js'
-
-const HEX40 = /^0x[0-9a-fA-F]{40}$/
+import { isAddress } from '../vocabulary/address.js'
 
 /** The EIP-55 checksummed form of a valid address (any case). */
 export function toChecksumAddress(address: string): string {
@@ -23,7 +22,7 @@ export function toChecksumAddress(address: string): string {
 
 /** The lower-case wallet, or an error message saying what is wrong with `text`. */
 export function parseWallet(text: string): { wallet: string } | { problem: string } {
-  if (!HEX40.test(text)) return { problem: 'must be 0x followed by 40 hex digits' }
+  if (!isAddress(text)) return { problem: 'must be 0x followed by 40 hex digits' }
   const body = text.slice(2)
   const lower = body.toLowerCase()
   if (body === lower || body === body.toUpperCase()) return { wallet: '0x' + lower }

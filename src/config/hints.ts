@@ -30,7 +30,7 @@ export const RENAMED_CONFIG_KEYS: Readonly<Record<string, RenamedKey>> = {
   'server.address': { use: ['server.host'] },
   'server.bind': { use: ['server.host'] },
   'server.listen': { use: ['server.host', 'server.port'] },
-  'server.max_body_bytes': { use: ['server.max_json_body_bytes', 'server.max_multipart_body_bytes'] },
+  'server.max_body_bytes': { use: ['server.max_json_body_bytes'] },
   'registry.file': { use: ['registry.path'] },
   'registry.type': { use: ['registry.source'] },
   'registry.hot_reload': { use: ['registry.watch'] },

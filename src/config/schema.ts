@@ -4,6 +4,7 @@
  */
 
 import { z } from 'zod'
+import { LOWER_ADDRESS_PATTERN } from '../vocabulary/address.js'
 
 /** Node clamps any timer delay above 2^31-1 ms to 1 ms, so a longer "timeout" would fire at once. */
 export const MAX_TIMER_MS = 2_147_483_647
@@ -16,7 +17,6 @@ const ServerSchema = z.strictObject({
   /** 0 asks the OS for an ephemeral port (tests). */
   port: z.int().min(0).max(65535).default(8080),
   max_json_body_bytes: byteSize(10 * 1024 * 1024),
-  max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */
   send_timeout_ms: timeoutMs(60_000),
 })
@@ -45,7 +45,7 @@ const DevSchema = z.strictObject({
   bootstrap: z.boolean().default(false),
   wallet: z
     .string()
-    .regex(/^0x[0-9a-f]{40}$/, 'must be a lower-case wallet address (0x followed by 40 lower-case hex digits)')
+    .regex(LOWER_ADDRESS_PATTERN, 'must be a lower-case wallet address (0x followed by 40 lower-case hex digits)')
     .default('0x00000000000000000000000000000000000de0de'),
   deposit_usd: z.number().positive().max(1e9).default(10),
 })
@@ -60,8 +60,6 @@ const UpstreamSchema = z.strictObject({
   body_timeout_ms: timeoutMs(60_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
-  /** 0 turns failover off for multipart bodies. */
-  replay_buffer_bytes: z.int().min(0).default(25 * 1024 * 1024),
 })
 
 const RoutingSchema = z.strictObject({

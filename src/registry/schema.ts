@@ -6,9 +6,10 @@
 
 import { z } from 'zod'
 import { numberToDecimal, parseUsd, perTokenPrice } from '../billing/money.js'
+import { isAddress } from '../vocabulary/address.js'
+import { TRUST_MODES } from '../vocabulary/trust.js'
 import type { ChatFormat, ModelPrice, ModelType, RegistryModel, RegistryProvider } from './types.js'
 
-const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const DECIMAL = /^\d+(\.\d+)?$/
 
 /** 0x + 40 hex, stored lower-case. An unquoted 0x… is a YAML hex integer, hence the special message. */
@@ -18,7 +19,7 @@ const address = z.unknown().transform((value, ctx) => {
       ? 'required'
       : typeof value === 'number'
         ? 'must be a quoted string: YAML reads an unquoted 0x… as a number'
-        : typeof value !== 'string' || !ADDRESS.test(value)
+        : typeof value !== 'string' || !isAddress(value)
           ? `must be 0x followed by 40 hex digits (got ${JSON.stringify(value)})`
           : undefined
   if (problem !== undefined) {
@@ -166,7 +167,7 @@ const ProviderSchema = z
   .strictObject({
     address,
     url: providerUrl,
-    trust_mode: z.enum(['standard', 'verified', 'private']).default('standard'),
+    trust_mode: z.enum(TRUST_MODES).default('standard'),
     verifiability: z.enum(['TeeML', 'TeeTLS', '']).default(''),
     tee_type: z.string().default(''),
     tee_verifier: z.string().default(''),
@@ -206,7 +207,7 @@ export function duplicateIssues(raw: unknown): RawIssue[] {
   const addresses = new Map<string, number>()
   for (const [i, provider] of providers.entries()) {
     if (!isRecord(provider)) continue
-    if (typeof provider.address === 'string' && ADDRESS.test(provider.address)) {
+    if (typeof provider.address === 'string' && isAddress(provider.address)) {
       const key = provider.address.toLowerCase()
       const first = addresses.get(key)
       if (first === undefined) addresses.set(key, i)

@@ -2,15 +2,11 @@
  * The registry as data: providers are records, not classes (STYLE.md). A registry source (the YAML file now,
  * the ledger later) produces a frozen `RegistrySnapshot`; routing turns it into live offers.
  */
+import type { TrustMode } from '../vocabulary/trust.js'
 
-export type TrustMode = 'standard' | 'verified' | 'private'
 export type ModelType = 'chatbot' | 'text-to-image' | 'speech-to-text'
 export type ChatFormat = 'openai' | 'anthropic'
 export type Verifiability = 'TeeML' | 'TeeTLS' | ''
-
-/** Tier rank for floor comparisons: standard < verified < private (spec §2.6). */
-export const TIER_RANK: Readonly<Record<TrustMode, number>> = { standard: 0, verified: 1, private: 2 }
-export const TIERS: readonly TrustMode[] = ['standard', 'verified', 'private']
 
 /** Prices exactly as written in the registry, as decimal strings (never floats). */
 export interface ModelPrice {

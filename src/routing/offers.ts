@@ -1,12 +1,12 @@
 /**
  * Offers: one per (provider, model) of a registry snapshot, carrying what selection reads on the hot path in
- * ready form (tier rank, capability bits, prices as exact bigints for billing and as numbers for ceilings) and
- * the live stats shared with the health book.
+ * ready form (tier rank, capability bits, exact prices for billing and in the units of the price ceilings, a
+ * float sort key) and the live stats shared with the health book.
  */
 import { perTokenPrice, parseUsd } from '../billing/money.js'
 import type { HealthBook, OfferStats, ProviderHealth } from '../health/health.js'
-import type { RegistryModel, RegistryProvider, RegistrySnapshot, TrustMode } from '../registry/types.js'
-import { TIER_RANK } from '../registry/types.js'
+import type { RegistryModel, RegistryProvider, RegistrySnapshot } from '../registry/types.js'
+import { TIER_RANK, type TrustMode } from '../vocabulary/trust.js'
 import { maskOf } from './params.js'
 
 export interface ProviderEntry {
@@ -22,16 +22,22 @@ export interface Offer {
   readonly provider: ProviderEntry
   readonly model: RegistryModel
   readonly tier: number
-  /** atto-USD per prompt token / completion token / image / audio second. */
+  /** atto-USD per prompt token / completion token / image / audio second: what billing charges. */
   readonly promptPrice: bigint
   readonly completionPrice: bigint
   readonly imagePrice: bigint
   readonly audioPrice: bigint
-  /** The same prices as plain numbers in the units of the ceiling headers (USD per 1M tokens, per image). */
-  readonly promptPerM: number
-  readonly completionPerM: number
-  readonly imageUsd: number
-  /** Sort key for `price`: prompt + completion per 1M for chat, image price for images, audio price for speech. */
+  /**
+   * atto-USD per 1M prompt / completion tokens: the same prices in the unit of the ceiling headers, computed
+   * once here so a ceiling check is one bigint comparison (the image ceiling compares imagePrice as it is).
+   */
+  readonly promptPerM: bigint
+  readonly completionPerM: bigint
+  /**
+   * Sort key for `price`, in USD: prompt + completion per 1M for chat, image price for images, audio price for
+   * speech. A float, as the one place one is right: it only orders offers, it never decides a charge or a
+   * ceiling.
+   */
   readonly sortPrice: number
   readonly paramMask: number
   /** Advertised output capacity, -1 when never reported. */
@@ -48,29 +54,30 @@ export interface OfferSet {
   readonly all: readonly Offer[]
 }
 
+const TOKENS_PER_CEILING_UNIT = 1_000_000n
+
 function numberOf(decimal: string | undefined): number {
   return decimal === undefined ? 0 : Number(decimal)
 }
 
 function buildOffer(provider: ProviderEntry, model: RegistryModel, stats: OfferStats): Offer {
   const p = model.price
-  const promptPerM = numberOf(p.prompt)
-  const completionPerM = numberOf(p.completion)
-  const imageUsd = numberOf(p.image)
-  const audioUsd = numberOf(p.audio_second)
+  const promptPrice = p.prompt === undefined ? 0n : (perTokenPrice(p.prompt) ?? 0n)
+  const completionPrice = p.completion === undefined ? 0n : (perTokenPrice(p.completion) ?? 0n)
   return {
     provider,
     model,
     tier: provider.tier,
-    promptPrice: p.prompt === undefined ? 0n : (perTokenPrice(p.prompt) ?? 0n),
-    completionPrice: p.completion === undefined ? 0n : (perTokenPrice(p.completion) ?? 0n),
+    promptPrice,
+    completionPrice,
     imagePrice: p.image === undefined ? 0n : (parseUsd(p.image) ?? 0n),
     audioPrice: p.audio_second === undefined ? 0n : (parseUsd(p.audio_second) ?? 0n),
-    promptPerM,
-    completionPerM,
-    imageUsd,
+    promptPerM: promptPrice * TOKENS_PER_CEILING_UNIT,
+    completionPerM: completionPrice * TOKENS_PER_CEILING_UNIT,
     sortPrice:
-      model.type === 'chatbot' ? promptPerM + completionPerM : model.type === 'text-to-image' ? imageUsd : audioUsd,
+      model.type === 'chatbot'
+        ? numberOf(p.prompt) + numberOf(p.completion)
+        : numberOf(model.type === 'text-to-image' ? p.image : p.audio_second),
     paramMask: maskOf(model.supported_parameters),
     maxCompletionTokens: model.max_completion_tokens ?? -1,
     stats,

@@ -7,9 +7,10 @@
  * skipped for good), and when Require-Parameters is off, capable before incapable within each.
  */
 import { RouterError } from '../errors.js'
+import { tierName } from '../vocabulary/trust.js'
 import type { Offer, ProviderEntry } from './offers.js'
 import { namesOf } from './params.js'
-import { RoutingPrefs, SORT_DEFAULT, SORT_LATENCY, tierName, UNSET } from './preferences.js'
+import { RoutingPrefs, SORT_DEFAULT, SORT_LATENCY, UNSET } from './preferences.js'
 import type { ModelIndex } from './table.js'
 
 /** Which price ceilings apply to the surface (spec §4.7 rule 5 table). */
@@ -37,14 +38,15 @@ const PASS_END = 4
 /** Random draws of the default strategy before it gives way to the list order. */
 const P2C_DRAWS = 4
 
+/** Exact: ceilings and offer prices are both atto-USD bigints in the ceiling's unit (per 1M tokens, per image). */
 function withinCeiling(offer: Offer, prefs: RoutingPrefs, dimension: number): boolean {
   if (dimension === DIMENSION_CHAT) {
     return (
-      (prefs.maxPrompt === UNSET || offer.promptPerM <= prefs.maxPrompt) &&
-      (prefs.maxCompletion === UNSET || offer.completionPerM <= prefs.maxCompletion)
+      (prefs.maxPrompt === null || offer.promptPerM <= prefs.maxPrompt) &&
+      (prefs.maxCompletion === null || offer.completionPerM <= prefs.maxCompletion)
     )
   }
-  if (dimension === DIMENSION_IMAGE) return prefs.maxImage === UNSET || offer.imageUsd <= prefs.maxImage
+  if (dimension === DIMENSION_IMAGE) return prefs.maxImage === null || offer.imagePrice <= prefs.maxImage
   return true
 }
 
@@ -93,11 +95,6 @@ export class Selection {
     this.#first = offer
     this.#firstPending = true
     this.#yielded = 0
-  }
-
-  /** How many candidates were handed out so far. */
-  get yielded(): number {
-    return this.#yielded
   }
 
   next(): Offer | null {

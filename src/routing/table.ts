@@ -108,10 +108,6 @@ export class RoutingTable {
     return this.#state.offers.providers.get(address)
   }
 
-  providers(): ReadonlyMap<string, ProviderEntry> {
-    return this.#state.offers.providers
-  }
-
   /** Swaps in a new registry snapshot once the worker has indexed it. */
   update(snapshot: RegistrySnapshot): Promise<void> {
     return this.#enqueue(() => buildOfferSet(snapshot, this.#book))

@@ -13,7 +13,7 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 
 function defaultsWithPathsIn(dir: string): Config {
   return {
-    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000 },
+    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, send_timeout_ms: 60000 },
     registry: { source: 'file', path: join(dir, 'providers.yaml'), watch: true },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full' },
     limits: { requests_per_minute: 600 },
@@ -23,7 +23,6 @@ function defaultsWithPathsIn(dir: string): Config {
       body_timeout_ms: 60000,
       connections_per_provider: 128,
       keep_alive_timeout_ms: 60000,
-      replay_buffer_bytes: 26214400,
     },
     routing: {
       index_threads: 1,
@@ -274,7 +273,7 @@ t.test('env overrides', async (t) => {
     const names = CONFIG_LEAVES.map((leaf) => leaf.env)
     t.equal(new Set(names).size, names.length)
     t.ok(names.includes('SVC_ROUTING_LATENCY_EWMA_ALPHA'))
-    t.ok(names.includes('SVC_UPSTREAM_REPLAY_BUFFER_BYTES'))
+    t.ok(names.includes('SVC_UPSTREAM_CONNECTIONS_PER_PROVIDER'))
   })
 })
 

@@ -5,9 +5,10 @@
 import t, { type Test } from 'tap'
 import { HealthBook } from '../../src/health/health.js'
 import { parseRegistry } from '../../src/registry/file-source.js'
-import { RoutingPrefs, UNSET } from '../../src/routing/preferences.js'
+import { RoutingPrefs } from '../../src/routing/preferences.js'
 import { DIMENSION_CHAT, select, Selection } from '../../src/routing/select.js'
 import { RoutingTable } from '../../src/routing/table.js'
+import { usd } from './usd.js'
 
 const N = 2000
 
@@ -27,12 +28,13 @@ const REQ = { dimension: DIMENSION_CHAT, paramMask: 0, maxOutput: -1, allowedPro
 t.test('a tight ceiling over 2,000 providers: the pick is always within it', async (t) => {
   const rt = table(t)
   const prefs = new RoutingPrefs()
-  prefs.maxPrompt = 0.003 // only the three cheapest qualify
+  const ceiling = usd('0.003')
+  prefs.maxPrompt = ceiling // only the three cheapest qualify
   for (let i = 0; i < 200; i++) {
     const sel = select(rt.model('m')!, prefs, { ...REQ, now: performance.now() }, null)
     if (!(sel instanceof Selection)) return t.fail(String(sel))
     const first = sel.next()!
-    if (first.promptPerM > 0.003) return t.fail(`picked ${first.promptPerM}`)
+    if (first.promptPerM > ceiling) return t.fail(`picked ${first.model.price.prompt}`)
   }
   t.pass('200 selections, all within the ceiling')
 })
@@ -40,7 +42,7 @@ t.test('a tight ceiling over 2,000 providers: the pick is always within it', asy
 t.test('without filters the picks spread over many providers', async (t) => {
   const rt = table(t)
   const prefs = new RoutingPrefs()
-  t.equal(prefs.maxPrompt, UNSET)
+  t.equal(prefs.maxPrompt, null)
   const seen = new Set<string>()
   for (let i = 0; i < 200; i++) {
     const sel = select(rt.model('m')!, prefs, { ...REQ, now: performance.now() }, null) as Selection

@@ -32,7 +32,8 @@ interface Answer {
   body: Body
 }
 
-type Headers = Record<string, string>
+/** Header values; an array sends the header once per value. */
+type Headers = Record<string, string | string[]>
 
 const MODEL = 'm'
 const HELLO = { model: MODEL, messages: [{ role: 'user', content: 'hello there' }] }
@@ -145,6 +146,40 @@ t.test('header domains', async (t) => {
       const all = Object.fromEntries(names.map((n) => [n, blank]))
       t.equal(expectServed(t, await chat(stack, all), `all eight ${JSON.stringify(blank)}`), P)
     }
+  })
+
+  // A todo, not a pass: the uWS build in use trims header values itself, dropping every byte below 0x21 or
+  // above 0x7F at either edge (a signed-char `< 33` test in its parser), so "\xA0price" reaches
+  // parseRoutingHeaders as "price". Only SP and HTAB may be trimmed (spec §4.7, RFC 9110); the parser does
+  // its part (test/routing/preferences.test.ts), the front end has to stop uWS doing the rest.
+  const uwsTrimsObsText = 'uWS strips bytes 0x80-0xFF at the edges of a header value before the front end sees it'
+  t.test('a raw 0xA0 byte (U+00A0) around a value is not trimmed: 400 with the header\'s own code', { todo: uwsTrimsObsText }, async (t) => {
+    const nbsp = '\u00a0'
+    const before = requests(stack, P)
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Sort': nbsp + 'price' }), 400, 'invalid_provider_header', 'sort')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': 'private' + nbsp }), 400, 'invalid_trust_mode', 'trust mode')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': nbsp }), 400, 'invalid_trust_mode', 'trust mode U+00A0 alone is not blank')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Allow-Fallbacks': nbsp + 'true' }), 400, 'invalid_provider_header', 'allow-fallbacks')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Require-Parameters': 'false' + nbsp }), 400, 'invalid_provider_header', 'require-parameters')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': nbsp + '0.5' }), 400, 'invalid_max_price_usd', 'prompt ceiling')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Image': ' 0.5' + nbsp }), 400, 'invalid_max_price_usd', 'image ceiling')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Address': nbsp + P }), 404, 'provider_not_found', 'pin')
+    t.equal(requests(stack, P), before, 'nothing reached the provider')
+  })
+
+  t.test('a routing header sent twice with the same value is that value', async (t) => {
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Sort': ['price', 'price'] }), 'sort twice'), P)
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['private', 'private'] }), 'trust mode twice'), P)
+  })
+
+  t.test('a routing header sent twice with different values is 400 with its own code', async (t) => {
+    const before = requests(stack, P)
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Sort': ['price', 'latency'] }), 400, 'invalid_provider_header', 'sort')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['private', 'standard'] }), 400, 'invalid_trust_mode', 'trust mode')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Allow-Fallbacks': ['true', 'false'] }), 400, 'invalid_provider_header', 'allow-fallbacks')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': ['1', '2'] }), 400, 'invalid_max_price_usd', 'prompt ceiling')
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Address': [P, Q] }), 400, 'invalid_provider_header', 'pin')
+    t.equal(requests(stack, P), before, 'nothing reached the provider')
   })
 
   t.test('Sort: exact lowercase latency and price only, else 400 invalid_provider_header', async (t) => {
@@ -432,6 +467,38 @@ t.test('max price', async (t) => {
     const res = await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': '10', 'X-SVC-Provider-Address': B }, { provider: { max_price: { prompt: 0.05 } } })
     t.equal(expectServed(t, res, 'header 10 over body 0.05'), B)
   })
+})
+
+t.test('a ceiling of 0.49999999999999999 is below a price of 0.50: ceilings are compared as exact decimals', async (t) => {
+  // As a double, 0.49999999999999999 is 0.5: a float comparison admitted the provider priced 0.50.
+  const stack = await stackFor(t, [{ address: A, models: [{ id: MODEL, price: { prompt: 0.5, completion: 0.5 } }] }])
+  const justBelow = '0.49999999999999999'
+  const farBelow = '0.49999999999999999999' // 20 decimals: more than atto-USD holds, and still below 0.5
+
+  await t.test('header', async (t) => {
+    for (const [name, value] of [
+      ['X-SVC-Provider-Max-Price-Usd-Prompt', justBelow],
+      ['X-SVC-Provider-Max-Price-Usd-Completion', justBelow],
+      ['X-SVC-Provider-Max-Price-Usd-Prompt', farBelow],
+      ['X-SVC-Provider-Max-Price-Usd-Completion', farBelow],
+    ] as const) {
+      expectError(t, await chat(stack, { [name]: value }), 400, 'no_provider_within_max_price', `${name}: ${value}`)
+      expectError(t, await chat(stack, { [name]: value, 'X-SVC-Provider-Address': A }), 400, 'pinned_provider_exceeds_max_price', `pinned, ${name}: ${value}`)
+    }
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': '0.5' }), 'a ceiling equal to the price'), A)
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Max-Price-Usd-Prompt': '0.50000000000000000001' }), 'a hair above'), A)
+  })
+
+  await t.test('body', async (t) => {
+    for (const value of [justBelow, farBelow]) {
+      for (const dim of ['prompt', 'completion']) {
+        const provider = { max_price: { [dim]: value } }
+        expectError(t, await chat(stack, {}, { provider }), 400, 'no_provider_within_max_price', `max_price.${dim} ${value}`)
+      }
+    }
+    t.equal(expectServed(t, await chat(stack, {}, { provider: { max_price: { prompt: 0.5, completion: '0.5' } } }), 'equal, as a number and a string'), A)
+  })
+  t.equal(requests(stack, A), 3, 'only the requests within the ceiling reached the provider')
 })
 
 t.test('max price is a hard filter before failover: the cheap provider fails and the dear one is never tried', async (t) => {

@@ -11,6 +11,7 @@ import { paramBit } from '../../src/routing/params.js'
 import { RoutingPrefs, SORT_LATENCY, SORT_PRICE } from '../../src/routing/preferences.js'
 import { DIMENSION_AUDIO, DIMENSION_CHAT, DIMENSION_IMAGE, select, type Selection, type SelectionRequest } from '../../src/routing/select.js'
 import { RoutingTable, type ModelIndex } from '../../src/routing/table.js'
+import { usd } from './usd.js'
 
 const A = '0x' + 'a'.repeat(40)
 const B = '0x' + 'b'.repeat(40)
@@ -166,27 +167,52 @@ t.test('no provider at the trust floor is 503 no_provider_for_trust_mode', async
 
 t.test('chat price ceilings are hard filters applied before the walk', async (t) => {
   const { table } = makeTable(t)
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: 0.15 })), ['C', 'A'], 'prompt ceiling')
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxCompletion: 0.35 })), ['C', 'A'], 'completion ceiling')
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: 0.2, maxCompletion: 0.4 })), ['C', 'A', 'B'], 'a ceiling equal to the price admits it')
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: 0.05, maxCompletion: 0.05 })), ['C'], 'both ceilings')
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxImage: 0 })), ['C', 'A', 'B', 'D'], 'the image ceiling is inert on chat')
-  t.equal(route(table, prefs({ maxPrompt: 0.01 })), 'no_provider_within_max_price')
-  t.equal(route(table, prefs({ maxCompletion: 0 })), 'no_provider_within_max_price')
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: usd('0.15') })), ['C', 'A'], 'prompt ceiling')
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxCompletion: usd('0.35') })), ['C', 'A'], 'completion ceiling')
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: usd('0.2'), maxCompletion: usd('0.4') })), ['C', 'A', 'B'], 'a ceiling equal to the price admits it')
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: usd('0.05'), maxCompletion: usd('0.05') })), ['C'], 'both ceilings')
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxImage: usd('0') })), ['C', 'A', 'B', 'D'], 'the image ceiling is inert on chat')
+  t.equal(route(table, prefs({ maxPrompt: usd('0.01') })), 'no_provider_within_max_price')
+  t.equal(route(table, prefs({ maxCompletion: usd('0') })), 'no_provider_within_max_price')
+})
+
+t.test('ceilings are exact: a price a hair above the ceiling is excluded where a float comparison would admit it', async (t) => {
+  // As doubles, 0.499999999999999999 and 0.5 are equal, and so are 0.1 and 0.10000000000000001.
+  const { table } = makeTable(
+    t,
+    `
+providers:
+  - address: "${A}"
+    url: http://127.0.0.1:1
+    models:
+      - id: chat
+        price: { prompt: 0.5, completion: 0.5 }
+      - id: img
+        type: text-to-image
+        price: { image: "0.10000000000000001" }
+`,
+  )
+  t.equal(route(table, prefs({ maxPrompt: usd('0.499999999999999999') })), 'no_provider_within_max_price', 'prompt')
+  t.equal(route(table, prefs({ maxCompletion: usd('0.499999999999999999') })), 'no_provider_within_max_price', 'completion')
+  t.equal(route(table, prefs({ address: A, maxPrompt: usd('0.499999999999999999') })), 'pinned_provider_exceeds_max_price', 'pinned')
+  t.same(route(table, prefs({ maxPrompt: usd('0.5'), maxCompletion: usd('0.5') })), ['A'], 'a ceiling equal to the price admits it')
+  const img = { dimension: DIMENSION_IMAGE }
+  t.equal(route(table, prefs({ maxImage: usd('0.1') }), img, 'img'), 'no_provider_within_max_price', 'image')
+  t.same(route(table, prefs({ maxImage: usd('0.10000000000000001') }), img, 'img'), ['A'], 'image, equal')
 })
 
 t.test('the image ceiling filters image models and the token ceilings are inert there', async (t) => {
   const { table } = makeTable(t)
   const img = { dimension: DIMENSION_IMAGE }
   t.same(route(table, prefs({ sort: SORT_PRICE }), img, 'img'), ['B', 'A'])
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxImage: 0.005 }), img, 'img'), ['B'])
-  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: 0, maxCompletion: 0 }), img, 'img'), ['B', 'A'])
-  t.equal(route(table, prefs({ maxImage: 0.001 }), img, 'img'), 'no_provider_within_max_price')
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxImage: usd('0.005') }), img, 'img'), ['B'])
+  t.same(route(table, prefs({ sort: SORT_PRICE, maxPrompt: usd('0'), maxCompletion: usd('0') }), img, 'img'), ['B', 'A'])
+  t.equal(route(table, prefs({ maxImage: usd('0.001') }), img, 'img'), 'no_provider_within_max_price')
 })
 
 t.test('speech-to-text enforces no price ceiling', async (t) => {
   const { table } = makeTable(t)
-  t.same(route(table, prefs({ maxPrompt: 0, maxCompletion: 0, maxImage: 0 }), { dimension: DIMENSION_AUDIO }, 'asr'), ['A'])
+  t.same(route(table, prefs({ maxPrompt: usd('0'), maxCompletion: usd('0'), maxImage: usd('0') }), { dimension: DIMENSION_AUDIO }, 'asr'), ['A'])
 })
 
 t.test('unhealthy providers are tried last, never dropped', async (t) => {
@@ -258,7 +284,7 @@ t.test('Allow-Fallbacks false without a pin: only the first candidate is handed 
 t.test('pin with Allow-Fallbacks true: the pinned provider, then the others once each', async (t) => {
   const { table } = makeTable(t)
   t.same(route(table, prefs({ address: B, allowFallbacks: 1, sort: SORT_PRICE })), ['B', 'C', 'A', 'D'])
-  t.same(route(table, prefs({ address: A, allowFallbacks: 1, sort: SORT_PRICE, maxPrompt: 0.15 })), ['A', 'C'], 'fallbacks respect the ceiling')
+  t.same(route(table, prefs({ address: A, allowFallbacks: 1, sort: SORT_PRICE, maxPrompt: usd('0.15') })), ['A', 'C'], 'fallbacks respect the ceiling')
   t.same(route(table, prefs({ address: B, allowFallbacks: 1, sort: SORT_PRICE, tier: 1 })), ['B', 'C'], 'fallbacks respect the tier')
 })
 
@@ -278,9 +304,9 @@ t.test('pin: an unhealthy pinned provider is still tried', async (t) => {
 
 t.test('pin errors: above the ceiling, below the tier, not serving the model, unknown, not allowed', async (t) => {
   const { table } = makeTable(t)
-  t.equal(route(table, prefs({ address: D, maxPrompt: 0.5 })), 'pinned_provider_exceeds_max_price')
-  t.equal(route(table, prefs({ address: D, maxCompletion: 0.5 })), 'pinned_provider_exceeds_max_price')
-  t.same(route(table, prefs({ address: D, maxImage: 0 })), ['D'], 'the image ceiling is inert on chat, pinned too')
+  t.equal(route(table, prefs({ address: D, maxPrompt: usd('0.5') })), 'pinned_provider_exceeds_max_price')
+  t.equal(route(table, prefs({ address: D, maxCompletion: usd('0.5') })), 'pinned_provider_exceeds_max_price')
+  t.same(route(table, prefs({ address: D, maxImage: usd('0') })), ['D'], 'the image ceiling is inert on chat, pinned too')
   t.equal(route(table, prefs({ address: A, tier: 1 })), 'no_provider_for_trust_mode')
   t.same(route(table, prefs({ address: C, tier: 1 })), ['C'], 'a stronger pinned tier satisfies the floor')
   t.equal(route(table, prefs({ address: E })), 'provider_not_found', 'E does not serve chat')
@@ -301,7 +327,7 @@ t.test('default strategy hands out every eligible candidate exactly once, health
     firsts.add(order[0]!)
   }
   t.ok(firsts.size > 1, `load is spread over several first choices (${[...firsts].join(',')})`)
-  t.same(route(table, prefs({ maxPrompt: 0.15 })).length, 2, 'ceilings apply to the default strategy too')
+  t.same(route(table, prefs({ maxPrompt: usd('0.15') })).length, 2, 'ceilings apply to the default strategy too')
 })
 
 t.test('default strategy prefers the candidate with fewer requests in flight', async (t) => {
