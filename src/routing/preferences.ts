@@ -7,6 +7,7 @@ import { numberToDecimal } from '../billing/money.js'
 import { RouterError, type ErrorCode } from '../errors.js'
 import { HEADER, type RequestHead } from '../server/request-head.js'
 import { tierRank, TRUST_MODES } from '../vocabulary/trust.js'
+import { trimOws } from '../vocabulary/http.js'
 
 export const SORT_DEFAULT = 0
 export const SORT_LATENCY = 1
@@ -46,34 +47,6 @@ export class RoutingPrefs {
   }
 }
 
-/**
- * Strips leading and trailing SP and HTAB, the optional whitespace of RFC 9110 §5.6.3, and nothing else.
- * String#trim would also strip U+00A0, U+FEFF, U+2003 and the other Unicode spaces, so a value such as
- * "\u00a0price" would pass for "price": any other character stays in the value and makes it malformed.
- * (Over HTTP, the uWS build in use already drops every byte below 0x21 or above 0x7F at the edges of a
- * value before the head is copied; see the todo in test/routing/headers.test.ts.) Returns the same string
- * when there is nothing to strip (no copy).
- */
-function trimOws(value: string): string {
-  // The usual value (empty, or nothing to strip) returns here. Kept this small, V8 inlines it at all eight
-  // headers; with the loops of stripOws in it, only 5 to 7 of them were, +2.5 ns a request with no routing
-  // header (measured).
-  const n = value.length
-  if (n === 0 || (!isOws(value.charCodeAt(0)) && !isOws(value.charCodeAt(n - 1)))) return value
-  return stripOws(value)
-}
-
-function stripOws(value: string): string {
-  let start = 0
-  let end = value.length
-  while (start < end && isOws(value.charCodeAt(start))) start++
-  while (end > start && isOws(value.charCodeAt(end - 1))) end--
-  return value.slice(start, end)
-}
-
-function isOws(c: number): boolean {
-  return c === 32 || c === 9
-}
 
 /** `true`/`false` in any case; UNSET for anything else. */
 function parseBool(value: string): number {

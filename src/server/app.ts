@@ -11,6 +11,7 @@
 import uWS from 'uWebSockets.js'
 import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
+import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
 import { HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
@@ -82,19 +83,6 @@ function onHeaderField(name: string, value: string): void {
   } else if (scan.conflict === '' && value !== scan.values[slot] && trimOws(value) !== trimOws(scan.values[slot]!)) {
     scan.conflict = name
   }
-}
-
-function isOws(code: number): boolean {
-  return code === 0x20 || code === 0x09
-}
-
-/** `value` without leading and trailing SP and HTAB (HTTP's optional whitespace; String#trim strips more). */
-function trimOws(value: string): string {
-  let start = 0
-  let end = value.length
-  while (start < end && isOws(value.charCodeAt(start))) start++
-  while (end > start && isOws(value.charCodeAt(end - 1))) end--
-  return start === 0 && end === value.length ? value : value.slice(start, end)
 }
 
 class UwsRequestHead implements RequestHead {
