@@ -12,7 +12,8 @@
 import { LRUCache } from 'lru-cache'
 import type { Principal } from './principal.js'
 import { digestMatches, digestOf, storedHash } from './keys.js'
-import type { Credential, Scope, Store, TrustMode } from '../store/store.js'
+import type { Credential, Scope, Store } from '../store/store.js'
+import { TIER_RANK } from '../vocabulary/trust.js'
 
 export interface ApiEntry {
   readonly kind: 'api'
@@ -44,8 +45,6 @@ export interface KeyCacheOptions {
   readonly negativeTtlMs?: number
   readonly now?: () => number
 }
-
-const TIER_RANK: Record<TrustMode, number> = { standard: 0, verified: 1, private: 2 }
 
 /** The cache entry of a live credential: sets built once, the Principal shared by every request of the key. */
 export function entryOf(cred: Credential, defaultRateLimit: number): CacheEntry {

@@ -16,6 +16,7 @@ import type { Principal } from '../auth/principal.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
 import type { Charge, ResetPeriod, Store } from '../store/store.js'
+import { availableFunds } from './available.js'
 import type { ChargeWriter } from './charge-writer.js'
 import type { Cost } from './cost.js'
 import { formatUsd } from './money.js'
@@ -125,7 +126,7 @@ export class Ledger {
   /** What the account can still reserve, or null when its books are not in memory. */
   available(accountId: string): bigint | null {
     const a = this.#accounts.get(accountId)
-    return a === undefined ? null : a.deposited + a.credited - a.spent - a.reserved
+    return a === undefined ? null : availableFunds(a, a.reserved)
   }
 
   /** The key's spend in its current `period`, or null when the ledger does not hold that key's book. */
@@ -273,7 +274,7 @@ export class Reservation {
       }
     }
     const a = this.#account
-    const available = a.deposited + a.credited - a.spent - a.reserved
+    const available = availableFunds(a, a.reserved)
     if (amount > available) {
       return new RouterError(
         'insufficient_balance',

@@ -9,6 +9,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { Credentials } from '../auth/credentials.js'
 import { parseWallet } from '../auth/wallet.js'
+import { availableFunds } from '../billing/available.js'
 import { formatUsd, parseUsd } from '../billing/money.js'
 import { loadConfig } from '../config/index.js'
 import { openStore } from '../store/open.js'
@@ -184,7 +185,7 @@ export async function accountsCommand(argv: string[], io: OperatorIo): Promise<n
             `deposited    ${formatUsd(t.deposited)} USD`,
             `credited     ${formatUsd(t.credited)} USD`,
             `spent        ${formatUsd(t.spent)} USD`,
-            `available    ${formatUsd(t.deposited + t.credited - t.spent)} USD`,
+            `available    ${formatUsd(availableFunds(t))} USD`,
             '',
           ].join('\n'),
         )

@@ -9,9 +9,7 @@
  * store it as exact integers (SQLite: TEXT, PostgreSQL: NUMERIC), never as floating point, and never let the
  * database add it up.
  */
-
-export type TrustMode = 'standard' | 'verified' | 'private'
-export const TRUST_MODES: readonly TrustMode[] = ['standard', 'verified', 'private']
+import type { TrustMode } from '../vocabulary/trust.js'
 
 export type ResetPeriod = 'never' | 'daily' | 'weekly' | 'monthly'
 export const RESET_PERIODS: readonly ResetPeriod[] = ['never', 'daily', 'weekly', 'monthly']
@@ -97,7 +95,7 @@ export interface JournalEntry {
   readonly createdAt: number
 }
 
-/** The running totals of an account's journal. */
+/** The running totals of an account's journal (what is available: billing/available.ts). */
 export interface AccountTotals {
   readonly deposited: bigint
   readonly credited: bigint

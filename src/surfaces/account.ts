@@ -8,6 +8,7 @@
  */
 import type { MgmtAuthenticator } from '../auth/authenticate.js'
 import { beginManagement, type ManagementStart } from '../auth/management-stage.js'
+import { availableFunds } from '../billing/available.js'
 import { formatUsd } from '../billing/money.js'
 import { RouterError } from '../errors.js'
 import type { Reply } from '../server/reply.js'
@@ -38,7 +39,7 @@ export function balances(t: AccountTotals): { deposit: bigint; credit: bigint; t
   const fromCredit = t.spent < t.credited ? t.spent : t.credited
   const credit = t.credited - fromCredit
   const deposit = t.deposited - (t.spent - fromCredit)
-  return { deposit, credit, total: deposit + credit }
+  return { deposit, credit, total: availableFunds(t) }
 }
 
 interface Metrics {
@@ -133,7 +134,7 @@ export function createAccount(deps: AccountDeps): AccountSurface {
       credit: formatUsd(t.credited),
       reserved: formatUsd(reserved),
       spent: formatUsd(t.spent),
-      available: formatUsd(t.deposited + t.credited - t.spent - reserved),
+      available: formatUsd(availableFunds(t, reserved)),
       currency: CURRENCY,
     }
     sendJson(reply, 200, JSON.stringify(body), headers)

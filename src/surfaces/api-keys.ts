@@ -14,7 +14,9 @@ import type { Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendJson } from '../server/respond.js'
 import { periodStartDay } from '../store/days.js'
-import { RESET_PERIODS, TRUST_MODES, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store, type TrustMode } from '../store/store.js'
+import { RESET_PERIODS, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store } from '../store/store.js'
+import { isAddress } from '../vocabulary/address.js'
+import { isTrustMode, TRUST_MODES, type TrustMode } from '../vocabulary/trust.js'
 import { parseJsonObject } from './inference.js'
 
 export interface ApiKeysDeps {
@@ -35,7 +37,6 @@ export const CURRENCY = 'USD'
 const MAX_NAME = 200
 const MAX_LIST = 1000
 const MAX_MODEL_ID = 256
-const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** ISO 8601 date or date-time; a date-time must say its offset (no local-time guessing). */
 const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/
@@ -55,10 +56,10 @@ function parseName(value: unknown): string {
 
 function parseTrustMode(value: unknown): TrustMode | null {
   if (value === null || value === '') return null
-  if (typeof value !== 'string' || !(TRUST_MODES as readonly string[]).includes(value)) {
-    throw new RouterError('invalid_trust_mode', 'trust_mode must be one of standard, verified, private (or null for none)')
+  if (!isTrustMode(value)) {
+    throw new RouterError('invalid_trust_mode', `trust_mode must be one of ${TRUST_MODES.join(', ')} (or null for none)`)
   }
-  return value as TrustMode
+  return value
 }
 
 function parseCreditLimit(value: unknown): bigint | null {
@@ -103,7 +104,7 @@ function parseModels(value: unknown): string[] | null {
 
 function parseProviders(value: unknown): string[] | null {
   return parseList('allowed_providers', value, (v, i) => {
-    if (typeof v !== 'string' || !ADDRESS.test(v)) throw bad(`allowed_providers[${i}] must be a provider address (0x followed by 40 hex digits)`)
+    if (typeof v !== 'string' || !isAddress(v)) throw bad(`allowed_providers[${i}] must be a provider address (0x followed by 40 hex digits)`)
     return v.toLowerCase()
   })
 }

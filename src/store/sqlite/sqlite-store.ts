@@ -23,10 +23,10 @@ import {
   type ResetPeriod,
   type Scope,
   type Store,
-  type TrustMode,
   type UsageFilter,
   type UsageRow,
 } from '../store.js'
+import type { TrustMode } from '../../vocabulary/trust.js'
 import { migrate } from './migrate.js'
 
 export interface SqliteStoreOptions {
@@ -119,6 +119,7 @@ function toApiKey(row: ApiKeyRow): ApiKeyRecord {
     hash: row.hash,
     preview: row.preview,
     name: row.name,
+    // The column's CHECK admits only the TRUST_MODES names.
     trustMode: row.trust_mode as TrustMode | null,
     revoked: row.revoked_at !== null,
     revokedAt: row.revoked_at,
