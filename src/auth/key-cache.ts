@@ -12,7 +12,7 @@
 import { LRUCache } from 'lru-cache'
 import type { Principal } from './principal.js'
 import { digestMatches, digestOf, storedHash } from './keys.js'
-import type { Credential, Scope, Store } from '../store/store.js'
+import type { Credential, KeyStore, Scope } from '../store/keys.js'
 import { TIER_RANK } from '../vocabulary/trust.js'
 
 export interface ApiEntry {
@@ -74,7 +74,7 @@ export function entryOf(cred: Credential, defaultRateLimit: number): CacheEntry 
 }
 
 export class KeyCache {
-  readonly #store: Store
+  readonly #store: Pick<KeyStore, 'findCredential'>
   readonly #defaultRateLimit: number
   readonly #negativeTtlMs: number
   readonly #now: () => number
@@ -87,7 +87,7 @@ export class KeyCache {
   /** Store reads made, for tests and the benchmark's no-I/O check. */
   storeReads = 0
 
-  constructor(store: Store, options: KeyCacheOptions) {
+  constructor(store: Pick<KeyStore, 'findCredential'>, options: KeyCacheOptions) {
     this.#store = store
     this.#defaultRateLimit = options.defaultRateLimit
     this.#negativeTtlMs = options.negativeTtlMs ?? 5_000

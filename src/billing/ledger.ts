@@ -15,7 +15,7 @@
 import type { Principal } from '../auth/principal.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
-import type { Charge, ResetPeriod, Store } from '../store/store.js'
+import type { Charge, LedgerStore, ResetPeriod } from '../store/store.js'
 import { availableFunds } from './available.js'
 import type { ChargeWriter } from './charge-writer.js'
 import type { Cost } from './cost.js'
@@ -79,7 +79,7 @@ function roll(key: KeyBook, now: number): void {
 }
 
 export class Ledger {
-  readonly #store: Store
+  readonly #store: LedgerStore
   readonly #writer: ChargeWriter
   readonly #now: () => number
   readonly #accounts = new Map<string, AccountBook>()
@@ -88,7 +88,7 @@ export class Ledger {
   #refreshing: Promise<void> | null = null
   #refreshAgain = false
 
-  constructor(store: Store, writer: ChargeWriter, options: LedgerOptions = {}) {
+  constructor(store: LedgerStore, writer: ChargeWriter, options: LedgerOptions = {}) {
     this.#store = store
     this.#writer = writer
     this.#now = options.now ?? Date.now

@@ -78,7 +78,7 @@ export async function apiKeysCommand(argv: string[], io: OperatorIo): Promise<nu
     case 'list': {
       const account = wallet(args[0])
       return withStore(values.config, io, async (store) => {
-        io.out(apiKeyLines(await store.listApiKeys(account)))
+        io.out(apiKeyLines(await store.keys.listApiKeys(account)))
         return 0
       })
     }

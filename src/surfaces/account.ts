@@ -20,7 +20,7 @@ import { CURRENCY } from './api-keys.js'
 
 export interface AccountDeps {
   readonly authenticate: MgmtAuthenticator
-  readonly store: Store
+  readonly store: Pick<Store, 'keys' | 'ledger'>
   /** atto-USD held by the account's in-flight requests. */
   readonly reserved: (accountId: string) => bigint
   readonly now?: () => number
@@ -116,7 +116,7 @@ export function createAccount(deps: AccountDeps): AccountSurface {
   const now = deps.now ?? Date.now
 
   async function balance({ reply, principal, headers }: ManagementStart): Promise<void> {
-    const b = balances(await deps.store.totals(principal.accountId))
+    const b = balances(await deps.store.ledger.totals(principal.accountId))
     const body = {
       deposit_balance: formatUsd(b.deposit),
       credit_balance: formatUsd(b.credit),
@@ -127,7 +127,7 @@ export function createAccount(deps: AccountDeps): AccountSurface {
   }
 
   async function funds({ reply, principal, headers }: ManagementStart): Promise<void> {
-    const t = await deps.store.totals(principal.accountId)
+    const t = await deps.store.ledger.totals(principal.accountId)
     const reserved = deps.reserved(principal.accountId)
     const body = {
       deposit: formatUsd(t.deposited),
@@ -142,10 +142,10 @@ export function createAccount(deps: AccountDeps): AccountSurface {
 
   async function usageStats({ head, reply, principal, headers }: ManagementStart): Promise<void> {
     const q = parseUsageQuery(head.query, now())
-    if (q.apiKeyId !== null && (await deps.store.getApiKey(principal.accountId, q.apiKeyId)) === null) {
+    if (q.apiKeyId !== null && (await deps.store.keys.getApiKey(principal.accountId, q.apiKeyId)) === null) {
       throw new RouterError('api_key_not_found', `no API key ${JSON.stringify(q.apiKeyId)} in this account`)
     }
-    const rows = await deps.store.usage(principal.accountId, {
+    const rows = await deps.store.ledger.usage(principal.accountId, {
       fromDay: q.startDate,
       toDay: q.endDate,
       ...(q.apiKeyId !== null && { keyId: q.apiKeyId }),

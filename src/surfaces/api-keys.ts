@@ -22,7 +22,7 @@ import { parseJsonObject } from './inference.js'
 export interface ApiKeysDeps {
   readonly authenticate: MgmtAuthenticator
   readonly credentials: Credentials
-  readonly store: Store
+  readonly store: Pick<Store, 'keys' | 'ledger'>
   /**
    * The key's spend in its current reset period as the billing ledger holds it (what its credit limit is
    * enforced against, charges settled a moment ago included), or null when the ledger has no book for it.
@@ -169,7 +169,7 @@ async function usedByKey(deps: ApiKeysDeps, accountId: string, keys: readonly Ap
     bySince.set(since, [...(bySince.get(since) ?? []), key])
   }
   for (const [since, group] of bySince) {
-    const spend = await store.spendByKey(accountId, since)
+    const spend = await store.ledger.spendByKey(accountId, since)
     for (const key of group) used.set(key.id, spend.get(key.id) ?? 0n)
   }
   return used
@@ -209,7 +209,7 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
 
   async function list({ reply, principal, headers }: ManagementStart): Promise<void> {
     const at = now()
-    const keys = await deps.store.listApiKeys(principal.accountId)
+    const keys = await deps.store.keys.listApiKeys(principal.accountId)
     const used = await usedByKey(deps, principal.accountId, keys, at)
     const data = keys.map((k) => keyJson(k, used.get(k.id) ?? 0n, at))
     sendJson(reply, 200, JSON.stringify({ object: 'list', data }), headers)
@@ -235,7 +235,7 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
 
   async function revoke(start: ManagementStart): Promise<void> {
     const id = keyIdOf(start.head)
-    const before = await deps.store.getApiKey(start.principal.accountId, id)
+    const before = await deps.store.keys.getApiKey(start.principal.accountId, id)
     if (before === null) throw notFound(id)
     const record = await deps.credentials.revokeApiKey(start.principal.accountId, id)
     if (record === null) throw notFound(id)

@@ -6,6 +6,7 @@ import t from 'tap'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { parseUsd } from '../../src/billing/money.js'
+import { SchemaTooNewError as StoreSchemaTooNewError } from '../../src/store/store.js'
 import { migrate, SchemaTooNewError, schemaVersion } from '../../src/store/sqlite/migrate.js'
 import { MIGRATIONS } from '../../src/store/sqlite/migrations.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
@@ -24,7 +25,7 @@ t.test('contract: SQLite :memory:', async (t) => {
 
 t.test('opening creates the data directory, WAL mode, and applies every migration once', async (t) => {
   const path = join(t.testdir(), 'nested', 'data', 'svc.db')
-  const store = openSqliteStore({ path, now: () => T0 })
+  const store = await openSqliteStore({ path, now: () => T0 })
   await store.close()
   const db = new Database(path)
   t.teardown(() => db.close())
@@ -38,12 +39,12 @@ t.test('opening creates the data directory, WAL mode, and applies every migratio
 
 t.test('reopening keeps the data', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const first = openSqliteStore({ path })
-  await first.addFunds(A, 'deposit', 5n, '', T0)
+  const first = await openSqliteStore({ path })
+  await first.ledger.addFunds(A, 'deposit', 5n, '', T0)
   await first.close()
-  const second = openSqliteStore({ path })
+  const second = await openSqliteStore({ path })
   t.teardown(() => second.close())
-  t.equal((await second.totals(A)).deposited, 5n)
+  t.equal((await second.ledger.totals(A)).deposited, 5n)
 })
 
 t.test('migrations: a newer schema is refused, a failing migration leaves nothing behind', async (t) => {
@@ -58,13 +59,14 @@ t.test('migrations: a newer schema is refused, a failing migration leaves nothin
   t.strictSame(db.prepare("SELECT name FROM sqlite_master WHERE name IN ('one', 'two')").all(), [{ name: 'one' }])
   t.strictSame(migrate(db, T0, plan.slice(0, 1)), [])
   t.throws(() => migrate(db, T0, []), SchemaTooNewError, 'a database newer than the code is refused')
+  t.equal(SchemaTooNewError, StoreSchemaTooNewError, 'the one error every store gives for it')
 })
 
 t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const store = openSqliteStore({ path })
+  const store = await openSqliteStore({ path })
   const amount = parseUsd('12345678.123456789012345678')!
-  await store.addFunds(A, 'deposit', amount, '', T0)
+  await store.ledger.addFunds(A, 'deposit', amount, '', T0)
   await store.close()
   const db = new Database(path, { readonly: true })
   t.teardown(() => db.close())
@@ -75,8 +77,8 @@ t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => 
 
 t.test('the journal is append-only', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const store = openSqliteStore({ path })
-  await store.addFunds(A, 'deposit', 5n, '', T0)
+  const store = await openSqliteStore({ path })
+  await store.ledger.addFunds(A, 'deposit', 5n, '', T0)
   await store.close()
   const db = new Database(path)
   t.teardown(() => db.close())
@@ -90,26 +92,26 @@ t.test('the journal is append-only', async (t) => {
   )
 })
 
-t.test('onExternalChange fires for another connection commits, not for our own', async (t) => {
+t.test('changes are reported for another connection commits, not for our own', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const store = openSqliteStore({ path, changePollMs: 10 })
+  const store = await openSqliteStore({ path, changePollMs: 10 })
   t.teardown(() => store.close())
   let calls = 0
-  const stop = store.onExternalChange(() => calls++)
-  await store.addFunds(A, 'deposit', 1n, 'ours', T0)
+  const stop = store.changes.subscribe(() => calls++)
+  await store.ledger.addFunds(A, 'deposit', 1n, 'ours', T0)
   await new Promise((r) => setTimeout(r, 60))
   t.equal(calls, 0, 'our own writes are not external')
 
-  const other = openSqliteStore({ path })
-  await other.addFunds(A, 'deposit', 1n, 'theirs', T0)
+  const other = await openSqliteStore({ path })
+  await other.ledger.addFunds(A, 'deposit', 1n, 'theirs', T0)
   await other.close()
   const deadline = Date.now() + 2000
   while (calls === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
   t.equal(calls, 1, 'another process wrote')
 
   stop()
-  const third = openSqliteStore({ path })
-  await third.addFunds(A, 'deposit', 1n, 'again', T0)
+  const third = await openSqliteStore({ path })
+  await third.ledger.addFunds(A, 'deposit', 1n, 'again', T0)
   await third.close()
   await new Promise((r) => setTimeout(r, 60))
   t.equal(calls, 1, 'an unsubscribed listener is not called')
@@ -117,15 +119,16 @@ t.test('onExternalChange fires for another connection commits, not for our own',
 
 t.test('running totals stay exact when two connections to one file take turns writing', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const one = openSqliteStore({ path })
-  const two = openSqliteStore({ path })
+  const one = await openSqliteStore({ path })
+  const two = await openSqliteStore({ path })
   t.teardown(async () => {
     await one.close()
     await two.close()
   })
   const writes = []
-  for (let i = 0; i < 50; i++) writes.push(one.addFunds(A, 'deposit', 1n, '', T0), two.addFunds(A, 'deposit', 2n, '', T0))
+  for (let i = 0; i < 50; i++) writes.push(one.ledger.addFunds(A, 'deposit', 1n, '', T0), two.ledger.addFunds(A, 'deposit', 2n, '', T0))
   await Promise.all(writes)
-  t.equal((await one.totals(A)).deposited, 150n)
-  t.equal((await one.journal(A)).length, 100)
+  t.equal((await one.ledger.totals(A)).deposited, 150n)
+  t.equal((await one.ledger.journal(A)).length, 100)
 })
+
