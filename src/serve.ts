@@ -98,8 +98,8 @@ export async function serve(config: Config): Promise<RunningRouter> {
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
   const store = await openStore(config.store)
   const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute })
-  // The operator CLI writes to the same store from another process: drop cached keys when it does.
-  const stopWatchingStore = store.changes.subscribe(() => cache.clear())
+  // The operator CLI writes to the same store from another process: drop the cached keys it changed.
+  const stopWatchingStore = store.changes.subscribe((change) => cache.applyChange(change))
   const auth = createKeyAuthenticators(cache, store.keys)
   const credentials = new Credentials(store, cache)
   let devKeys: DevKeys | null = null
@@ -164,8 +164,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
   const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
   const ledger = new Ledger(store.ledger, writer)
-  const stopWatchingLedger = store.changes.subscribe(() => {
-    ledger.refresh().catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
+  const stopWatchingLedger = store.changes.subscribe((change) => {
+    const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
+    reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
   })
   const deps: InferenceDeps = {
     table,

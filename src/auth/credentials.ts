@@ -95,7 +95,7 @@ export class Credentials {
   async setRateLimit(accountId: string, limit: number | null): Promise<AccountRecord | null> {
     const account = await this.#store.accounts.setAccountRateLimit(accountId, limit)
     // Every key of the account carries the limit in its cached Principal.
-    this.#cache?.clear()
+    this.#cache?.forgetAccount(accountId)
     return account
   }
 }

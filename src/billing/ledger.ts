@@ -159,6 +159,13 @@ export class Ledger {
     return this.#refreshing
   }
 
+  /** Re-reads one account's book (another process added funds to it); a book not in memory is read when needed. */
+  refreshAccount(accountId: string): Promise<void> {
+    // A first read under way may have read before the change: read again after it.
+    if (!this.#accounts.has(accountId) && !this.#loads.has('a:' + accountId)) return Promise.resolve()
+    return this.#loadAccount(accountId, true)
+  }
+
   #once(name: string, load: () => Promise<void>, force: boolean): Promise<void> {
     const running = this.#loads.get(name)
     if (running !== undefined && !force) return running

@@ -294,3 +294,33 @@ t.test('books rebuilt from the store: deposits − charges, nothing held, pendin
   t.equal(balance, usd('14'), 'the journal balances')
 })
 
+t.test('refreshAccount re-reads that account book alone, keeps what is held, and skips books not in memory', async (t) => {
+  const { store, ledger, keyId } = await books(t)
+  const B = '0x' + 'b'.repeat(40)
+  const C = '0x' + 'c'.repeat(40)
+  const ofB: Principal = { ...principal(null), accountId: B }
+  await store.ledger.addFunds(B, 'deposit', usd('3'), 'test', Date.now())
+  await ledger.prepare(principal(keyId))
+  await ledger.prepare(ofB)
+  const held = ledger.open(principal(keyId), 'req_held')
+  held.reserve(usd('4'))
+  // Another process (the operator CLI) deposits to both accounts; only A's change is applied here.
+  await store.ledger.addFunds(A, 'deposit', usd('5'), 'from the CLI', Date.now())
+  await store.ledger.addFunds(B, 'deposit', usd('5'), 'from the CLI', Date.now())
+  await ledger.refreshAccount(A)
+  t.equal(ledger.available(A), usd('11'), '10 + 5 − 4 held')
+  t.equal(ledger.available(B), usd('3'), 'B was not re-read')
+
+  let reads = 0
+  const totals = store.ledger.totals.bind(store.ledger)
+  store.ledger.totals = (id) => {
+    reads++
+    return totals(id)
+  }
+  await ledger.refreshAccount(C)
+  t.equal(reads, 0, 'a book not in memory is read when first needed, not now')
+  t.equal(ledger.available(C), null)
+  await ledger.refreshAccount(B)
+  t.equal(reads, 1)
+  t.equal(ledger.available(B), usd('8'))
+})

@@ -1,6 +1,8 @@
 /**
  * The Store contract: every implementation (SQLite now, PostgreSQL later) must pass this suite unchanged.
- * Run it with a factory that opens a fresh, empty store for each subtest (test/store/sqlite.test.ts).
+ * Run it with a factory that opens a fresh, empty store for each subtest (test/store/sqlite.test.ts); where
+ * a second call in the same subtest opens a second handle on the same data (`shared`), the change feed is
+ * checked as another process would see it.
  */
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
@@ -12,6 +14,14 @@ export type Test = Parameters<Parameters<typeof t.test>[0]>[0]
 
 /** Opens a fresh, empty store; the suite closes it. */
 export type StoreFactory = (t: Test) => Store | Promise<Store>
+
+export interface ContractOptions {
+  /**
+   * A second call of the factory within one test opens a second handle on the same data, as another process
+   * would (a file, a database server). The change-feed tests need that other writer and run only then.
+   */
+  readonly shared?: boolean
+}
 
 const A = '0x' + 'a'.repeat(40)
 const B = '0x' + 'b'.repeat(40)
@@ -69,7 +79,19 @@ function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {
   }
 }
 
-export function storeContract(t: Test, factory: StoreFactory): void {
+/** Resolves once `done()` holds; fails the test if it does not within `ms`. */
+async function until(t: Test, done: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!done()) {
+    if (Date.now() > deadline) {
+      t.fail(`timed out waiting for ${what}`)
+      return
+    }
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
+
+export function storeContract(t: Test, factory: StoreFactory, options: ContractOptions = {}): void {
   async function open(t: Test): Promise<Store> {
     const store = await factory(t)
     t.teardown(() => store.close())
@@ -448,5 +470,84 @@ export function storeContract(t: Test, factory: StoreFactory): void {
     t.strictSame(heard, [])
     stop()
     stop()
+  })
+
+  if (!options.shared) return
+
+  t.test('changes: each write by another handle is reported with its kind; charges and audit writes are not', async (t) => {
+    const store = await open(t)
+    const other = await open(t)
+    const heard: StoreChange[] = []
+    t.teardown(store.changes.subscribe((c) => heard.push(c)))
+    // A marker after each write: every change committed before it is reported before it.
+    const M = '0x' + '5'.repeat(40)
+    const isMarker = (c: StoreChange): boolean => c.kind === 'account' && c.accountId === M
+    let marks = 0
+    await other.accounts.ensureAccount(M, T0)
+    await until(t, () => heard.some(isMarker), 'the first change')
+    async function reported(write: () => Promise<unknown>): Promise<StoreChange[]> {
+      heard.length = 0
+      await write()
+      await other.accounts.setAccountRateLimit(M, ++marks)
+      await until(t, () => heard.some(isMarker), 'the marker')
+      return heard.filter((c) => !isMarker(c))
+    }
+
+    t.strictSame(await reported(() => other.accounts.ensureAccount(A, T0)), [{ kind: 'account', accountId: A }], 'an account created')
+    t.strictSame(await reported(() => other.accounts.ensureAccount(A, T0)), [], 'ensureAccount of an existing account changes nothing')
+    t.strictSame(await reported(() => other.accounts.setAccountRateLimit(A, 7)), [{ kind: 'account', accountId: A }], 'a rate limit')
+    t.strictSame(await reported(() => other.ledger.addFunds(A, 'deposit', usd('5'), '', T0)), [{ kind: 'funds', accountId: A }], 'a deposit')
+    t.strictSame(await reported(() => other.ledger.addFunds(A, 'credit', usd('1'), '', T0)), [{ kind: 'funds', accountId: A }], 'a credit')
+    t.strictSame(
+      await reported(() => other.ledger.addFunds(B, 'deposit', usd('5'), '', T0)),
+      [
+        { kind: 'account', accountId: B },
+        { kind: 'funds', accountId: B },
+      ],
+      'a deposit that creates its account',
+    )
+
+    const key = apiKey(A)
+    const keyChange = { kind: 'key', accountId: A, keyId: key.id }
+    t.strictSame(await reported(() => other.keys.createApiKey(key)), [keyChange], 'an api key created')
+    t.strictSame(await reported(() => other.keys.updateApiKey(A, key.id, { name: 'renamed' })), [keyChange], 'an api key updated')
+    t.strictSame(await reported(() => other.keys.revokeApiKey(A, key.id, T0 + 1)), [keyChange], 'an api key revoked')
+    const mk = mgmtKey(A)
+    const mkChange = { kind: 'key', accountId: A, keyId: mk.id }
+    t.strictSame(await reported(() => other.keys.createMgmtKey(mk)), [mkChange], 'a management key created')
+    t.strictSame(await reported(() => other.keys.touchMgmtKey(mk.id, T0, '10.0.0.1', 60_000)), [], 'an audit write is not a change')
+    t.strictSame(await reported(() => other.keys.revokeMgmtKey(mk.id, T0 + 1)), [mkChange], 'a management key revoked')
+
+    const live = apiKey(A)
+    t.strictSame(await reported(() => other.keys.createApiKey(live)), [{ kind: 'key', accountId: A, keyId: live.id }])
+    t.strictSame(await reported(() => other.ledger.recordCharge(charge(A, live.id))), [], 'a charge is not a change')
+    t.strictSame(
+      await reported(() => other.ledger.recordCharges([charge(A, live.id), charge(B, live.id), charge(A, live.id, { cost: usd('2') })])),
+      [],
+      'nor is a batch of them',
+    )
+    t.equal((await store.ledger.totals(A)).spent, usd('2.000042'), 'the charges were written')
+  })
+
+  t.test('changes: only this handle\'s own writes are left out; an unsubscribed listener hears nothing', async (t) => {
+    const store = await open(t)
+    const other = await open(t)
+    const heard: StoreChange[] = []
+    const gone: StoreChange[] = []
+    t.teardown(store.changes.subscribe((c) => heard.push(c)))
+    store.changes.subscribe((c) => gone.push(c))()
+    // Ours and theirs interleaved between two reads of the feed.
+    await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+    await other.ledger.addFunds(B, 'deposit', usd('1'), '', T0)
+    const ours = await store.keys.createApiKey(apiKey(A))
+    await store.keys.revokeApiKey(A, ours.id, T0)
+    const theirs = await other.keys.createApiKey(apiKey(B))
+    await until(t, () => heard.some((c) => c.kind === 'key'), 'their key')
+    t.strictSame(heard, [
+      { kind: 'account', accountId: B },
+      { kind: 'funds', accountId: B },
+      { kind: 'key', accountId: B, keyId: theirs.id },
+    ])
+    t.strictSame(gone, [])
   })
 }

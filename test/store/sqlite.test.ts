@@ -1,22 +1,33 @@
 /**
  * The SQLite store: the Store contract on a file and in memory, then what only SQLite has (migrations, WAL,
- * money as TEXT, the append-only journal, noticing another process's writes).
+ * money as TEXT, the append-only journal, noticing another process's writes, the charge path free of
+ * change tracking).
  */
 import t from 'tap'
+import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { parseUsd } from '../../src/billing/money.js'
-import { SchemaTooNewError as StoreSchemaTooNewError } from '../../src/store/store.js'
+import { SchemaTooNewError as StoreSchemaTooNewError, type StoreChange } from '../../src/store/store.js'
+import { CHARGE_SQL } from '../../src/store/sqlite/ledger.js'
 import { migrate, SchemaTooNewError, schemaVersion } from '../../src/store/sqlite/migrate.js'
-import { MIGRATIONS } from '../../src/store/sqlite/migrations.js'
+import { CHANGES_KEPT, MIGRATIONS } from '../../src/store/sqlite/migrations.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { storeContract, type Test } from './contract.js'
 
 const A = '0x' + 'a'.repeat(40)
 const T0 = Date.UTC(2025, 0, 15)
 
+/** One database file per test: a second open in the same test is a second connection to it. */
+const files = new WeakMap<Test, string>()
+function fileOf(t: Test): string {
+  let file = files.get(t)
+  if (file === undefined) files.set(t, (file = join(t.testdir(), 'svc.db')))
+  return file
+}
+
 t.test('contract: SQLite file', async (t) => {
-  storeContract(t, (t: Test) => openSqliteStore({ path: join(t.testdir(), 'svc.db') }))
+  storeContract(t, (t: Test) => openSqliteStore({ path: fileOf(t), changePollMs: 10 }), { shared: true })
 })
 
 t.test('contract: SQLite :memory:', async (t) => {
@@ -31,9 +42,10 @@ t.test('opening creates the data directory, WAL mode, and applies every migratio
   t.teardown(() => db.close())
   t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
   t.equal(schemaVersion(db), MIGRATIONS.at(-1)!.version)
-  t.strictSame(db.prepare('SELECT version, name, applied_at FROM schema_migrations').all(), [
-    { version: 1, name: MIGRATIONS[0]!.name, applied_at: T0 },
-  ])
+  t.strictSame(
+    db.prepare('SELECT version, name, applied_at FROM schema_migrations').all(),
+    MIGRATIONS.map((m) => ({ version: m.version, name: m.name, applied_at: T0 })),
+  )
   t.strictSame(migrate(db, T0 + 1), [], 'a second run applies nothing')
 })
 
@@ -132,3 +144,68 @@ t.test('running totals stay exact when two connections to one file take turns wr
   t.equal((await one.ledger.journal(A)).length, 100)
 })
 
+t.test('a database of schema 1 is migrated to change tracking with its data, and reports changes from then on', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const old = new Database(path)
+  old.pragma('journal_mode = WAL')
+  migrate(old, T0, MIGRATIONS.slice(0, 1))
+  old.prepare("INSERT INTO accounts (id, deposited, created_at) VALUES (?, '7', ?)").run(A, T0)
+  old.close()
+  const store = await openSqliteStore({ path, changePollMs: 10 })
+  t.teardown(() => store.close())
+  t.equal((await store.ledger.totals(A)).deposited, 7n)
+  const heard: StoreChange[] = []
+  store.changes.subscribe((c) => heard.push(c))
+  const other = await openSqliteStore({ path })
+  await other.ledger.addFunds(A, 'credit', 1n, '', T0)
+  await other.close()
+  const deadline = Date.now() + 3000
+  while (heard.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  t.strictSame(heard, [{ kind: 'funds', accountId: A }])
+})
+
+t.test('a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = await openSqliteStore({ path, changePollMs: 10 })
+  t.teardown(() => store.close())
+  await store.ledger.addFunds(A, 'deposit', 1n, '', T0)
+  const key = await store.keys.createApiKey({
+    id: randomUUID(), accountId: A, hash: 'h', preview: 'sk-x', name: 'k', trustMode: null, creditLimit: null,
+    resetPeriod: 'never', expiresAt: null, allowedModels: null, allowedProviders: null, createdAt: T0,
+  })
+  const heard: StoreChange[] = []
+  store.changes.subscribe((c) => heard.push(c))
+  // Another process renames the key more times than the table keeps, all in one commit: between two polls.
+  const other = new Database(path)
+  const rename = other.prepare('UPDATE api_keys SET name = ? WHERE id = ?')
+  other.transaction(() => {
+    for (let i = 0; i <= CHANGES_KEPT; i++) rename.run(`k${i}`, key.id)
+  })()
+  t.equal((other.prepare('SELECT count(*) AS n FROM store_changes').get() as { n: number }).n, CHANGES_KEPT, 'only the newest rows are kept')
+  const deadline = Date.now() + 3000
+  while (heard.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  t.strictSame(heard, [{ kind: 'unknown' }], 'rows were lost: drop everything, once')
+
+  heard.length = 0
+  rename.run('again', key.id)
+  other.close()
+  while (heard.length === 0 && Date.now() < deadline + 3000) await new Promise((r) => setTimeout(r, 10))
+  t.strictSame(heard, [{ kind: 'key', accountId: A, keyId: key.id }], 'then back to exact changes')
+})
+
+t.test('no trigger runs on the charge path; deposits and key writes do run one', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = await openSqliteStore({ path })
+  await store.close()
+  const db = new Database(path)
+  t.teardown(() => db.close())
+  // A statement that fires a trigger calls its program (the Program opcode) in its plan.
+  const firesTrigger = (sql: string): boolean => {
+    const params = new Array<null>(sql.split('?').length - 1).fill(null)
+    return (db.prepare('EXPLAIN ' + sql).all(...params) as { opcode: string }[]).some((op) => op.opcode === 'Program')
+  }
+  for (const [name, sql] of Object.entries(CHARGE_SQL)) t.notOk(firesTrigger(sql), `charge path: ${name}`)
+  t.ok(firesTrigger('UPDATE accounts SET deposited = ?, credited = ? WHERE id = ?'), 'funds')
+  t.ok(firesTrigger('UPDATE api_keys SET revoked_at = ? WHERE id = ?'), 'keys')
+  t.notOk(firesTrigger('UPDATE mgmt_keys SET last_used_at = ?, last_source_ip = ? WHERE id = ?'), 'the audit write')
+})

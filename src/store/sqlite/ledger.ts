@@ -32,7 +32,10 @@ interface UsageDailyRow {
   cost: string
 }
 
-/** Every statement a batch of charges runs. */
+/**
+ * Every statement a batch of charges runs. None may start a trigger (the change triggers of migration 2 stay
+ * off this path): the totals update names `spent` only, and test/store/sqlite.test.ts checks each one's plan.
+ */
 export const CHARGE_SQL = {
   account: ACCOUNT_BY_ID,
   insertJournal: 'INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -44,7 +47,7 @@ export const CHARGE_SQL = {
   addDailySum: `UPDATE usage_daily SET requests = requests + ?, prompt_tokens = prompt_tokens + ?,
       completion_tokens = completion_tokens + ?, images = images + ?, audio_ms = audio_ms + ?, cost = ?
       WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?`,
-  setTotals: 'UPDATE accounts SET deposited = ?, credited = ?, spent = ? WHERE id = ?',
+  setSpent: 'UPDATE accounts SET spent = ? WHERE id = ?',
 } as const
 
 function toJournal(row: JournalRow): JournalEntry {
@@ -94,7 +97,9 @@ function prepareStatements(conn: SqliteConnection) {
   return {
     insertAccount: db.prepare<[string, number]>(INSERT_ACCOUNT),
     account: db.prepare<[string], AccountRow>(CHARGE_SQL.account),
-    setTotals: db.prepare<[string, string, string, string]>(CHARGE_SQL.setTotals),
+    // Deposits and credits name these two columns, which is what reports them as funds changes (migration 2).
+    setFunds: db.prepare<[string, string, string]>('UPDATE accounts SET deposited = ?, credited = ? WHERE id = ?'),
+    setSpent: db.prepare<[string, string]>(CHARGE_SQL.setSpent),
     insertJournal: db.prepare<[string, JournalKind, string, string | null, string | null, string, number]>(CHARGE_SQL.insertJournal),
     journalEntry: db.prepare<[number | bigint], JournalRow>('SELECT * FROM journal WHERE seq = ?'),
     journal: db.prepare<[string], JournalRow>('SELECT * FROM journal WHERE account_id = ? ORDER BY seq'),
@@ -130,7 +135,7 @@ export class SqliteLedger implements LedgerStore {
       const row = this.#q.account.get(wallet)!
       const deposited = BigInt(row.deposited) + (kind === 'deposit' ? amount : 0n)
       const credited = BigInt(row.credited) + (kind === 'credit' ? amount : 0n)
-      this.#q.setTotals.run(deposited.toString(), credited.toString(), row.spent, wallet)
+      this.#q.setFunds.run(deposited.toString(), credited.toString(), wallet)
       const { lastInsertRowid } = this.#q.insertJournal.run(wallet, kind, amount.toString(), null, null, memo, now)
       return toJournal(this.#q.journalEntry.get(lastInsertRowid)!)
     })
@@ -149,7 +154,7 @@ export class SqliteLedger implements LedgerStore {
     const write = this.#conn.db.transaction((): void => {
       // Totals and roll-up rows are added up here with BigInt and written once per batch: a batch of 256
       // charges on one account is one accounts UPDATE, not 256.
-      const accounts = new Map<string, { row: AccountRow; spent: bigint }>()
+      const accounts = new Map<string, { spent: bigint }>()
       const daily = new Map<string, DailySum>()
       for (let i = 0; i < charges.length; i++) {
         const c = charges[i]!
@@ -165,7 +170,7 @@ export class SqliteLedger implements LedgerStore {
             out[i] = new Error(`no account ${c.accountId}`)
             continue
           }
-          account = { row, spent: BigInt(row.spent) }
+          account = { spent: BigInt(row.spent) }
           accounts.set(c.accountId, account)
         }
         const day = utcDay(c.at)
@@ -204,7 +209,7 @@ export class SqliteLedger implements LedgerStore {
           this.#q.addDailySum.run(d.requests, d.prompt, d.completion, d.images, d.audioMs, cost, d.accountId, d.day, d.model, d.keyId)
         }
       }
-      for (const [id, a] of accounts) this.#q.setTotals.run(a.row.deposited, a.row.credited, a.spent.toString(), id)
+      for (const [id, a] of accounts) this.#q.setSpent.run(a.spent.toString(), id)
     })
     write.immediate()
     return out
