@@ -50,12 +50,16 @@ const TABLE = {
   request_too_large: [413, 'invalid_request_error'],
   // 429
   rate_limit_exceeded: [429, 'rate_limit_error'],
+  provider_rate_limited: [429, 'rate_limit_error'],
+  // 431
+  request_header_fields_too_large: [431, 'invalid_request_error'],
   // 5xx
   server_error: [500, 'server_error'],
   provider_error: [502, 'provider_error'],
   no_provider_for_trust_mode: [503, 'service_unavailable'],
   no_available_provider: [503, 'service_unavailable'],
   provider_timeout: [504, 'provider_error'],
+  http_version_not_supported: [505, 'invalid_request_error'],
 } as const satisfies Record<string, readonly [number, ErrorType]>
 
 export type ErrorCode = keyof typeof TABLE
@@ -78,10 +82,6 @@ export class RouterError extends Error {
   }
 }
 
-export function statusOf(code: ErrorCode): number {
-  return TABLE[code][0]
-}
-
 /** The reason phrase uWS needs in the status line. */
 export const STATUS_LINE: Readonly<Record<number, string>> = {
   200: '200 OK',
@@ -95,10 +95,12 @@ export const STATUS_LINE: Readonly<Record<number, string>> = {
   405: '405 Method Not Allowed',
   413: '413 Payload Too Large',
   429: '429 Too Many Requests',
+  431: '431 Request Header Fields Too Large',
   500: '500 Internal Server Error',
   502: '502 Bad Gateway',
   503: '503 Service Unavailable',
   504: '504 Gateway Timeout',
+  505: '505 HTTP Version Not Supported',
 }
 
 export function statusLine(status: number): string {

@@ -24,8 +24,8 @@ import type { Store } from './store/store.js'
 import { createAccount } from './surfaces/account.js'
 import { createApiKeys } from './surfaces/api-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
-import { createChatCompletions } from './surfaces/chat-completions.js'
-import type { InferenceDeps } from './surfaces/inference.js'
+import { chatCompletions } from './surfaces/chat-completions.js'
+import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
 
 /** Charges per group-commit transaction at most. */
@@ -168,9 +168,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
     reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
   })
-  const deps: InferenceDeps = {
+  const deps: AdmissionDeps = {
     table,
-    exchange: {
+    engine: {
       pools,
       book,
       health: {
@@ -179,8 +179,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
         ewmaAlpha: config.routing.latency_ewma_alpha,
       },
       maxAttempts: config.routing.max_attempts,
-      ledger,
     },
+    ledger,
     limiter: new RateLimiter(config.limits.requests_per_minute),
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
@@ -190,7 +190,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const account = createAccount({ authenticate: auth.management, store, reserved: (accountId) => ledger.reserved(accountId) })
   const refuseManagementKeys = createManagementKeysRefusal(auth)
   const routes: Route[] = [
-    { method: 'post', pattern: '/v1/chat/completions', handler: createChatCompletions(deps) },
+    { method: 'post', pattern: '/v1/chat/completions', handler: createInferenceRoute(deps, chatCompletions) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },

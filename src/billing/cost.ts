@@ -55,6 +55,10 @@ export function chatReservation(offer: Offer, promptTokens: number, maxOutputTok
   return BigInt(promptTokens) * offer.promptPrice + BigInt(maxOutputTokens) * offer.completionPrice
 }
 
+function isCount(n: unknown): n is number {
+  return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0
+}
+
 /**
  * Usage as the provider reported it, or an estimate marked `estimated` (DESIGN.md §4): about four bytes of
  * text per token, and for streams one token per content event.
@@ -62,13 +66,14 @@ export function chatReservation(offer: Offer, promptTokens: number, maxOutputTok
 export function meteredUsage(reported: unknown, promptBytes: number, completionEstimate: number): ChatUsage {
   if (reported !== null && typeof reported === 'object') {
     const r = reported as Record<string, unknown>
-    if (typeof r.prompt_tokens === 'number' && typeof r.completion_tokens === 'number') {
+    // Counts that are not whole non-negative numbers are no usage at all: estimated, never billed as zero.
+    if (isCount(r.prompt_tokens) && isCount(r.completion_tokens)) {
       const prompt = r.prompt_tokens
       const completion = r.completion_tokens
       return {
         prompt_tokens: prompt,
         completion_tokens: completion,
-        total_tokens: typeof r.total_tokens === 'number' ? r.total_tokens : prompt + completion,
+        total_tokens: isCount(r.total_tokens) ? r.total_tokens : prompt + completion,
       }
     }
   }

@@ -51,17 +51,3 @@ export function traceObject(f: TraceFields): Record<string, unknown> {
 export function traceMember(f: TraceFields): string {
   return ',"x_svc_trace":' + JSON.stringify(traceObject(f))
 }
-
-/**
- * Inserts the trace member before the closing brace of a JSON object body without re-serialising it.
- * Returns null when the body does not end in an object.
- */
-export function spliceTrace(body: Buffer, member: string): Buffer | null {
-  let end = body.length - 1
-  while (end >= 0 && (body[end] === 32 || body[end] === 10 || body[end] === 13 || body[end] === 9)) end--
-  if (end < 1 || body[end] !== 125 /* } */) return null
-  let before = end - 1
-  while (before >= 0 && (body[before] === 32 || body[before] === 10 || body[before] === 13 || body[before] === 9)) before--
-  const text = body[before] === 123 /* { : empty object */ ? member.slice(1) : member
-  return Buffer.concat([body.subarray(0, end), Buffer.from(text), body.subarray(end)])
-}

@@ -1,9 +1,15 @@
 /**
- * The uWS front end: routes, request heads copied out synchronously, and the 404/405 envelope. The only
- * module besides uws-reply.ts that sees uWS objects.
+ * The uWS front end: routes, request heads copied out synchronously, the 431 for oversized heads, and the
+ * 404/405 envelope. The only module besides uws-reply.ts that sees uWS objects.
+ *
+ * What this uWS build (uWebSockets.js 20.30, uWS core 20.43) does before any of this runs, and so what no
+ * code here can answer: a head it cannot parse (HTTP/1.0, more than 48 fields, no Host) is taken for an
+ * incomplete one and held until its 10 s idle timeout (8–12 s) closes the connection, or closed at once
+ * once 4 KiB of it are buffered; a request pipelined behind one still being answered closes the connection
+ * (the pending one sees onAborted). README "Operations notes: front-end limits" has the measurements.
  */
 import uWS from 'uWebSockets.js'
-import { RouterError } from '../errors.js'
+import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import type { Reply } from './reply.js'
 import { HEADER, type RequestHead } from './request-head.js'
@@ -22,6 +28,75 @@ export interface Route {
 
 const decoder = new TextDecoder()
 
+/**
+ * The largest request head served, in bytes, counted as it is usually written: the request line, one
+ * `Name: value` CRLF per field, and the empty line. It is uWS 20.43's own limit, made deterministic: uWS
+ * parses a head of any size that arrives in one read (up to its 512 KiB receive buffer), but closes without
+ * an answer one that arrives in pieces and is not complete within its 4 KiB fallback buffer (HttpParser.h
+ * MAX_FALLBACK_SIZE). Refusing every larger head with 431 means a head is served or refused by its size,
+ * never by how TCP happened to cut it. (A head written without the space after each colon is counted a
+ * byte per field larger than it is: within 48 bytes of the limit it gets 431 where uWS could have taken it.)
+ */
+export const MAX_HEADER_BYTES = 4096
+
+/** The header names of HEADER, each at its slot in `scan.values`, and each field's slot. */
+const COPIED: readonly string[] = Object.values(HEADER)
+const SLOT = Object.fromEntries(Object.keys(HEADER).map((key, slot) => [key, slot])) as Record<keyof typeof HEADER, number>
+/**
+ * Slot of a copied name by the name's length. The eleven names have eleven different lengths, so a field
+ * whose name is not copied is dismissed by one array read, and a match costs one string compare.
+ */
+const SLOT_BY_LENGTH = new Int8Array(64).fill(-1)
+for (let slot = 0; slot < COPIED.length; slot++) {
+  const name = COPIED[slot]!
+  if (name.length >= SLOT_BY_LENGTH.length || SLOT_BY_LENGTH[name.length] !== -1) {
+    throw new Error(`header ${name}: copied names must have distinct lengths under ${SLOT_BY_LENGTH.length}`)
+  }
+  SLOT_BY_LENGTH[name.length] = slot
+}
+
+/**
+ * What one pass of req.forEach collects. uWS's getHeader returns only a field's first occurrence, so
+ * forEach is the one way to see repeats; and since forEach hands every field over anyway, the copied values
+ * are taken from it too instead of one getHeader call per name. One scan serves every request: forEach is
+ * synchronous and heads are built one at a time, so nothing is allocated per request but the strings uWS
+ * makes.
+ */
+const scan = {
+  values: new Array<string>(COPIED.length).fill(''),
+  /** Bit `slot` is set once that header was seen: a first occurrence may be ''. */
+  seen: 0,
+  conflict: '',
+  /** Field bytes so far, as MAX_HEADER_BYTES counts them. */
+  bytes: 0,
+}
+
+function onHeaderField(name: string, value: string): void {
+  scan.bytes += name.length + value.length + 4
+  const slot = name.length < SLOT_BY_LENGTH.length ? SLOT_BY_LENGTH[name.length]! : -1
+  if (slot < 0 || name !== COPIED[slot]) return
+  const bit = 1 << slot
+  if ((scan.seen & bit) === 0) {
+    scan.seen |= bit
+    scan.values[slot] = value
+  } else if (scan.conflict === '' && value !== scan.values[slot] && trimOws(value) !== trimOws(scan.values[slot]!)) {
+    scan.conflict = name
+  }
+}
+
+function isOws(code: number): boolean {
+  return code === 0x20 || code === 0x09
+}
+
+/** `value` without leading and trailing SP and HTAB (HTTP's optional whitespace; String#trim strips more). */
+function trimOws(value: string): string {
+  let start = 0
+  let end = value.length
+  while (start < end && isOws(value.charCodeAt(start))) start++
+  while (end > start && isOws(value.charCodeAt(end - 1))) end--
+  return start === 0 && end === value.length ? value : value.slice(start, end)
+}
+
 class UwsRequestHead implements RequestHead {
   readonly requestId = nextRequestId()
   readonly startedAt = performance.now()
@@ -39,6 +114,9 @@ class UwsRequestHead implements RequestHead {
   readonly maxPricePrompt: string
   readonly maxPriceCompletion: string
   readonly maxPriceImage: string
+  readonly conflictingHeader: string
+  /** The head's size as MAX_HEADER_BYTES counts it. */
+  readonly headBytes: number
   /** Path parameters of the route pattern, in order. */
   readonly params: string[]
   readonly #res: uWS.HttpResponse
@@ -49,17 +127,27 @@ class UwsRequestHead implements RequestHead {
     this.method = req.getMethod()
     this.path = req.getUrl()
     this.query = req.getQuery() ?? ''
-    this.authorization = req.getHeader(HEADER.authorization)
-    this.contentType = req.getHeader(HEADER.contentType)
-    this.contentLength = req.getHeader(HEADER.contentLength)
-    this.providerAddress = req.getHeader(HEADER.providerAddress)
-    this.providerSort = req.getHeader(HEADER.providerSort)
-    this.providerTrustMode = req.getHeader(HEADER.providerTrustMode)
-    this.providerAllowFallbacks = req.getHeader(HEADER.providerAllowFallbacks)
-    this.providerRequireParameters = req.getHeader(HEADER.providerRequireParameters)
-    this.maxPricePrompt = req.getHeader(HEADER.maxPricePrompt)
-    this.maxPriceCompletion = req.getHeader(HEADER.maxPriceCompletion)
-    this.maxPriceImage = req.getHeader(HEADER.maxPriceImage)
+    scan.values.fill('')
+    scan.seen = 0
+    scan.conflict = ''
+    scan.bytes = 0
+    req.forEach(onHeaderField)
+    const v = scan.values
+    this.authorization = v[SLOT.authorization]!
+    this.contentType = v[SLOT.contentType]!
+    this.contentLength = v[SLOT.contentLength]!
+    this.providerAddress = v[SLOT.providerAddress]!
+    this.providerSort = v[SLOT.providerSort]!
+    this.providerTrustMode = v[SLOT.providerTrustMode]!
+    this.providerAllowFallbacks = v[SLOT.providerAllowFallbacks]!
+    this.providerRequireParameters = v[SLOT.providerRequireParameters]!
+    this.maxPricePrompt = v[SLOT.maxPricePrompt]!
+    this.maxPriceCompletion = v[SLOT.maxPriceCompletion]!
+    this.maxPriceImage = v[SLOT.maxPriceImage]!
+    this.conflictingHeader = scan.conflict
+    // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
+    const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)
+    this.headBytes = this.method.length + 1 + target + 11 + scan.bytes + 2
     this.params = []
     for (let i = 0; i < paramCount; i++) this.params.push(req.getParameter(i) ?? '')
   }
@@ -91,11 +179,49 @@ function paramCount(pattern: string): number {
 export interface ListenOptions {
   /** How long a client may take to drain a streamed response's buffered output (uws-reply.ts). */
   readonly sendTimeoutMs?: number
+  /**
+   * Heads larger than this get 431 (default MAX_HEADER_BYTES). Above 4096 this build of uWS still closes,
+   * without an answer, a larger head that arrives in more than one read; see MAX_HEADER_BYTES.
+   */
+  readonly maxHeaderBytes?: number
+}
+
+/**
+ * What the front end refuses before any route sees the request: a head over the limit (431), or a header that
+ * decides who is asking or how the body is framed (authorization, content-type, content-length) sent twice with
+ * different values (400; the routing headers are judged by the routing stage, with their own codes). A
+ * differing Content-Length is a request-smuggling probe: uWS frames the body by the first one.
+ */
+function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
+  if (head.headBytes > limit) {
+    return new RouterError('request_header_fields_too_large', `the request head is ${head.headBytes} bytes; the limit is ${limit}`)
+  }
+  const conflict = head.conflictingHeader
+  if (conflict === HEADER.authorization || conflict === HEADER.contentType || conflict === HEADER.contentLength) {
+    return new RouterError('invalid_request', `the ${conflict} header was sent more than once with different values`)
+  }
+  return null
+}
+
+/**
+ * Answers a refused head in the envelope and closes, so that nothing after the head on this connection (a
+ * body) is read as another request. Written here rather than through UwsReply, whose send() closes only after
+ * a 413.
+ */
+function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterError): void {
+  res.cork(() => {
+    res
+      .writeStatus(statusLine(err.status))
+      .writeHeader('Content-Type', 'application/json')
+      .writeHeader('x-request-id', head.requestId)
+      .end(renderError(err, head.requestId), true)
+  })
 }
 
 /** Builds the app over `routes` and listens; resolves once the port is bound. */
 export function listen(host: string, port: number, routes: readonly Route[], options: ListenOptions = {}): Promise<AppHandle> {
   const sendTimeoutMs = options.sendTimeoutMs ?? SEND_TIMEOUT_MS
+  const maxHeaderBytes = options.maxHeaderBytes ?? MAX_HEADER_BYTES
   const app = uWS.App()
   const methodsByPath = new Map<string, string[]>()
 
@@ -105,8 +231,10 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const key = route.pattern.replace(/:[^/]+/g, '*')
     methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
     app[route.method](route.pattern, (res, req) => {
-      const reply = new UwsReply(res, sendTimeoutMs)
       const head = new UwsRequestHead(req, res, params)
+      const problem = headProblem(head, maxHeaderBytes)
+      if (problem !== null) return refuseHead(res, head, problem)
+      const reply = new UwsReply(res, sendTimeoutMs)
       try {
         route.handler(head, reply)
       } catch (err) {
@@ -117,8 +245,10 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
   }
 
   app.any('/*', (res, req) => {
-    const reply = new UwsReply(res, sendTimeoutMs)
     const head = new UwsRequestHead(req, res, 0)
+    const problem = headProblem(head, maxHeaderBytes)
+    if (problem !== null) return refuseHead(res, head, problem)
+    const reply = new UwsReply(res, sendTimeoutMs)
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
     if (allowed !== undefined) {

@@ -21,6 +21,14 @@ export interface RequestHead {
   readonly maxPricePrompt: string
   readonly maxPriceCompletion: string
   readonly maxPriceImage: string
+  /**
+   * The lower-case name of one of the eleven headers of HEADER (authorization, content-type, content-length
+   * and the eight X-SVC-Provider-* headers) that was sent more than once with values that differ once
+   * leading and trailing SP and HTAB are trimmed; '' when none was. Identical repeats are not a conflict.
+   * The fields above hold the first occurrence (what uWS's getHeader returns): a proxy in front may have
+   * acted on another one, so such a request is refused rather than served on a guess.
+   */
+  readonly conflictingHeader: string
   /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
   readonly params?: readonly string[]
   /** Resolved lazily: only the auth audit needs it. */

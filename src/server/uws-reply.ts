@@ -13,6 +13,7 @@
  */
 import type { HttpResponse } from 'uWebSockets.js'
 import { RouterError, statusLine } from '../errors.js'
+import type { BodySource } from '../upstream/request-body.js'
 import type { HeaderList, Reply } from './reply.js'
 
 function noop(): void {}
@@ -78,6 +79,25 @@ export class UwsReply implements Reply {
       ;(parts ??= []).push(Buffer.from(new Uint8Array(chunk)))
       if (isLast) onBody(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size))
     })
+  }
+
+  bodySource(): BodySource {
+    const res = this.#res
+    const live = (): boolean => !this.#aborted && !this.#done
+    return {
+      onChunk: (handler) => {
+        // uWS reuses `chunk` once this callback returns: each one is copied.
+        res.onData((chunk, isLast) => {
+          if (!this.#aborted) handler(Buffer.from(new Uint8Array(chunk)), isLast)
+        })
+      },
+      pause: () => {
+        if (live()) res.pause()
+      },
+      resume: () => {
+        if (live()) res.resume()
+      },
+    }
   }
 
   #writeHead(status: number, headers: HeaderList): void {

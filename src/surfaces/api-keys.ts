@@ -17,7 +17,7 @@ import { periodStartDay } from '../store/days.js'
 import { RESET_PERIODS, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store } from '../store/store.js'
 import { isAddress } from '../vocabulary/address.js'
 import { isTrustMode, TRUST_MODES, type TrustMode } from '../vocabulary/trust.js'
-import { parseJsonObject } from './inference.js'
+import { parseJsonObject } from '../codecs/json-body.js'
 
 export interface ApiKeysDeps {
   readonly authenticate: MgmtAuthenticator

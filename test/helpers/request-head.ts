@@ -20,6 +20,7 @@ export function requestHead(fields: Partial<RequestHead> = {}): RequestHead {
     maxPricePrompt: '',
     maxPriceCompletion: '',
     maxPriceImage: '',
+    conflictingHeader: '',
     remoteAddress: () => '127.0.0.1',
     ...fields,
   }

@@ -1,4 +1,8 @@
 /**
+ * BENCHMARK BASELINE ONLY: the SSE relay the router used before src/codecs/openai-sse.ts replaced it (it
+ * misread Python-spaced ids, `data:[DONE]` and CRLF streams split in their first chunk), kept so the sse bench
+ * compares the codec with it in the same run.
+ *
  * Relays an upstream OpenAI-style SSE stream to the client byte for byte, never re-serialising a chunk. It
  * only looks for what the router needs: the chat id (first event), the usage object (last event before
  * [DONE]) and the [DONE] terminator itself, which it holds back so the trace chunk can go out first.

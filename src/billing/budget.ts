@@ -1,0 +1,43 @@
+/**
+ * What the failover loop knows of billing (DESIGN.md §5, budget): reserve before each attempt, settle or release
+ * after. The loop owns a request's budget from admission to its end. The ledger's Reservation is the
+ * implementation for a key's request; settlement is asynchronous (`done` runs once the charge is durable), so a
+ * networked store fits behind it.
+ */
+import type { RouterError } from '../errors.js'
+import type { Bill, BilledCost, Settled } from './ledger.js'
+
+export interface Budget {
+  /** Whether neither settle nor release has run yet. */
+  readonly open: boolean
+  /** Holds `amount` in place of what was held before; the 402 to answer with when it does not fit. */
+  reserve(amount: bigint): RouterError | null
+  /** Turns the hold into the charge of `bill`; `done` runs once it is durable. Returns what is billed. */
+  settle(bill: Bill, done: Settled): BilledCost
+  /** Gives the hold back without a charge. */
+  release(): void
+}
+
+/** The budget of a request no key pays for: nothing is held and nothing recorded. */
+export class FreeBudget implements Budget {
+  #open = true
+
+  get open(): boolean {
+    return this.#open
+  }
+
+  reserve(): RouterError | null {
+    return null
+  }
+
+  settle(bill: Bill, done: Settled): BilledCost {
+    this.#open = false
+    const billed: BilledCost = { ...bill.cost, capped: false }
+    queueMicrotask(() => done(billed, null))
+    return billed
+  }
+
+  release(): void {
+    this.#open = false
+  }
+}

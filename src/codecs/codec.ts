@@ -1,0 +1,49 @@
+/**
+ * What the failover loop asks of a surface's answer format (DESIGN.md §5, codecs). A codec is made per attempt,
+ * is pure (no I/O: bytes in, bytes out through `emit`), and finds what the router needs: the provider's id for
+ * the answer, the usage, the end, and where the trace goes.
+ */
+import type { ChatUsage } from '../billing/cost.js'
+import type { RouterError } from '../errors.js'
+import type { HeaderList } from '../upstream/sink.js'
+
+export type Emit = (bytes: Buffer) => void
+
+export interface ResponseCodec {
+  /** True: the answer is relayed as it arrives (`push`/`finish`); false: held whole and judged at its end (`read`). */
+  readonly streaming: boolean
+  /** Whether a 2xx with this Content-Type is an answer of this codec's kind; if not, the provider failed. */
+  accepts(contentType: string): boolean
+  /** Headers of the client's response that the codec decides (its content type). */
+  readonly responseHeaders: HeaderList
+  /** Streaming: a chunk of the upstream body, relayed through `emit` a whole event at a time. */
+  push(chunk: Buffer, emit: Emit): void
+  /** Streaming: bytes held (an event not yet complete); past a bound the provider is broken, not slow. */
+  readonly pendingBytes: number
+  /** Streaming: the upstream body ended; what is left is flushed. */
+  finish(emit: Emit): void
+  /** Held: the whole upstream body; false when it is not a valid answer (a provider failure, failover). */
+  read(body: Buffer): boolean
+  /** The provider's id for the answer ('' when it gave none): the SVC-Res-Key header. */
+  readonly id: string
+  /** Whether the provider produced anything the client received or could be billed for. */
+  readonly produced: boolean
+  /** Usage as the provider reported it, or estimated (`estimated: true`) from the prompt size and what arrived. */
+  usage(promptBytes: number): ChatUsage
+  /** The last bytes of a successful answer, carrying the trace block. */
+  complete(trace: Record<string, unknown>): string | Buffer
+  /** The last bytes of a streamed answer that broke after its first byte: an error event, never a fake end. */
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string
+}
+
+/** Whether a Content-Type header names `text/event-stream` (parameters and case aside). */
+export function isEventStream(contentType: string): boolean {
+  const n = 'text/event-stream'.length
+  if (contentType.length < n) return false
+  if (contentType.length > n) {
+    const c = contentType.charCodeAt(n)
+    // ';' or HTTP whitespace before parameters
+    if (c !== 59 && c !== 32 && c !== 9) return false
+  }
+  return contentType.slice(0, n).toLowerCase() === 'text/event-stream'
+}

@@ -1,0 +1,157 @@
+/**
+ * OpenAI chat answers (spec §4.2): the JSON body of a completion and the SSE stream of chunks. The stream is
+ * relayed byte for byte by the SSE codec; the router's trace goes in one extra chunk right before its own
+ * `data: [DONE]` (DESIGN.md §4), and a stream that breaks ends with an error event and no [DONE].
+ */
+import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import { renderError, type RouterError } from '../errors.js'
+import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { OpenAiSseCodec } from './openai-sse.js'
+import { spliceTrace } from './trace-splice.js'
+
+const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
+const JSON_HEADERS = ['Content-Type', 'application/json']
+const DONE_EVENT = 'data: [DONE]\n\n'
+
+/** An SSE answer to a `stream: true` chat request. */
+export class ChatStreamCodec implements ResponseCodec {
+  readonly streaming = true
+  readonly responseHeaders = SSE_HEADERS
+  readonly #sse: OpenAiSseCodec
+  readonly #model: string
+
+  /** `clientWantsUsage`: the client asked for include_usage itself, so the usage chunk is relayed to it. */
+  constructor(model: string, clientWantsUsage: boolean) {
+    this.#model = model
+    this.#sse = new OpenAiSseCodec(!clientWantsUsage)
+  }
+
+  accepts(contentType: string): boolean {
+    return isEventStream(contentType)
+  }
+
+  push(chunk: Buffer, emit: Emit): void {
+    this.#sse.push(chunk, emit)
+  }
+
+  get pendingBytes(): number {
+    return this.#sse.bufferedBytes
+  }
+
+  finish(emit: Emit): void {
+    this.#sse.finish(emit)
+  }
+
+  read(): boolean {
+    return false
+  }
+
+  get id(): string {
+    return this.#sse.chatId
+  }
+
+  get produced(): boolean {
+    return this.#sse.events > 0 || this.#sse.forwardedBytes > 0
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    // Content events exclude the role chunk and the finish chunk.
+    return meteredUsage(this.#sse.usage, promptBytes, Math.max(0, this.#sse.events - 2))
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    const chunk = JSON.stringify({
+      id: this.#sse.chatId,
+      object: 'chat.completion.chunk',
+      created: Math.floor(Date.now() / 1000),
+      model: this.#model,
+      choices: [],
+      x_svc_trace: trace,
+    })
+    return `data: ${chunk}\n\n${DONE_EVENT}`
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return `data: ${renderError(err, requestId, trace)}\n\n`
+  }
+}
+
+type ChatResponse = { id?: unknown; usage?: unknown; choices?: unknown }
+
+/** A JSON answer to a chat request: held whole, parsed once for its id and usage, the trace spliced in. */
+export class ChatJsonCodec implements ResponseCodec {
+  readonly streaming = false
+  readonly responseHeaders = JSON_HEADERS
+  #body: Buffer | null = null
+  #parsed: ChatResponse | null = null
+
+  readonly pendingBytes = 0
+
+  accepts(): boolean {
+    // Judged by parsing: a body that is not a chat completion object fails in read().
+    return true
+  }
+
+  push(): void {}
+
+  finish(): void {}
+
+  read(body: Buffer): boolean {
+    const parsed = parseObject(body)
+    if (parsed === null) return false
+    this.#body = body
+    this.#parsed = parsed
+    return true
+  }
+
+  get id(): string {
+    const id = this.#parsed?.id
+    return typeof id === 'string' ? id : ''
+  }
+
+  get produced(): boolean {
+    return this.#parsed !== null
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    return meteredUsage(this.#parsed?.usage, promptBytes, completionEstimate(this.#parsed?.choices))
+  }
+
+  complete(trace: Record<string, unknown>): Buffer {
+    const body = this.#body!
+    return spliceTrace(body, ',"x_svc_trace":' + JSON.stringify(trace)) ?? body
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return renderError(err, requestId, trace)
+  }
+}
+
+/** The provider's JSON answer as an object, or null when it is not one. */
+function parseObject(body: Buffer): ChatResponse | null {
+  try {
+    const value: unknown = JSON.parse(body.toString('utf8'))
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as ChatResponse) : null
+  } catch {
+    return null
+  }
+}
+
+/** About four bytes of text per token over the returned messages. */
+function completionEstimate(choices: unknown): number {
+  if (!Array.isArray(choices)) return 0
+  let bytes = 0
+  for (const choice of choices) {
+    const message = (choice as { message?: { content?: unknown; tool_calls?: unknown } } | null)?.message
+    if (message === undefined || message === null) continue
+    if (typeof message.content === 'string') bytes += message.content.length
+    if (message.tool_calls !== undefined) {
+      try {
+        bytes += JSON.stringify(message.tool_calls).length
+      } catch {
+        // A provider's absurdly nested tool call is not worth a crash; it is billed as text already counted.
+      }
+    }
+  }
+  return Math.ceil(bytes / 4)
+}

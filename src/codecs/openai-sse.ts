@@ -1,0 +1,366 @@
+/**
+ * The OpenAI chat completions stream (`text/event-stream` of `chat.completion.chunk` events), relayed byte for
+ * byte, never re-serialised. It reads only what the router needs, the chat id, the usage and the end of the
+ * stream, and leaves out what the router sends itself: the provider's `[DONE]` (the router's trace event and
+ * its own `data: [DONE]` go there) and, when the router asked for usage on the client's behalf, the
+ * provider's usage-only chunk.
+ *
+ * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not JSON is
+ * forwarded as it is.
+ */
+import type { Emit } from './codec.js'
+import { SseFramer } from './sse-framing.js'
+
+/** The provider's `usage` object, as it sent it. */
+export interface StreamUsage {
+  readonly prompt_tokens?: number
+  readonly completion_tokens?: number
+  readonly total_tokens?: number
+  readonly [key: string]: unknown
+}
+
+/** Receives forwarded bytes. The codec never writes to a Buffer it has emitted, so it may be kept. */
+
+const USAGE_KEY = Buffer.from('"usage"')
+const ID_KEY = Buffer.from('"id"')
+const LF1 = Buffer.from('\n')
+const LF2 = Buffer.from('\n\n')
+const MAX_ID_LENGTH = 256
+/**
+ * Data events looked at for the chat id. Past them a provider is taken to send none: looking costs a search
+ * per event, and a JSON.parse per event for one that sends an unusable id on every chunk (`"id":""`).
+ */
+const ID_SEARCH_EVENTS = 16
+
+/**
+ * Where `needle` occurs in `src` at or after `from`, or -1. It looks for one byte of the needle, `anchor`
+ * its offset in it, with Buffer#indexOf of a number (memchr), and compares the rest: Buffer#indexOf of a
+ * Buffer costs ~60 ns even when the first byte never occurs and ~240 ns over a 250-byte chunk for a needle
+ * that starts with as common a byte as '"' (measured), while the 'g' of "usage" is rare in chunk JSON.
+ */
+function indexOfNeedle(src: Buffer, needle: Buffer, anchor: number, from: number): number {
+  const byte = needle[anchor]
+  const size = needle.length
+  for (let hit = src.indexOf(byte, from + anchor); hit !== -1; hit = src.indexOf(byte, hit + 1)) {
+    const at = hit - anchor
+    if (at + size > src.length) return -1
+    if (startsAt(src, at, needle)) return at
+  }
+  return -1
+}
+
+/** Whether `needle` is in `src` at `at` (a JS loop: Buffer#compare costs more than a few bytes of it). */
+function startsAt(src: Buffer, at: number, needle: Buffer): boolean {
+  if (at < 0 || at + needle.length > src.length) return false
+  for (let i = 0; i < needle.length; i++) if (src[at + i] !== needle[i]) return false
+  return true
+}
+
+/**
+ * Finds a needle in ascending ranges of one Buffer (the events of a chunk) with one search per occurrence,
+ * not one per range: a search bounded only by the Buffer's end, repeated per event, would make a chunk of
+ * many events that lack the needle quadratic.
+ */
+class Finder {
+  readonly #needle: Buffer
+  readonly #anchor: number
+  #src: Buffer | null = null
+  #from = 0
+  /** The first occurrence at or after #from in #src, -1 for none. */
+  #at = -1
+
+  constructor(needle: Buffer, anchor: number) {
+    this.#needle = needle
+    this.#anchor = anchor
+  }
+
+  /** Forgets the last Buffer: a caller may push the same Buffer again with other bytes in it. */
+  reset(): void {
+    this.#src = null
+  }
+
+  /**
+   * The first occurrence lying wholly in [from, to) of `src`, or -1. `cache`: false for a Buffer that is
+   * rewritten between calls (the framer's scratch for multi-line data).
+   */
+  find(src: Buffer, from: number, to: number, cache: boolean): number {
+    if (!cache) {
+      const at = indexOfNeedle(src, this.#needle, this.#anchor, from)
+      return at !== -1 && at + this.#needle.length <= to ? at : -1
+    }
+    if (src !== this.#src || from < this.#from || (this.#at !== -1 && this.#at < from)) {
+      this.#src = src
+      this.#from = from
+      this.#at = indexOfNeedle(src, this.#needle, this.#anchor, from)
+    }
+    const at = this.#at
+    return at !== -1 && at + this.#needle.length <= to ? at : -1
+  }
+}
+
+/** The OpenAI SSE codec of one streamed response. */
+export class OpenAiSseCodec {
+  #chatId = ''
+  #usage: StreamUsage | null = null
+  #sawDone = false
+  #events = 0
+  #forwardedBytes = 0
+
+  readonly #withholdUsage: boolean
+  readonly #framer: SseFramer
+  readonly #usageFinder = new Finder(USAGE_KEY, 4)
+  readonly #idFinder = new Finder(ID_KEY, 2)
+  #emit: Emit = ignore
+  /** A data event was seen: nothing is held any more. */
+  #started = false
+  /** Events before the first data event, from earlier chunks, copied: sent as one Buffer with the first. */
+  #held: Buffer[] = []
+  #heldBytes = 0
+  /** Bytes to forward, [#runStart, #runEnd) of #runSrc: consecutive forwarded events go out in one emit. */
+  #runSrc: Buffer | null = null
+  #runStart = 0
+  #runEnd = 0
+  #lastDropped = false
+  /** A data event with a JSON object payload was parsed: later ones are parsed for the id only if they hold "id". */
+  #sawObject = false
+  /** Data events still to look at for the chat id. */
+  #idSearch = ID_SEARCH_EVENTS
+  #terminator: Buffer | null = null
+
+  /** `withholdUsage`: drop the provider's usage-only chunk (the router asked for include_usage, not the client). */
+  constructor(withholdUsage: boolean) {
+    this.#withholdUsage = withholdUsage
+    this.#framer = new SseFramer((source, start, end) => this.#onEvent(source, start, end))
+  }
+
+  /**
+   * The `id` of the first data event, among the first 16, whose payload is a JSON object with a string `id`
+   * that can go in a header (1–256 visible ASCII characters); '' until then. Known at the first emit when
+   * the first data event carries it, since events before the first data event are held until it comes.
+   */
+  get chatId(): string {
+    return this.#chatId
+  }
+
+  /** The last non-null top-level `usage` object the provider sent, or null. */
+  get usage(): StreamUsage | null {
+    return this.#usage
+  }
+
+  /** The provider sent its `[DONE]`. */
+  get sawDone(): boolean {
+    return this.#sawDone
+  }
+
+  /** Data events forwarded or withheld, `[DONE]` excluded: for estimating usage when the provider reports none. */
+  get events(): number {
+    return this.#events
+  }
+
+  /** Bytes emitted so far. */
+  get forwardedBytes(): number {
+    return this.#forwardedBytes
+  }
+
+  /** Bytes held: an unfinished event, and events before the first data event. A caller may cap it. */
+  get bufferedBytes(): number {
+    return this.#framer.pendingBytes + this.#heldBytes
+  }
+
+  /** Forwards the complete events `chunk` finishes, usually as one emit of (a subarray of) the chunk. */
+  push(chunk: Buffer, emit: Emit): void {
+    this.#emit = emit
+    this.#usageFinder.reset()
+    this.#idFinder.reset()
+    this.#framer.push(chunk)
+    this.#flush()
+    this.#emit = ignore
+  }
+
+  /**
+   * At the end of the upstream body: forwards what is held, and an event that lacked its blank line followed
+   * by the line endings it missed, so that whatever the router appends starts an event of its own. Not for a
+   * body that broke off: there the unfinished event is better dropped with the codec than sent half.
+   */
+  finish(emit: Emit): void {
+    this.#emit = emit
+    this.#usageFinder.reset()
+    this.#idFinder.reset()
+    this.#framer.finish()
+    this.#started = true
+    this.#flush()
+    const terminator = this.#terminator
+    if (terminator !== null) {
+      this.#terminator = null
+      this.#out(terminator)
+    }
+    this.#emit = ignore
+  }
+
+  #onEvent(source: Buffer, start: number, end: number): void {
+    const framer = this.#framer
+    let drop = false
+    if (framer.continuation) drop = this.#lastDropped
+    else if (framer.dataLines !== 0) drop = this.#onData(framer.dataSource, framer.dataStart, framer.dataEnd, framer.dataLines === 1)
+    this.#lastDropped = drop
+    if (drop) {
+      this.#flush()
+      return
+    }
+    if (this.#runSrc === source && this.#runEnd === start) {
+      this.#runEnd = end
+    } else {
+      this.#flush()
+      this.#runSrc = source
+      this.#runStart = start
+      this.#runEnd = end
+    }
+    // The stream ended inside this event: end its last line (unless it did) and the event.
+    if (framer.unterminated) this.#terminator = source[end - 1] === 10 ? LF1 : LF2
+  }
+
+  /** One data event's payload, [from, to) of `src`; true when it is not to be forwarded. */
+  #onData(src: Buffer, from: number, to: number, inSource: boolean): boolean {
+    this.#started = true
+    if (isDone(src, from, to)) {
+      this.#sawDone = true
+      return true
+    }
+    this.#events++
+    let parse = this.#hasUsageObject(src, from, to, inSource)
+    if (this.#chatId === '' && this.#idSearch > 0) {
+      this.#idSearch--
+      if (!parse) parse = !this.#sawObject || this.#idFinder.find(src, from, to, inSource) !== -1
+    }
+    if (!parse) return false
+
+    let value: unknown
+    try {
+      value = JSON.parse(src.toString('utf8', from, to))
+    } catch {
+      return false
+    }
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) return false
+    this.#sawObject = true
+    const event = value as { id?: unknown; usage?: unknown; choices?: unknown }
+    if (this.#chatId === '' && isHeaderSafe(event.id)) this.#chatId = event.id
+    const usage = event.usage
+    if (usage === null || typeof usage !== 'object' || Array.isArray(usage)) return false
+    this.#usage = usage as StreamUsage
+    return this.#withholdUsage && Array.isArray(event.choices) && event.choices.length === 0
+  }
+
+  /**
+   * Whether the payload has `"usage"`, optional whitespace, a colon, optional whitespace and `{`: only such an
+   * event is parsed for its usage (OpenAI and vLLM send `"usage":null` on every chunk).
+   */
+  #hasUsageObject(src: Buffer, from: number, to: number, inSource: boolean): boolean {
+    if (endsWithNullUsage(src, from, to)) return false
+    const finder = this.#usageFinder
+    for (let at = finder.find(src, from, to, inSource); at !== -1; at = finder.find(src, at + 1, to, inSource)) {
+      let i = skipSpace(src, at + USAGE_KEY.length, to)
+      if (i < to && src[i] === 58) {
+        i = skipSpace(src, i + 1, to)
+        if (i < to && src[i] === 123) return true
+      }
+    }
+    return false
+  }
+
+  /** Sends what is held (once a data event was seen) and the current run; before that, holds the run too. */
+  #flush(): void {
+    const src = this.#runSrc
+    if (this.#started && this.#heldBytes !== 0) {
+      const held = this.#held
+      this.#held = []
+      this.#heldBytes = 0
+      this.#out(held.length === 1 ? held[0] : Buffer.concat(held))
+    }
+    if (src === null) return
+    this.#runSrc = null
+    const start = this.#runStart
+    const end = this.#runEnd
+    if (!this.#started) {
+      this.#held.push(Buffer.from(src.subarray(start, end)))
+      this.#heldBytes += end - start
+      return
+    }
+    this.#out(start === 0 && end === src.length ? src : src.subarray(start, end))
+  }
+
+  #out(bytes: Buffer): void {
+    this.#forwardedBytes += bytes.length
+    this.#emit(bytes)
+  }
+}
+
+function ignore(): void {}
+
+/** `[DONE]`, spaces and tabs around it tolerated. */
+function isDone(src: Buffer, from: number, to: number): boolean {
+  from = skipBlank(src, from, to)
+  while (to > from && (src[to - 1] === 32 || src[to - 1] === 9)) to--
+  return (
+    to - from === 6 &&
+    src[from] === 91 &&
+    src[from + 1] === 68 &&
+    src[from + 2] === 79 &&
+    src[from + 3] === 78 &&
+    src[from + 4] === 69 &&
+    src[from + 5] === 93
+  )
+}
+
+/**
+ * Whether the payload ends in `"usage":null}` (whitespace allowed between the tokens) with `,` or `{` before
+ * the key. In a JSON object that is the last member of the top-level object, and JSON.parse keeps the last
+ * of duplicate keys, so the event's usage is null whatever comes before: parsing it would find nothing.
+ * Checking ~15 bytes from the end spares the search for `"usage"` on every OpenAI and vLLM chunk.
+ */
+function endsWithNullUsage(src: Buffer, from: number, to: number): boolean {
+  let i = skipSpaceBack(src, from, to) - 1
+  if (i < from || src[i] !== 125) return false
+  i = skipSpaceBack(src, from, i) - 4
+  if (i < from || src[i] !== 110 || src[i + 1] !== 117 || src[i + 2] !== 108 || src[i + 3] !== 108) return false
+  i = skipSpaceBack(src, from, i) - 1
+  if (i < from || src[i] !== 58) return false
+  i = skipSpaceBack(src, from, i) - USAGE_KEY.length
+  if (i < from || !startsAt(src, i, USAGE_KEY)) return false
+  i = skipSpaceBack(src, from, i) - 1
+  return i >= from && (src[i] === 44 || src[i] === 123)
+}
+
+/** The end of [from, to) with trailing JSON whitespace left out. */
+function skipSpaceBack(src: Buffer, from: number, to: number): number {
+  while (to > from) {
+    const b = src[to - 1]
+    if (b !== 32 && b !== 9 && b !== 10 && b !== 13) break
+    to--
+  }
+  return to
+}
+
+function skipBlank(src: Buffer, i: number, to: number): number {
+  while (i < to && (src[i] === 32 || src[i] === 9)) i++
+  return i
+}
+
+/** JSON whitespace: space, tab, LF, CR. */
+function skipSpace(src: Buffer, i: number, to: number): number {
+  while (i < to) {
+    const b = src[i]
+    if (b !== 32 && b !== 9 && b !== 10 && b !== 13) break
+    i++
+  }
+  return i
+}
+
+/** The id goes out as the SVC-Res-Key header: visible ASCII only, so a provider cannot break or add headers. */
+function isHeaderSafe(id: unknown): id is string {
+  if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID_LENGTH) return false
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i)
+    if (c < 0x21 || c > 0x7e) return false
+  }
+  return true
+}

@@ -1,0 +1,207 @@
+/**
+ * Admission, shared by every inference surface (DESIGN.md §5): authenticate → rate limit → routing headers →
+ * body → key policy → selection → budget, then the failover loop. A surface only says how its body is read and
+ * how an attempt is planned; everything here is the same for all of them.
+ *
+ * The body is read from the start, before authentication: uWS hands the body only to a reader attached during
+ * the route callback, and a key-cache miss makes authentication finish later. A request refused early has its
+ * remaining body ignored. Synchronous from the body's arrival to the first upstream write whenever the key and
+ * the account's books are warm.
+ */
+import type { Authenticator, Principal } from '../auth/principal.js'
+import { ResetClock, type RateLimiter } from '../auth/rate-limit.js'
+import { FreeBudget, type Budget } from '../billing/budget.js'
+import type { Ledger } from '../billing/ledger.js'
+import { readJsonBody } from '../codecs/json-body.js'
+import { RouterError, toRouterError } from '../errors.js'
+import { log } from '../log.js'
+import { mergeBodyPreferences, parseRoutingHeaders, RoutingPrefs } from '../routing/preferences.js'
+import { select } from '../routing/select.js'
+import type { RoutingTable } from '../routing/table.js'
+import type { Handler } from '../server/app.js'
+import type { HeaderList, Reply } from '../server/reply.js'
+import type { RequestHead } from '../server/request-head.js'
+import { sendError } from '../server/respond.js'
+import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
+import { Failover, type EngineContext } from '../upstream/failover.js'
+import { applyKeyPolicy } from './key-policy.js'
+
+export interface AdmissionDeps {
+  readonly table: RoutingTable
+  readonly engine: EngineContext
+  readonly ledger: Ledger
+  readonly limiter: RateLimiter
+  readonly authenticate: Authenticator
+  readonly maxJsonBodyBytes: number
+}
+
+/** What the stages before the body produced. */
+interface Admitted {
+  readonly principal: Principal
+  readonly prefs: RoutingPrefs
+  /** x-request-id and the X-RateLimit-* headers: on every answer of this request. */
+  readonly headers: HeaderList
+}
+
+const resetClock = new ResetClock()
+
+/** The route handler of a JSON inference surface. */
+export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDeps, surface: Surface<R>): Handler {
+  const render = surface.renderError
+
+  function onBody(head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer): void {
+    const { principal, prefs, headers } = admitted
+    const fail = (err: RouterError): void => sendError(reply, err, head.requestId, headers, render)
+    const body = readJsonBody(raw)
+    if (body instanceof RouterError) return fail(body)
+    const req = surface.parse(body)
+    if (req instanceof RouterError) return fail(req)
+    try {
+      mergeBodyPreferences(req.provider, prefs)
+    } catch (err) {
+      return fail(toRouterError(err))
+    }
+    const policy = applyKeyPolicy(principal, prefs, req.model)
+    if (policy !== null) return fail(policy)
+
+    const index = deps.table.model(req.model)
+    if (index === undefined) return fail(new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
+    const type = index.offers[0]!.model.type
+    if (type !== surface.modelType) {
+      return fail(new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`))
+    }
+    const pinned = prefs.address === '' ? null : (deps.table.provider(prefs.address) ?? null)
+    const selection = select(
+      index,
+      prefs,
+      {
+        dimension: surface.dimension,
+        paramMask: req.paramMask,
+        maxOutput: req.maxOutput,
+        allowedProviders: principal.allowedProviders,
+        now: performance.now(),
+      },
+      pinned,
+    )
+    if (selection instanceof RouterError) return fail(selection)
+
+    const forward = (): void => {
+      if (reply.aborted) return
+      const budget: Budget = principal.keyId === null ? new FreeBudget() : ledger.open(principal, head.requestId)
+      new Failover(
+        deps.engine,
+        { requestId: head.requestId, startedAt: head.startedAt, surface, request: req, baseHeaders: headers, selection, budget },
+        reply,
+      ).start()
+    }
+    // The ledger reads a principal's books from the store once; after that admission is synchronous.
+    const ledger = deps.ledger
+    const warming = principal.keyId === null ? null : ledger.prepare(principal)
+    if (warming === null) return forward()
+    warming.then(guard(head, reply, headers, render, forward), (err: unknown) => {
+      log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
+      fail(toRouterError(err))
+    })
+  }
+
+  return function admitInference(head: RequestHead, reply: Reply): void {
+    let raw: Buffer | null = null
+    let admitted: Admitted | null = null
+    let refused = false
+    const refuse = (err: RouterError, headers: HeaderList): void => {
+      if (refused) return
+      refused = true
+      sendError(reply, err, head.requestId, headers, render)
+    }
+    const proceed = (): void => {
+      if (refused || raw === null || admitted === null) return
+      try {
+        onBody(head, reply, admitted, raw)
+      } catch (err) {
+        crashed(head, reply, admitted.headers, render, err)
+      }
+    }
+    reply.readBody(
+      deps.maxJsonBodyBytes,
+      (body) => {
+        raw = body
+        proceed()
+      },
+      (err) => refuse(err, admitted?.headers ?? ['x-request-id', head.requestId]),
+    )
+    const afterAuth = (authed: Principal | RouterError): void => {
+      if (authed instanceof RouterError) return refuse(authed, ['x-request-id', head.requestId])
+      const result = limitAndRoute(deps, head, authed)
+      if (result instanceof Refusal) return refuse(result.err, result.headers)
+      admitted = result
+      proceed()
+    }
+    const authed = deps.authenticate(head)
+    if (authed instanceof Promise) {
+      authed.then(guard(head, reply, ['x-request-id', head.requestId], render, afterAuth), (err: unknown) => {
+        log.error('authentication failed', { err: String(err) })
+        refuse(toRouterError(err), ['x-request-id', head.requestId])
+      })
+      return
+    }
+    afterAuth(authed)
+  }
+}
+
+class Refusal {
+  constructor(
+    readonly err: RouterError,
+    readonly headers: HeaderList,
+  ) {}
+}
+
+/** Rate limit, then the routing headers: what admission knows before the body. */
+function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Principal): Admitted | Refusal {
+  const rate = deps.limiter.take(principal.accountId, Date.now(), principal.rateLimit)
+  const headers = [
+    'x-request-id',
+    head.requestId,
+    'X-RateLimit-Limit-Requests',
+    String(rate.limit),
+    'X-RateLimit-Remaining-Requests',
+    String(rate.remaining),
+    'X-RateLimit-Reset-Requests',
+    resetClock.iso(rate.resetAt),
+  ]
+  if (!rate.allowed) {
+    const err = new RouterError('rate_limit_exceeded', `account request limit of ${rate.limit} per minute reached`, {
+      'Retry-After': String(rate.retryAfter),
+    })
+    return new Refusal(err, headers)
+  }
+  const prefs = new RoutingPrefs()
+  const bad = parseRoutingHeaders(head, prefs)
+  if (bad !== null) return new Refusal(bad, headers)
+  return { principal, prefs, headers }
+}
+
+/**
+ * `fn` wrapped so that whatever it throws ends this request with a 500 and nothing else: the uWS callback's own
+ * net (server/app.ts) only covers the synchronous part of a request, and admission continues in promise callbacks.
+ */
+function guard<A extends unknown[]>(
+  head: RequestHead,
+  reply: Reply,
+  headers: HeaderList,
+  render: Surface<SurfaceRequest>['renderError'],
+  fn: (...args: A) => void,
+): (...args: A) => void {
+  return (...args: A) => {
+    try {
+      fn(...args)
+    } catch (err) {
+      crashed(head, reply, headers, render, err)
+    }
+  }
+}
+
+function crashed(head: RequestHead, reply: Reply, headers: HeaderList, render: Surface<SurfaceRequest>['renderError'], err: unknown): void {
+  log.error('request failed inside the router', { request_id: head.requestId, err: String((err as Error)?.stack ?? err) })
+  if (!reply.started) sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, headers, render)
+  else reply.end()
+}

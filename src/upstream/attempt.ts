@@ -1,0 +1,311 @@
+/**
+ * One try against one provider: an undici dispatch handler with the controller lifecycle. It knows nothing of
+ * retries, billing or traces (undici's retry handler wraps a handler that knows nothing of retries): it sorts
+ * the provider's answer into what the failover loop decides on (a miss before any byte reached the client, a
+ * client error to pass through, an answer relayed through the plan's codec, a break after the first byte) and
+ * reports it to its owner.
+ *
+ * Backpressure both ways: a slow receiver pauses the upstream read (and so, through TCP, the provider).
+ */
+import type { Dispatcher } from 'undici'
+import type { Attempt } from '../billing/trace.js'
+import type { HealthBook, HealthSettings } from '../health/health.js'
+import type { Offer } from '../routing/offers.js'
+import { classifyUpstreamError, isRetryableStatus, type UpstreamFailure } from './failures.js'
+import type { AttemptPlan } from './plan.js'
+import { basePath, type UpstreamPools } from './pools.js'
+import type { ResponseSink } from './sink.js'
+
+const MAX_ERROR_BODY = 64 * 1024
+/** A held answer larger than this is a broken provider, not a completion (the router must hold it whole). */
+const MAX_HELD_RESPONSE = 64 * 1024 * 1024
+
+function tooLarge(): Error {
+  return Object.assign(new Error(`provider response exceeds ${MAX_HELD_RESPONSE} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' })
+}
+
+/** Why an attempt produced no answer, as the loop decides on it. */
+export const enum MissKind {
+  Failure,
+  Timeout,
+  /** The provider answered 429. */
+  RateLimited,
+}
+
+/** What an attempt reports to the loop that runs it. */
+export interface AttemptOwner {
+  readonly sink: ResponseSink
+  /** Failed before anything reached the receiver: the loop may try the next candidate. */
+  missed(a: AttemptHandler, attempt: Attempt, kind: MissKind, retryAfter: string): void
+  /** A provider error other than 5xx/429, passed through as it is. */
+  passThrough(a: AttemptHandler, contentType: string, body: Buffer): void
+  /** A streamed answer's first bytes are about to go out: the response head is written now. */
+  beginStream(a: AttemptHandler): void
+  /** The answer is whole (a stream ended, or a held answer was read). */
+  answered(a: AttemptHandler): void
+  /** A streamed answer broke after its first byte reached the receiver. */
+  broke(a: AttemptHandler, failure: UpstreamFailure): void
+  /** The receiver went away. `produced`: the provider did work worth billing (relayed events or a whole answer). */
+  abandoned(a: AttemptHandler, produced: boolean): void
+  /** Our own code threw while handling this attempt. */
+  crashed(a: AttemptHandler, err: unknown): void
+}
+
+export interface AttemptSettings {
+  readonly pools: UpstreamPools
+  readonly book: HealthBook
+  readonly health: HealthSettings
+}
+
+const enum Phase {
+  /** Waiting for the response status. */
+  Pending,
+  /** Retryable status: the body is drained and dropped while the next candidate runs. */
+  Draining,
+  /** A 2xx the codec cannot read: the request was aborted, nothing more is looked at. */
+  Rejected,
+  /** A client error passed through as it is. */
+  Passthrough,
+  /** 2xx, relaying or holding the answer. */
+  Relaying,
+  Done,
+}
+
+export class AttemptHandler implements Dispatcher.DispatchHandler {
+  readonly offer: Offer
+  readonly plan: AttemptPlan
+  /** The provider's HTTP status, 0 until it arrives. */
+  status = 0
+  readonly #owner: AttemptOwner
+  readonly #settings: AttemptSettings
+  #controller: Dispatcher.DispatchController | null = null
+  #phase = Phase.Pending
+  #startedAt = 0
+  #ttfbMs = -1
+  #parts: Buffer[] = []
+  #size = 0
+  #contentType = ''
+  #abortReason: Error | null = null
+  #inflight = false
+  #crashed = false
+  /** False once a write to the receiver reported backpressure, until it drains. */
+  #writable = true
+  readonly #emit = (bytes: Buffer): void => this.#emitToReceiver(bytes)
+
+  constructor(owner: AttemptOwner, settings: AttemptSettings, offer: Offer, plan: AttemptPlan) {
+    this.#owner = owner
+    this.#settings = settings
+    this.offer = offer
+    this.plan = plan
+  }
+
+  /** Time to the response's first byte in ms, -1 before it. */
+  get ttfbMs(): number {
+    return this.#ttfbMs
+  }
+
+  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body']): void {
+    const provider = this.offer.provider
+    const pools = this.#settings.pools
+    this.#startedAt = performance.now()
+    this.offer.stats.inflight++
+    this.#inflight = true
+    pools.get(provider.url).dispatch(
+      {
+        path: basePath(provider.url) + this.plan.path,
+        method: 'POST',
+        headers: [...this.plan.headers, 'x-request-id', requestId],
+        body,
+        headersTimeout: pools.settings.headersTimeoutMs,
+        bodyTimeout: pools.settings.bodyTimeoutMs,
+      },
+      this,
+    )
+  }
+
+  abort(reason: Error): void {
+    this.#abortReason = reason
+    this.#controller?.abort(reason)
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#abortReason !== null) controller.abort(this.#abortReason)
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    try {
+      this.#start(controller, statusCode, headers)
+    } catch (err) {
+      this.#crash(err)
+    }
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    try {
+      this.#data(controller, chunk)
+    } catch (err) {
+      this.#crash(err)
+    }
+  }
+
+  onResponseEnd(): void {
+    try {
+      this.#end()
+    } catch (err) {
+      this.#crash(err)
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    try {
+      this.#error(err)
+    } catch (thrown) {
+      this.#crash(thrown)
+    }
+  }
+
+  #crash(err: unknown): void {
+    if (this.#crashed) return
+    this.#crashed = true
+    this.#phase = Phase.Done
+    this.#release()
+    this.abort(new Error('attempt abandoned after an internal error'))
+    this.#owner.crashed(this, err)
+  }
+
+  #record(): Attempt {
+    return { provider: this.offer.provider.address, status: this.status === 0 ? null : this.status }
+  }
+
+  #start(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.status = statusCode
+    const ct = headers['content-type']
+    this.#contentType = typeof ct === 'string' ? ct : ''
+    const health = this.offer.provider.health
+    const address = this.offer.provider.address
+    if (isRetryableStatus(statusCode)) {
+      this.#phase = Phase.Draining
+      if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health)
+      const retryAfter = headers['retry-after']
+      const kind = statusCode === 429 ? MissKind.RateLimited : MissKind.Failure
+      this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, typeof retryAfter === 'string' ? retryAfter : '')
+      return
+    }
+    if (statusCode >= 300) {
+      health.recordSuccess()
+      this.#phase = Phase.Passthrough
+      return
+    }
+    if (!this.plan.codec.accepts(this.#contentType)) {
+      // A success that is not what was asked for (HTML, JSON for a stream): never relayed as if it were.
+      this.#phase = Phase.Rejected
+      this.#release()
+      health.recordFailure(performance.now(), this.#settings.health)
+      controller.abort(new Error('unexpected content type'))
+      this.#owner.missed(this, { provider: address, status: statusCode, error: 'unexpected_content_type' }, MissKind.Failure, '')
+      return
+    }
+    health.recordSuccess()
+    this.#phase = Phase.Relaying
+  }
+
+  #data(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const phase = this.#phase
+    if (phase === Phase.Draining || phase === Phase.Rejected || phase === Phase.Done) return
+    if (phase === Phase.Relaying && this.#ttfbMs < 0) {
+      this.#ttfbMs = performance.now() - this.#startedAt
+      this.offer.stats.observeTtfb(this.#ttfbMs, this.#settings.health.ewmaAlpha)
+      this.#settings.book.latencyEpoch++
+    }
+    const codec = this.plan.codec
+    if (phase === Phase.Relaying && codec.streaming) {
+      codec.push(chunk, this.#emit)
+      if (codec.pendingBytes > MAX_HELD_RESPONSE) {
+        // One event that never ends is a broken provider: held without bound it would be memory without bound.
+        controller.abort(tooLarge())
+        return
+      }
+      if (!this.#writable) {
+        controller.pause()
+        this.#owner.sink.onWritable(() => {
+          this.#writable = true
+          controller.resume()
+        })
+      }
+      return
+    }
+    if (phase === Phase.Passthrough && this.#size + chunk.length > MAX_ERROR_BODY) return
+    if (this.#size + chunk.length > MAX_HELD_RESPONSE) {
+      controller.abort(tooLarge())
+      return
+    }
+    this.#parts.push(chunk)
+    this.#size += chunk.length
+  }
+
+  #emitToReceiver(bytes: Buffer): void {
+    const sink = this.#owner.sink
+    if (!sink.started) this.#owner.beginStream(this)
+    if (!sink.write(bytes)) this.#writable = false
+  }
+
+  #body(): Buffer {
+    return this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat(this.#parts, this.#size)
+  }
+
+  #end(): void {
+    const phase = this.#phase
+    this.#phase = Phase.Done
+    this.#release()
+    if (phase === Phase.Draining || phase === Phase.Rejected || phase === Phase.Done) return
+    const owner = this.#owner
+    const codec = this.plan.codec
+    if (phase === Phase.Passthrough) {
+      if (owner.sink.aborted) return owner.abandoned(this, false)
+      return owner.passThrough(this, this.#contentType, this.#body())
+    }
+    if (codec.streaming) {
+      if (owner.sink.aborted) {
+        codec.finish(noop)
+        return owner.abandoned(this, true)
+      }
+      codec.finish(this.#emit)
+      return owner.answered(this)
+    }
+    const valid = codec.read(this.#body())
+    if (owner.sink.aborted) return owner.abandoned(this, valid)
+    if (!valid) {
+      this.offer.provider.health.recordFailure(performance.now(), this.#settings.health)
+      return owner.missed(this, { ...this.#record(), error: 'invalid_json' }, MissKind.Failure, '')
+    }
+    owner.answered(this)
+  }
+
+  #error(err: Error): void {
+    const phase = this.#phase
+    this.#phase = Phase.Done
+    this.#release()
+    if (phase === Phase.Draining || phase === Phase.Rejected || phase === Phase.Done) return
+    const owner = this.#owner
+    if (this.#abortReason !== null || owner.sink.aborted) {
+      const codec = this.plan.codec
+      return owner.abandoned(this, phase === Phase.Relaying && codec.streaming && codec.produced)
+    }
+    const failure = classifyUpstreamError(err)
+    this.offer.provider.health.recordFailure(performance.now(), this.#settings.health)
+    if (!owner.sink.started) {
+      return owner.missed(this, { ...this.#record(), error: failure.reason }, failure.timeout ? MissKind.Timeout : MissKind.Failure, '')
+    }
+    // Bytes already reached the receiver: no failover, no fake success (DESIGN.md §4).
+    owner.broke(this, failure)
+  }
+
+  #release(): void {
+    if (!this.#inflight) return
+    this.#inflight = false
+    this.offer.stats.inflight--
+  }
+}
+
+function noop(): void {}

@@ -1,0 +1,353 @@
+/**
+ * The one failover loop (DESIGN.md §4, §5): every surface's request runs here. It tries candidates in order,
+ * asking the surface for a plan per candidate; connect errors, resets and timeouts before the first byte, 5xx,
+ * 429 and answers of the wrong kind move on to the next candidate when fallbacks are allowed; any other 4xx goes
+ * back as it is; once a byte has reached the receiver, a failure ends the answer with the codec's error event.
+ *
+ * Billing: the loop owns the request's budget. Before each attempt the reservation is (re)priced for that
+ * candidate; an answer's last byte (the codec's completion, which carries the trace) goes out only once its
+ * charge is durable; a request that fails, is refused or is abandoned before the provider produced anything
+ * releases its reservation. Nothing thrown inside the loop escapes it: the request gets a 500 (or an error event)
+ * and every other request carries on.
+ */
+import type { Budget } from '../billing/budget.js'
+import type { ChatUsage, Cost } from '../billing/cost.js'
+import type { BilledCost } from '../billing/ledger.js'
+import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
+import { RouterError } from '../errors.js'
+import { log } from '../log.js'
+import type { Selection } from '../routing/select.js'
+import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
+import { attemptEnd, requestEnd, requestStart, settled } from '../telemetry/events.js'
+import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } from './attempt.js'
+import type { UpstreamFailure } from './failures.js'
+import type { HeaderList, ResponseSink } from './sink.js'
+
+/** What the loop needs from the server for its whole life. */
+export interface EngineContext extends AttemptSettings {
+  readonly maxAttempts: number
+}
+
+/** One admitted request, as the loop runs it. */
+export interface EngineRequest<R extends SurfaceRequest> {
+  readonly requestId: string
+  /** performance.now() at arrival. */
+  readonly startedAt: number
+  readonly surface: Surface<R>
+  readonly request: R
+  /** Headers every answer of this request carries (request id, rate limit). */
+  readonly baseHeaders: HeaderList
+  readonly selection: Selection
+  readonly budget: Budget
+}
+
+const JSON_TYPE = ['Content-Type', 'application/json']
+
+/** Retry-After as seconds: the provider's delta-seconds, or its HTTP date turned into seconds; 1 when unusable. */
+export function retryAfterSeconds(value: string, now = Date.now()): string {
+  const v = value.trim()
+  if (v.length > 0 && v.length <= 10) {
+    let digits = true
+    for (let i = 0; i < v.length; i++) {
+      const c = v.charCodeAt(i)
+      if (c < 48 || c > 57) digits = false
+    }
+    if (digits) return String(Number(v))
+  }
+  const at = Date.parse(v)
+  if (Number.isFinite(at)) return String(Math.max(0, Math.ceil((at - now) / 1000)))
+  return '1'
+}
+
+export class Failover<R extends SurfaceRequest> implements AttemptOwner {
+  readonly sink: ResponseSink
+  readonly #ctx: EngineContext
+  readonly #req: EngineRequest<R>
+  readonly #attempts: Attempt[] = []
+  #current: AttemptHandler | null = null
+  #lastKind = MissKind.Failure
+  #lastRetryAfter = ''
+  #finished = false
+
+  constructor(ctx: EngineContext, req: EngineRequest<R>, sink: ResponseSink) {
+    this.#ctx = ctx
+    this.#req = req
+    this.sink = sink
+    sink.onAborted(() => this.#onReceiverGone())
+  }
+
+  start(): void {
+    const req = this.#req
+    if (requestStart.hasSubscribers) {
+      requestStart.publish({ requestId: req.requestId, surface: req.surface.name, model: req.request.model, stream: req.request.stream })
+    }
+    this.#tryNext()
+  }
+
+  #tryNext(): void {
+    if (this.#finished || this.sink.aborted) return
+    const req = this.#req
+    const offer = this.#attempts.length < this.#ctx.maxAttempts ? req.selection.next() : null
+    if (offer === null) return this.#failAll()
+    let handler: AttemptHandler
+    let body
+    try {
+      // Re-priced for this candidate: the previous one's hold is given back first.
+      const refused = req.budget.reserve(req.surface.worstCase(req.request, offer))
+      if (refused !== null) {
+        this.#finished = true
+        return this.#sendFailure(refused)
+      }
+      const plan = req.surface.plan(req.request, offer)
+      body = plan.body.take()
+      if (body === null) {
+        // A streamed body past its replay buffer cannot be sent again: failover ends here.
+        this.#attempts.push({ provider: offer.provider.address, status: null, error: 'request_body_not_replayable' })
+        return this.#failAll()
+      }
+      handler = new AttemptHandler(this, this.#ctx, offer, plan)
+    } catch (err) {
+      return this.#crash(null, err)
+    }
+    this.#current = handler
+    try {
+      handler.dispatch(req.requestId, body)
+    } catch (err) {
+      // undici refuses some requests synchronously (a header it will not send): that candidate failed.
+      this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
+      log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
+    }
+  }
+
+  missed(a: AttemptHandler, attempt: Attempt, kind: MissKind, retryAfter: string): void {
+    this.#attempts.push(attempt)
+    this.#publishAttempt(a, attempt)
+    this.#lastKind = kind
+    this.#lastRetryAfter = retryAfter
+    if (a !== this.#current) return
+    this.#current = null
+    this.#tryNext()
+  }
+
+  passThrough(a: AttemptHandler, contentType: string, body: Buffer): void {
+    const req = this.#req
+    req.budget.release()
+    this.#answeredBy(a, `http_${a.status}`)
+    const ct = contentType === '' ? 'application/json' : contentType
+    this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], body)
+    this.#publishEnd(a.status, a, `http_${a.status}`)
+  }
+
+  beginStream(a: AttemptHandler): void {
+    this.sink.begin(200, this.#answerHeaders(a))
+  }
+
+  answered(a: AttemptHandler): void {
+    const req = this.#req
+    const codec = a.plan.codec
+    this.#answeredBy(a, null)
+    const streaming = codec.streaming
+    if (streaming && !this.sink.started) {
+      // The provider sent no event at all before ending: still a well-formed (empty) stream for the receiver.
+      this.beginStream(a)
+    }
+    const usage = codec.usage(req.request.promptBytes)
+    // The last bytes, which carry the trace, wait for the durable charge: a delivered answer is a billed one.
+    this.#bill(a, usage, (billed, err) => {
+      if (err !== null) {
+        const trace = this.#trace(a, usage, null)
+        if (streaming) this.sink.end(codec.fail(err, req.requestId, trace))
+        else this.sink.send(err.status, [...JSON_TYPE, ...req.baseHeaders], req.surface.renderError(err, req.requestId, trace))
+        return this.#publishEnd(err.status, a, err.code)
+      }
+      const out = codec.complete(this.#trace(a, usage, billed))
+      if (streaming) this.sink.end(out)
+      else this.sink.send(a.status, this.#answerHeaders(a), out)
+      this.#publishEnd(a.status, a, null)
+    })
+  }
+
+  broke(a: AttemptHandler, failure: UpstreamFailure): void {
+    const req = this.#req
+    this.#answeredBy(a, failure.reason)
+    const code = failure.timeout ? 'provider_timeout' : 'provider_error'
+    const message = failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
+    // What the provider produced is billed (the codec's estimate), then the answer ends with the error event.
+    const usage = a.plan.codec.usage(req.request.promptBytes)
+    this.#bill(a, usage, (billed, err) => {
+      const trace = this.#trace(a, usage, err === null ? billed : null)
+      this.sink.end(a.plan.codec.fail(new RouterError(code, message), req.requestId, trace))
+      this.#publishEnd(a.status, a, code)
+    })
+  }
+
+  abandoned(a: AttemptHandler, produced: boolean): void {
+    const budget = this.#req.budget
+    this.#finished = true
+    this.#current = null
+    if (!budget.open) return
+    // A provider that produced something (events relayed, or a whole answer) did the work: it is billed.
+    if (!produced) return budget.release()
+    this.#bill(a, a.plan.codec.usage(this.#req.request.promptBytes), () => {})
+  }
+
+  crashed(a: AttemptHandler, err: unknown): void {
+    this.#crash(a, err)
+  }
+
+  /** Our own code threw: the request ends with a 500 (or an error event), its hold is given back, nothing else is touched. */
+  #crash(a: AttemptHandler | null, err: unknown): void {
+    const req = this.#req
+    log.error('request failed inside the router', { request_id: req.requestId, err: String((err as Error)?.stack ?? err) })
+    this.#finished = true
+    const current = this.#current
+    this.#current = null
+    if (current !== null && current !== a) current.abort(new Error('request failed inside the router'))
+    if (req.budget.open) req.budget.release()
+    const failure = new RouterError('server_error', 'internal error')
+    try {
+      const trace = this.#trace(a, null, null)
+      if (!this.sink.started) {
+        this.sink.send(500, [...JSON_TYPE, ...req.baseHeaders], req.surface.renderError(failure, req.requestId, trace))
+      } else {
+        this.sink.end(a === null ? undefined : a.plan.codec.fail(failure, req.requestId, trace))
+      }
+    } catch (thrown) {
+      log.error('could not answer a failed request', { request_id: req.requestId, err: String(thrown) })
+      this.sink.end()
+    }
+    this.#publishEnd(500, a, 'server_error')
+  }
+
+  #answeredBy(a: AttemptHandler, error: string | null): void {
+    const attempt: Attempt = error === null ? { provider: a.offer.provider.address, status: a.status } : { provider: a.offer.provider.address, status: a.status, error }
+    this.#attempts.push(attempt)
+    this.#publishAttempt(a, attempt)
+    this.#finished = true
+    this.#current = null
+  }
+
+  #answerHeaders(a: AttemptHandler): string[] {
+    const id = a.plan.codec.id
+    const base = this.#req.baseHeaders
+    const own = a.plan.codec.responseHeaders
+    return id === '' ? [...own, ...base] : [...own, 'SVC-Res-Key', id, ...base]
+  }
+
+  #onReceiverGone(): void {
+    this.#finished = true
+    const current = this.#current
+    this.#current = null
+    // The attempt under way settles or releases when its abort lands; with none, nothing was produced.
+    if (current !== null) current.abort(new Error('client disconnected'))
+    else if (this.#req.budget.open) this.#req.budget.release()
+  }
+
+  #failAll(): void {
+    this.#finished = true
+    const tried = this.#attempts.length
+    const model = this.#req.request.model
+    let err: RouterError
+    if (tried === 0) err = new RouterError('no_available_provider', `no provider is available for model ${model}`)
+    else if (this.#lastKind === MissKind.RateLimited) {
+      err = new RouterError('provider_rate_limited', `the provider is rate limiting requests (${tried} tried)`, {
+        'Retry-After': retryAfterSeconds(this.#lastRetryAfter),
+      })
+    } else if (this.#lastKind === MissKind.Timeout) err = new RouterError('provider_timeout', `the provider did not answer in time (${tried} tried)`)
+    else err = new RouterError('provider_error', `every provider tried failed (${tried} tried)`)
+    this.#sendFailure(err)
+  }
+
+  /** An error answer before any byte went out: nothing is billed, the reservation is given back. */
+  #sendFailure(err: RouterError): void {
+    const req = this.#req
+    req.budget.release()
+    const extra = err.headers === undefined ? [] : Object.entries(err.headers).flat()
+    const trace = this.#trace(null, null, null)
+    this.sink.send(err.status, [...JSON_TYPE, ...req.baseHeaders, ...extra], req.surface.renderError(err, req.requestId, trace))
+    this.#publishEnd(err.status, null, err.code)
+  }
+
+  /**
+   * Settles the request at `a`'s prices for `usage`; `then` runs once the charge is durable, with the billed
+   * amount, or with the error that kept it from being recorded.
+   */
+  #bill(a: AttemptHandler, usage: ChatUsage, then: (billed: BilledCost, err: RouterError | null) => void): void {
+    const req = this.#req
+    const budget = req.budget
+    const guarded = (billed: BilledCost, err: RouterError | null): void => {
+      if (settled.hasSubscribers) {
+        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null })
+      }
+      try {
+        then(billed, err)
+      } catch (thrown) {
+        this.#crash(a, thrown)
+      }
+    }
+    if (!budget.open) {
+      // Released already (the receiver went away meanwhile): nothing is recorded, so nothing is delivered.
+      return guarded({ ...ZERO_COST, capped: false }, new RouterError('server_error', 'the request was no longer billable'))
+    }
+    let cost: Cost
+    try {
+      cost = req.surface.cost(a.offer, usage)
+    } catch (err) {
+      return this.#crash(a, err)
+    }
+    budget.settle(
+      {
+        model: req.request.model,
+        provider: a.offer.provider.address,
+        promptTokens: usage.prompt_tokens,
+        completionTokens: usage.completion_tokens,
+        images: 0,
+        audioMs: 0,
+        cost,
+      },
+      guarded,
+    )
+  }
+
+  /** The trace block; `billed` null: nothing was recorded, so it shows a zero cost. */
+  #trace(a: AttemptHandler | null, usage: ChatUsage | null, billed: BilledCost | null): Record<string, unknown> {
+    const req = this.#req
+    return traceObject({
+      requestId: req.requestId,
+      provider: a === null ? null : a.offer.provider.address,
+      model: req.request.model,
+      cost: billed ?? ZERO_COST,
+      capped: billed?.capped === true,
+      usage,
+      attempts: this.#attempts,
+      startedAt: req.startedAt,
+    })
+  }
+
+  #publishAttempt(a: AttemptHandler, attempt: Attempt): void {
+    if (!attemptEnd.hasSubscribers) return
+    attemptEnd.publish({
+      requestId: this.#req.requestId,
+      provider: attempt.provider,
+      status: attempt.status,
+      error: attempt.error ?? null,
+      ttfbMs: a.ttfbMs < 0 ? null : a.ttfbMs,
+    })
+  }
+
+  #publishEnd(status: number, a: AttemptHandler | null, error: string | null): void {
+    if (!requestEnd.hasSubscribers) return
+    const req = this.#req
+    requestEnd.publish({
+      requestId: req.requestId,
+      surface: req.surface.name,
+      model: req.request.model,
+      provider: a === null ? null : a.offer.provider.address,
+      status,
+      attempts: this.#attempts.length,
+      durationMs: performance.now() - req.startedAt,
+      error,
+    })
+  }
+}
+

@@ -1,0 +1,313 @@
+/**
+ * Providers that answer nonsense, through the real router: a stream request answered with HTML or with
+ * truncated JSON is a provider failure before the first byte (failover, or 502 with nothing billed), never a
+ * relayed "stream"; a last candidate's 429 reaches the client as 429 provider_rate_limited with its Retry-After;
+ * streams written the way real providers write them (Python's json.dumps spacing, `data:[DONE]`, CRLF split
+ * across TCP chunks) keep their SVC-Res-Key, their trace and a single [DONE].
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import OpenAI from 'openai'
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
+
+const MODEL = 'm-chat'
+const BAD = addr('b')
+const GOOD = addr('c')
+const CHEAP = { prompt: 0.1, completion: 0.2 }
+const DEAR = { prompt: 0.5, completion: 1.5 }
+const PRICE_SORT = { 'x-svc-provider-sort': 'price' }
+
+type Respond = (req: IncomingMessage, res: ServerResponse, body: string) => void
+
+/** A provider played by a small http server; returns its base URL. */
+async function fakeProvider(t: Test, respond: Respond): Promise<string> {
+  const server = createServer((req, res) => {
+    let body = ''
+    req.on('data', (c: Buffer) => (body += c.toString()))
+    req.on('end', () => respond(req, res, body))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+/** The fake (cheapest, tried first under sort=price) and, unless `alone`, a real simulator behind it. */
+async function stackWith(t: Test, respond: Respond, alone = false): Promise<Stack> {
+  const url = await fakeProvider(t, respond)
+  const providers = [{ address: BAD, url, models: [{ id: MODEL, price: CHEAP }] }]
+  if (!alone) providers.push({ address: GOOD, models: [{ id: MODEL, price: DEAR }] } as never)
+  return startStack(t, providers)
+}
+
+async function post(stack: Stack, body: object) {
+  const res = await request(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...stack.auth, ...PRICE_SORT },
+    body: JSON.stringify(body),
+    headersTimeout: 10_000,
+    bodyTimeout: 10_000,
+  })
+  return { status: res.statusCode, headers: res.headers, text: await res.body.text() }
+}
+
+async function charges(stack: Stack): Promise<number> {
+  const journal = await stack.router.store.ledger.journal(stack.account)
+  return journal.filter((e) => e.kind === 'charge').length
+}
+
+const STREAM = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 3 }
+
+const NOT_A_STREAM: [string, Respond][] = [
+  [
+    'an HTML page',
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' })
+      res.end('<html><body>Bad gateway, but 200</body></html>')
+    },
+  ],
+  [
+    'truncated JSON',
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end('{"id":"chatcmpl-FAKE","choices":[{"mess')
+    },
+  ],
+]
+
+for (const [what, respond] of NOT_A_STREAM) {
+  t.test(`a stream request answered 200 with ${what} fails over to the next provider`, async (t) => {
+    const stack = await stackWith(t, respond)
+    const res = await post(stack, STREAM)
+    t.equal(res.status, 200)
+    t.match(String(res.headers['content-type']), /^text\/event-stream/)
+    const events = res.text.split('\n\n').filter((e) => e.length > 0)
+    t.equal(events.at(-1), 'data: [DONE]')
+    const trace = JSON.parse(events.at(-2)!.slice('data: '.length)).x_svc_trace
+    t.equal(trace.provider, GOOD, 'served by the provider that answered with a stream')
+    t.same(trace.attempts, [
+      { provider: BAD, status: 200, error: 'unexpected_content_type' },
+      { provider: GOOD, status: 200 },
+    ])
+    t.notMatch(res.text, /<html>|chatcmpl-FAKE/, 'nothing of the bad answer reached the client')
+    t.equal(await charges(stack), 1, 'billed once, for the real stream')
+  })
+
+  t.test(`a stream request answered 200 with ${what} and no other provider is a 502, nothing billed`, async (t) => {
+    const stack = await stackWith(t, respond, true)
+    const res = await post(stack, STREAM)
+    t.equal(res.status, 502)
+    const body = JSON.parse(res.text)
+    t.equal(body.error.code, 'provider_error')
+    t.ok(body.request_id)
+    t.same(body.x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'unexpected_content_type' }])
+    t.equal(body.x_svc_trace.billing.total_cost, '0')
+    t.equal(await charges(stack), 0, 'nothing billed')
+    t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
+  })
+}
+
+t.test("a last candidate's 429 becomes 429 provider_rate_limited with its Retry-After", async (t) => {
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '7' })
+      res.end('{"error":{"message":"slow down"}}')
+    },
+    true,
+  )
+  const res = await post(stack, { ...STREAM, stream: false })
+  t.equal(res.status, 429)
+  t.equal(res.headers['retry-after'], '7')
+  const body = JSON.parse(res.text)
+  t.equal(body.error.code, 'provider_rate_limited')
+  t.equal(body.error.type, 'rate_limit_error')
+  t.same(body.x_svc_trace.attempts, [{ provider: BAD, status: 429, error: 'http_429' }])
+  t.equal(await charges(stack), 0)
+})
+
+t.test('a 429 with an HTTP-date Retry-After is passed on in seconds; none at all gives 1', async (t) => {
+  let retryAfter: string | null = new Date(Date.now() + 30_000).toUTCString()
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(429, retryAfter === null ? {} : { 'retry-after': retryAfter })
+      res.end()
+    },
+    true,
+  )
+  const dated = await post(stack, { ...STREAM, stream: false })
+  t.equal(dated.status, 429)
+  const seconds = Number(dated.headers['retry-after'])
+  t.ok(seconds >= 28 && seconds <= 31, `about 30 s, got ${seconds}`)
+  retryAfter = null
+  const bare = await post(stack, { ...STREAM, stream: false })
+  t.equal(bare.status, 429)
+  t.equal(bare.headers['retry-after'], '1')
+})
+
+t.test('a 429 followed by a 5xx on the last candidate is a 502, not a 429', async (t) => {
+  const url = await fakeProvider(t, (_req, res) => {
+    res.writeHead(429, { 'retry-after': '3' })
+    res.end()
+  })
+  const down = await fakeProvider(t, (_req, res) => {
+    res.writeHead(503)
+    res.end()
+  })
+  const stack = await startStack(t, [
+    { address: BAD, url, models: [{ id: MODEL, price: CHEAP }] },
+    { address: GOOD, url: down, models: [{ id: MODEL, price: DEAR }] },
+  ])
+  const res = await post(stack, { ...STREAM, stream: false })
+  t.equal(res.status, 502)
+  t.equal(JSON.parse(res.text).error.code, 'provider_error')
+})
+
+/** Writes `parts` as separate TCP writes, a little apart, so the router sees them as separate chunks. */
+function streamParts(parts: string[], gapMs = 15): Respond {
+  return (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    let i = 0
+    const next = (): void => {
+      if (i === parts.length) return void res.end()
+      res.write(parts[i++]!)
+      setTimeout(next, gapMs)
+    }
+    next()
+  }
+}
+
+const ID = 'chatcmpl-py123'
+function pyChunk(content: string, finish: string | null = null): string {
+  // Python's json.dumps spacing: ", " and ": "
+  const delta = finish === null ? `{"content": ${JSON.stringify(content)}}` : '{}'
+  return `{"id": "${ID}", "object": "chat.completion.chunk", "created": 1, "model": "${MODEL}", "choices": [{"index": 0, "delta": ${delta}, "finish_reason": ${finish === null ? 'null' : `"${finish}"`}}]}`
+}
+const PY_USAGE = `{"id": "${ID}", "object": "chat.completion.chunk", "created": 1, "model": "${MODEL}", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}`
+
+/** Reads the raw stream and checks what every real client relies on. */
+async function checkStream(t: Test, stack: Stack, expectText: string): Promise<void> {
+  const res = await post(stack, STREAM)
+  t.equal(res.status, 200)
+  t.equal(res.headers['svc-res-key'], ID, 'SVC-Res-Key is the top-level id')
+  const done = res.text.match(/data: ?\[DONE\]/g) ?? []
+  t.equal(done.length, 1, 'exactly one [DONE]')
+  t.match(res.text, /data: \[DONE\]\s*$/, '[DONE] is last')
+  const traceLine = res.text.split(/\r?\n/).find((l) => l.includes('x_svc_trace'))!
+  const trace = JSON.parse(traceLine.replace(/^data: ?/, ''))
+  t.equal(trace.id, ID, 'the trace chunk carries the chat id')
+  t.same(trace.x_svc_trace.usage, { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 }, 'usage read from the provider')
+
+  // And the way SDK users see it: the openai client gets the content and the trace before the stream ends.
+  const client = new OpenAI({ baseURL: stack.url + '/v1', apiKey: stack.key, maxRetries: 0 })
+  const stream = await client.chat.completions.create({ ...STREAM, stream: true } as never, { headers: PRICE_SORT })
+  let text = ''
+  let sawTrace = false
+  for await (const chunk of stream as unknown as AsyncIterable<{ choices: { delta?: { content?: string } }[]; x_svc_trace?: unknown }>) {
+    text += chunk.choices[0]?.delta?.content ?? ''
+    if (chunk.x_svc_trace !== undefined) sawTrace = true
+  }
+  t.equal(text, expectText)
+  t.ok(sawTrace, 'the openai client saw the trace chunk')
+}
+
+t.test('a provider writing "id": with a space (json.dumps) keeps SVC-Res-Key and the trace id', async (t) => {
+  const events = [pyChunk('Hel'), pyChunk('lo'), pyChunk('', 'stop'), PY_USAGE].map((e) => `data: ${e}\n\n`)
+  const stack = await stackWith(t, streamParts([...events, 'data: [DONE]\n\n']), true)
+  await checkStream(t, stack, 'Hello')
+})
+
+t.test('a provider ending with data:[DONE] (no space) gets one [DONE], after the trace', async (t) => {
+  const events = [pyChunk('Hel'), pyChunk('lo'), pyChunk('', 'stop'), PY_USAGE].map((e) => `data:${e}\n\n`)
+  const stack = await stackWith(t, streamParts([...events, 'data:[DONE]\n\n']), true)
+  await checkStream(t, stack, 'Hello')
+})
+
+t.test('a CRLF provider whose first TCP chunk is a fragment is relayed as it goes, with one [DONE]', async (t) => {
+  const whole = [pyChunk('Hel'), pyChunk('lo'), pyChunk('', 'stop'), PY_USAGE].map((e) => `data: ${e}\r\n\r\n`).join('') + 'data: [DONE]\r\n\r\n'
+  // First write: a fragment with no separator at all; then the rest in uneven pieces.
+  const parts = [whole.slice(0, 17), whole.slice(17, 200), whole.slice(200, 420), whole.slice(420)]
+  const stack = await stackWith(t, streamParts(parts), true)
+  await checkStream(t, stack, 'Hello')
+})
+
+t.test('a CRLF stream is relayed event by event, not held until the end', async (t) => {
+  const head = `data: ${pyChunk('Hel')}\r\n\r\n`
+  const url = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write(head.slice(0, 10))
+    setTimeout(() => res.write(head.slice(10)), 20)
+    // The rest comes much later: the first event must reach the client before it.
+    setTimeout(() => res.end(`data: ${pyChunk('', 'stop')}\r\n\r\ndata: ${PY_USAGE}\r\n\r\ndata: [DONE]\r\n\r\n`), 600)
+  })
+  const stack = await startStack(t, [{ address: BAD, url, models: [{ id: MODEL, price: CHEAP }] }])
+  const started = performance.now()
+  const res = await request(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...stack.auth },
+    body: JSON.stringify(STREAM),
+  })
+  let firstAt = 0
+  let text = ''
+  for await (const chunk of res.body) {
+    if (firstAt === 0) firstAt = performance.now() - started
+    text += chunk.toString()
+  }
+  t.ok(firstAt < 400, `the first event arrived before the provider's end (after ${firstAt.toFixed(0)} ms)`)
+  t.equal((text.match(/\[DONE\]/g) ?? []).length, 1)
+})
+
+t.test('usage counts that are not whole non-negative numbers are estimated, never billed as zero', async (t) => {
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(
+        JSON.stringify({
+          id: 'chatcmpl-neg',
+          object: 'chat.completion',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'four words of text' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: -5, completion_tokens: 1.5, total_tokens: 0 },
+        }),
+      )
+    },
+    true,
+  )
+  const res = await post(stack, { ...STREAM, stream: false })
+  t.equal(res.status, 200)
+  const trace = JSON.parse(res.text).x_svc_trace
+  t.equal(trace.usage.estimated, true)
+  t.ok(trace.usage.prompt_tokens > 0 && trace.usage.completion_tokens > 0)
+  t.not(trace.billing.total_cost, '0')
+})
+
+t.test('a stream event that never ends is cut at the bound as a provider failure, not held without limit', async (t) => {
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      const filler = Buffer.alloc(1024 * 1024, 0x61)
+      res.write('data: {"id":"chatcmpl-x","choices":[{"delta":{"content":"')
+      let sent = 0
+      const more = (): void => {
+        while (sent < 80) {
+          sent++
+          if (!res.write(filler)) return void res.once('drain', more)
+        }
+        res.end()
+      }
+      more()
+    },
+  )
+  const res = await post(stack, STREAM)
+  // Nothing of it reached the client (no event ever completed), so the next provider served the request.
+  t.equal(res.status, 200)
+  const traceLine = res.text.split('\n').find((l) => l.includes('x_svc_trace'))!
+  const trace = JSON.parse(traceLine.slice('data: '.length)).x_svc_trace
+  t.same(trace.attempts, [
+    { provider: BAD, status: 200, error: 'response_too_large' },
+    { provider: GOOD, status: 200 },
+  ])
+})
