@@ -5,7 +5,7 @@ import { FileProblemsError, loadConfig } from './config/index.js'
 import { devKeysBanner } from './operator/bootstrap.js'
 import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
-import { SchemaTooNewError } from './store/sqlite/migrate.js'
+import { SchemaTooNewError } from './store/store.js'
 import { serve } from './serve.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 

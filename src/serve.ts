@@ -96,11 +96,11 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
 export async function serve(config: Config): Promise<RunningRouter> {
   setLogLevel(config.log.level)
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
-  const store = openStore(config.store)
-  const cache = new KeyCache(store, { defaultRateLimit: config.limits.requests_per_minute })
-  // The operator CLI writes to the same store from another process: drop cached keys when it does.
-  const stopWatchingStore = store.onExternalChange(() => cache.clear())
-  const auth = createKeyAuthenticators(cache, store)
+  const store = await openStore(config.store)
+  const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute })
+  // The operator CLI writes to the same store from another process: drop the cached keys it changed.
+  const stopWatchingStore = store.changes.subscribe((change) => cache.applyChange(change))
+  const auth = createKeyAuthenticators(cache, store.keys)
   const credentials = new Credentials(store, cache)
   let devKeys: DevKeys | null = null
   try {
@@ -162,10 +162,11 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
 
   // Billing: charges go to the store by group commit; budgets live in the ledger's memory, rebuilt from the
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
-  const writer = new ChargeWriter(store, { maxBatch: CHARGE_BATCH })
-  const ledger = new Ledger(store, writer)
-  const stopWatchingLedger = store.onExternalChange(() => {
-    ledger.refresh().catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
+  const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
+  const ledger = new Ledger(store.ledger, writer)
+  const stopWatchingLedger = store.changes.subscribe((change) => {
+    const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
+    reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
   })
   const deps: AdmissionDeps = {
     table,

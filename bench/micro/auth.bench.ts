@@ -20,10 +20,10 @@ function head(authorization: string): RequestHead {
 }
 
 const ACCOUNT = '0x' + 'a'.repeat(40)
-const store = openSqliteStore({ path: ':memory:' })
+const store = await openSqliteStore({ path: ':memory:' })
 // A negative TTL longer than the whole run, so the unknown-key task measures the negative cache only.
-const cache = new KeyCache(store, { defaultRateLimit: 600, negativeTtlMs: 600_000 })
-const auth = createKeyAuthenticators(cache, store)
+const cache = new KeyCache(store.keys, { defaultRateLimit: 600, negativeTtlMs: 600_000 })
+const auth = createKeyAuthenticators(cache, store.keys)
 const credentials = new Credentials(store, cache)
 const { secret, record } = await credentials.issueApiKey(ACCOUNT, {
   name: 'bench',

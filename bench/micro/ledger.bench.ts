@@ -18,11 +18,11 @@ import { batched, check, formatNs, nsPerOp, recordSummary, type Finding } from '
 const ACCOUNT = '0x' + 'b'.repeat(40)
 const KEY = '5b0e7c1e-0000-4000-8000-000000000001'
 const dir = mkdtempSync(join(tmpdir(), 'ledger-bench-'))
-const store = openSqliteStore({ path: join(dir, 'svc.db') })
-const writer = new ChargeWriter(store)
-const ledger = new Ledger(store, writer)
-await store.addFunds(ACCOUNT, 'deposit', 10n ** 30n, 'bench', Date.now())
-await store.createApiKey({
+const store = await openSqliteStore({ path: join(dir, 'svc.db') })
+const writer = new ChargeWriter(store.ledger)
+const ledger = new Ledger(store.ledger, writer)
+await store.ledger.addFunds(ACCOUNT, 'deposit', 10n ** 30n, 'bench', Date.now())
+await store.keys.createApiKey({
   id: KEY,
   accountId: ACCOUNT,
   hash: 'bench-hash',
@@ -64,9 +64,9 @@ function charge(): Promise<number> {
 }
 
 // Correctness first: 1000 charges in one turn, every one durable, the totals exact.
-const before = await store.totals(ACCOUNT)
+const before = await store.ledger.totals(ACCOUNT)
 await Promise.all(Array.from({ length: 1000 }, charge))
-const after = await store.totals(ACCOUNT)
+const after = await store.ledger.totals(ACCOUNT)
 check(after.spent - before.spent === 1000n * (BILL.cost.input + BILL.cost.output), 'spent grew by exactly 1000 charges')
 check(ledger.reserved(ACCOUNT) === 0n, 'nothing held after settling')
 check(ledger.available(ACCOUNT) === after.deposited - after.spent, 'the books equal the durable totals')

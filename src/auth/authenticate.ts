@@ -10,7 +10,7 @@
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
 import type { RequestHead } from '../server/request-head.js'
-import type { Scope, Store } from '../store/store.js'
+import type { KeyStore, Scope } from '../store/keys.js'
 import type { CacheEntry, KeyCache, MgmtEntry } from './key-cache.js'
 import { BAD_TOKEN, digestMatches, digestToken, NO_TOKEN, parseAuthorization } from './keys.js'
 import type { Authenticator, Principal } from './principal.js'
@@ -61,7 +61,7 @@ const LACKS_SCOPE: Record<Scope, RouterError> = {
   'keys:manage': new RouterError('insufficient_scope', 'this management key lacks the keys:manage scope'),
 }
 
-export function createKeyAuthenticators(cache: KeyCache, store: Store, options: KeyAuthOptions = {}): KeyAuthenticators {
+export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, 'touchMgmtKey'>, options: KeyAuthOptions = {}): KeyAuthenticators {
   const auditIntervalMs = options.auditIntervalMs ?? 60_000
   const now = options.now ?? Date.now
 

@@ -1,17 +1,10 @@
 /**
  * Issuing, changing and revoking keys: the store write and the cache invalidation in one step, so the very
  * next request sees the change (spec §3: no grace period). Used by the key endpoints, the operator CLI (which
- * has no cache: the server notices its writes through Store.onExternalChange) and the test harness.
+ * has no cache: a running server learns of its writes as store changes, Store.changes) and the test harness.
  */
 import { randomUUID } from 'node:crypto'
-import type {
-  AccountRecord,
-  ApiKeyPatch,
-  ApiKeyRecord,
-  MgmtKeyRecord,
-  Scope,
-  Store,
-} from '../store/store.js'
+import type { AccountRecord, ApiKeyPatch, ApiKeyRecord, MgmtKeyRecord, Scope, Store } from '../store/store.js'
 import type { KeyCache } from './key-cache.js'
 import { API_KEY_PREFIX, hashSecret, MGMT_KEY_PREFIX, newSecret, previewOf } from './keys.js'
 
@@ -24,11 +17,11 @@ export interface Issued<R> {
 }
 
 export class Credentials {
-  readonly #store: Store
+  readonly #store: Pick<Store, 'accounts' | 'keys'>
   readonly #cache: KeyCache | null
   readonly #now: () => number
 
-  constructor(store: Store, cache: KeyCache | null, now: () => number = Date.now) {
+  constructor(store: Pick<Store, 'accounts' | 'keys'>, cache: KeyCache | null, now: () => number = Date.now) {
     this.#store = store
     this.#cache = cache
     this.#now = now
@@ -36,10 +29,10 @@ export class Credentials {
 
   async issueApiKey(accountId: string, settings: ApiKeySettings): Promise<Issued<ApiKeyRecord>> {
     const now = this.#now()
-    await this.#store.ensureAccount(accountId, now)
+    await this.#store.accounts.ensureAccount(accountId, now)
     const secret = newSecret(API_KEY_PREFIX)
     const hash = hashSecret(secret)
-    const record = await this.#store.createApiKey({
+    const record = await this.#store.keys.createApiKey({
       id: randomUUID(),
       accountId,
       hash,
@@ -59,7 +52,7 @@ export class Credentials {
   }
 
   async updateApiKey(accountId: string, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null> {
-    const record = await this.#store.updateApiKey(accountId, keyId, {
+    const record = await this.#store.keys.updateApiKey(accountId, keyId, {
       ...patch,
       ...(patch.allowedModels !== undefined && { allowedModels: emptyAsNull(patch.allowedModels) }),
       ...(patch.allowedProviders !== undefined && { allowedProviders: emptyAsNull(patch.allowedProviders) }),
@@ -69,17 +62,17 @@ export class Credentials {
   }
 
   async revokeApiKey(accountId: string, keyId: string): Promise<ApiKeyRecord | null> {
-    const record = await this.#store.revokeApiKey(accountId, keyId, this.#now())
+    const record = await this.#store.keys.revokeApiKey(accountId, keyId, this.#now())
     if (record !== null) this.#cache?.invalidate(record.hash)
     return record
   }
 
   async issueMgmtKey(accountId: string, name: string, scopes: readonly Scope[]): Promise<Issued<MgmtKeyRecord>> {
     const now = this.#now()
-    await this.#store.ensureAccount(accountId, now)
+    await this.#store.accounts.ensureAccount(accountId, now)
     const secret = newSecret(MGMT_KEY_PREFIX)
     const hash = hashSecret(secret)
-    const record = await this.#store.createMgmtKey({
+    const record = await this.#store.keys.createMgmtKey({
       id: randomUUID(),
       accountId,
       hash,
@@ -93,16 +86,16 @@ export class Credentials {
   }
 
   async revokeMgmtKey(keyId: string): Promise<MgmtKeyRecord | null> {
-    const record = await this.#store.revokeMgmtKey(keyId, this.#now())
+    const record = await this.#store.keys.revokeMgmtKey(keyId, this.#now())
     if (record !== null) this.#cache?.invalidate(record.hash)
     return record
   }
 
   /** Sets the account's requests-per-minute override (null: back to the default). */
   async setRateLimit(accountId: string, limit: number | null): Promise<AccountRecord | null> {
-    const account = await this.#store.setAccountRateLimit(accountId, limit)
+    const account = await this.#store.accounts.setAccountRateLimit(accountId, limit)
     // Every key of the account carries the limit in its cached Principal.
-    this.#cache?.clear()
+    this.#cache?.forgetAccount(accountId)
     return account
   }
 }

@@ -8,11 +8,17 @@
  * Unknown and revoked hashes are remembered briefly in a separate, smaller LRU: a client retrying a dead key
  * does not reach the store each time, and a flood of junk keys cannot evict the live ones. A key created
  * later works at once, because creating a key invalidates its hash.
+ *
+ * Writes by other processes (the operator CLI) arrive as store changes (`applyChange`): a changed key drops
+ * that key's entry, a changed account the entries of its keys (they carry its rate limit), found through
+ * indexes kept beside the LRU so that a change costs no scan of the cache.
  */
 import { LRUCache } from 'lru-cache'
 import type { Principal } from './principal.js'
 import { digestMatches, digestOf, storedHash } from './keys.js'
-import type { Credential, Scope, Store, TrustMode } from '../store/store.js'
+import type { StoreChange } from '../store/changes.js'
+import type { Credential, KeyStore, Scope } from '../store/keys.js'
+import { TIER_RANK } from '../vocabulary/trust.js'
 
 export interface ApiEntry {
   readonly kind: 'api'
@@ -45,8 +51,6 @@ export interface KeyCacheOptions {
   readonly now?: () => number
 }
 
-const TIER_RANK: Record<TrustMode, number> = { standard: 0, verified: 1, private: 2 }
-
 /** The cache entry of a live credential: sets built once, the Principal shared by every request of the key. */
 export function entryOf(cred: Credential, defaultRateLimit: number): CacheEntry {
   const hashBytes = Buffer.from(cred.key.hash, 'base64url')
@@ -74,8 +78,16 @@ export function entryOf(cred: Credential, defaultRateLimit: number): CacheEntry 
   return { kind: 'api', hashBytes, principal, expiresAt: key.expiresAt ?? Infinity }
 }
 
+function keyIdOf(entry: CacheEntry): string {
+  return entry.kind === 'api' ? (entry.principal.keyId ?? '') : entry.keyId
+}
+
+function accountIdOf(entry: CacheEntry): string {
+  return entry.kind === 'api' ? entry.principal.accountId : entry.accountId
+}
+
 export class KeyCache {
-  readonly #store: Store
+  readonly #store: Pick<KeyStore, 'findCredential'>
   readonly #defaultRateLimit: number
   readonly #negativeTtlMs: number
   readonly #now: () => number
@@ -83,17 +95,21 @@ export class KeyCache {
   /** hash → epoch ms until which it is known to be invalid. */
   readonly #dead: LRUCache<string, number>
   readonly #loading = new Map<string, Promise<CacheEntry | null>>()
+  /** Key id → hash of its live entry, and account id → hashes of its live entries: kept by #index / #unindex. */
+  readonly #byKey = new Map<string, string>()
+  readonly #byAccount = new Map<string, Set<string>>()
   /** Bumped by every invalidation: a load that started before one must not fill the cache. */
   #generation = 0
   /** Store reads made, for tests and the benchmark's no-I/O check. */
   storeReads = 0
 
-  constructor(store: Store, options: KeyCacheOptions) {
+  constructor(store: Pick<KeyStore, 'findCredential'>, options: KeyCacheOptions) {
     this.#store = store
     this.#defaultRateLimit = options.defaultRateLimit
     this.#negativeTtlMs = options.negativeTtlMs ?? 5_000
     this.#now = options.now ?? Date.now
-    this.#live = new LRUCache({ max: options.max ?? 100_000 })
+    // Every way out of the LRU (eviction, delete, replacement, clear) runs dispose, so the indexes follow it.
+    this.#live = new LRUCache({ max: options.max ?? 100_000, dispose: (entry, hash) => this.#unindex(hash, entry) })
     this.#dead = new LRUCache({ max: options.negativeMax ?? 10_000 })
   }
 
@@ -123,7 +139,10 @@ export class KeyCache {
           : entryOf(cred, this.#defaultRateLimit)
         if (generation === this.#generation) {
           if (entry === null) this.#dead.set(hash, this.#now() + this.#negativeTtlMs)
-          else this.#live.set(hash, entry)
+          else {
+            this.#live.set(hash, entry)
+            this.#index(hash, entry)
+          }
         }
         return entry
       },
@@ -154,12 +173,65 @@ export class KeyCache {
     this.#loading.delete(hash)
   }
 
-  /** Forgets everything, e.g. when another process changed the store. */
+  /** Drops what a change by another process made stale; funds are the billing ledger's, not cached here. */
+  applyChange(change: StoreChange): void {
+    switch (change.kind) {
+      case 'key':
+        return this.forgetKey(change.keyId)
+      case 'account':
+        return this.forgetAccount(change.accountId)
+      case 'funds':
+        return
+      case 'unknown':
+        return this.clear()
+    }
+  }
+
+  /** Forgets a key by its id (changed or revoked elsewhere), and every hash remembered as unknown or revoked. */
+  forgetKey(keyId: string): void {
+    this.#forgetLoads()
+    const hash = this.#byKey.get(keyId)
+    if (hash !== undefined) this.#live.delete(hash)
+    // A key created elsewhere may be remembered as unknown, and the dead LRU does not know key ids.
+    this.#dead.clear()
+  }
+
+  /** Forgets every key of an account (its rate limit changed: each of its Principals carries it). */
+  forgetAccount(accountId: string): void {
+    this.#forgetLoads()
+    const hashes = this.#byAccount.get(accountId)
+    if (hashes !== undefined) for (const hash of [...hashes]) this.#live.delete(hash)
+  }
+
+  /** Forgets everything, e.g. when another process changed the store in ways that can no longer be told. */
   clear(): void {
-    this.#generation++
+    this.#forgetLoads()
     this.#live.clear()
     this.#dead.clear()
+  }
+
+  /** Store reads under way may have read what just changed: they must neither fill the cache nor be joined. */
+  #forgetLoads(): void {
+    this.#generation++
     this.#loading.clear()
+  }
+
+  #index(hash: string, entry: CacheEntry): void {
+    this.#byKey.set(keyIdOf(entry), hash)
+    const accountId = accountIdOf(entry)
+    const hashes = this.#byAccount.get(accountId)
+    if (hashes === undefined) this.#byAccount.set(accountId, new Set([hash]))
+    else hashes.add(hash)
+  }
+
+  #unindex(hash: string, entry: CacheEntry): void {
+    const keyId = keyIdOf(entry)
+    if (this.#byKey.get(keyId) === hash) this.#byKey.delete(keyId)
+    const accountId = accountIdOf(entry)
+    const hashes = this.#byAccount.get(accountId)
+    if (hashes === undefined) return
+    hashes.delete(hash)
+    if (hashes.size === 0) this.#byAccount.delete(accountId)
   }
 
   get size(): number {

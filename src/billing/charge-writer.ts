@@ -8,7 +8,7 @@
  * One batch is in flight at a time, which keeps the journal in settle order and gives `quiesce` a moment when
  * the store's totals and this queue together account for every settled charge exactly once.
  */
-import type { Charge, JournalEntry, Store } from '../store/store.js'
+import type { Charge, JournalEntry, LedgerStore } from '../store/store.js'
 
 /** The journal entry of the charge, or why it was not written. */
 export type ChargeDone = (outcome: JournalEntry | Error) => void
@@ -21,7 +21,7 @@ export interface ChargeWriterOptions {
 export const DEFAULT_MAX_BATCH = 256
 
 export class ChargeWriter {
-  readonly #store: Store
+  readonly #store: LedgerStore
   readonly #maxBatch: number
   #queue: Charge[] = []
   #done: ChargeDone[] = []
@@ -36,7 +36,7 @@ export class ChargeWriter {
   batches = 0
   written = 0
 
-  constructor(store: Store, options: ChargeWriterOptions = {}) {
+  constructor(store: LedgerStore, options: ChargeWriterOptions = {}) {
     this.#store = store
     this.#maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH
   }

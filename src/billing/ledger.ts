@@ -15,7 +15,8 @@
 import type { Principal } from '../auth/principal.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
-import type { Charge, ResetPeriod, Store } from '../store/store.js'
+import type { Charge, LedgerStore, ResetPeriod } from '../store/store.js'
+import { availableFunds } from './available.js'
 import type { ChargeWriter } from './charge-writer.js'
 import type { Cost } from './cost.js'
 import { formatUsd } from './money.js'
@@ -78,7 +79,7 @@ function roll(key: KeyBook, now: number): void {
 }
 
 export class Ledger {
-  readonly #store: Store
+  readonly #store: LedgerStore
   readonly #writer: ChargeWriter
   readonly #now: () => number
   readonly #accounts = new Map<string, AccountBook>()
@@ -87,7 +88,7 @@ export class Ledger {
   #refreshing: Promise<void> | null = null
   #refreshAgain = false
 
-  constructor(store: Store, writer: ChargeWriter, options: LedgerOptions = {}) {
+  constructor(store: LedgerStore, writer: ChargeWriter, options: LedgerOptions = {}) {
     this.#store = store
     this.#writer = writer
     this.#now = options.now ?? Date.now
@@ -125,7 +126,7 @@ export class Ledger {
   /** What the account can still reserve, or null when its books are not in memory. */
   available(accountId: string): bigint | null {
     const a = this.#accounts.get(accountId)
-    return a === undefined ? null : a.deposited + a.credited - a.spent - a.reserved
+    return a === undefined ? null : availableFunds(a, a.reserved)
   }
 
   /** The key's spend in its current `period`, or null when the ledger does not hold that key's book. */
@@ -156,6 +157,13 @@ export class Ledger {
       this.#refreshing = null
     })
     return this.#refreshing
+  }
+
+  /** Re-reads one account's book (another process added funds to it); a book not in memory is read when needed. */
+  refreshAccount(accountId: string): Promise<void> {
+    // A first read under way may have read before the change: read again after it.
+    if (!this.#accounts.has(accountId) && !this.#loads.has('a:' + accountId)) return Promise.resolve()
+    return this.#loadAccount(accountId, true)
   }
 
   #once(name: string, load: () => Promise<void>, force: boolean): Promise<void> {
@@ -273,7 +281,7 @@ export class Reservation {
       }
     }
     const a = this.#account
-    const available = a.deposited + a.credited - a.spent - a.reserved
+    const available = availableFunds(a, a.reserved)
     if (amount > available) {
       return new RouterError(
         'insufficient_balance',

@@ -4,7 +4,8 @@
  */
 import { Credentials } from '../auth/credentials.js'
 import { formatUsd } from '../billing/money.js'
-import { RESET_PERIODS, TRUST_MODES, type ApiKeyRecord, type ResetPeriod, type TrustMode } from '../store/store.js'
+import { RESET_PERIODS, type ApiKeyRecord, type ResetPeriod } from '../store/store.js'
+import { TRUST_MODES, type TrustMode } from '../vocabulary/trust.js'
 import { iso, OperatorUsageError, parseCommand, table, usd, wallet, withStore, type OperatorIo } from './commands.js'
 
 export const API_KEYS_USAGE = `usage: svc-router api-keys <command> [--config FILE]
@@ -77,7 +78,7 @@ export async function apiKeysCommand(argv: string[], io: OperatorIo): Promise<nu
     case 'list': {
       const account = wallet(args[0])
       return withStore(values.config, io, async (store) => {
-        io.out(apiKeyLines(await store.listApiKeys(account)))
+        io.out(apiKeyLines(await store.keys.listApiKeys(account)))
         return 0
       })
     }

@@ -20,12 +20,12 @@ export interface DevKeys {
   readonly mgmtKey: string
 }
 
-export async function bootstrapDevAccount(store: Store, credentials: Credentials, dev: DevBootstrap, now = Date.now()): Promise<DevKeys | null> {
-  if ((await store.countAccounts()) > 0) return null
+export async function bootstrapDevAccount(store: Pick<Store, 'accounts' | 'ledger'>, credentials: Credentials, dev: DevBootstrap, now = Date.now()): Promise<DevKeys | null> {
+  if ((await store.accounts.countAccounts()) > 0) return null
   const text = numberToDecimal(dev.depositUsd)
   const amount = text === null ? null : parseUsd(text)
   if (amount === null || amount <= 0n) throw new Error(`dev.deposit_usd must be a positive amount (got ${dev.depositUsd})`)
-  await store.addFunds(dev.wallet, 'deposit', amount, 'dev bootstrap', now)
+  await store.ledger.addFunds(dev.wallet, 'deposit', amount, 'dev bootstrap', now)
   const api = await credentials.issueApiKey(dev.wallet, { name: 'dev' })
   const mgmt = await credentials.issueMgmtKey(dev.wallet, 'dev', SCOPES)
   return { wallet: dev.wallet, deposit: formatUsd(amount), apiKey: api.secret, mgmtKey: mgmt.secret }

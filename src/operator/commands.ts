@@ -2,13 +2,15 @@
  * Operator commands on the store (DESIGN.md §2): `svc-router accounts …` and `svc-router mgmt-keys …` (and
  * `api-keys …`, in api-keys-command.ts). They
  * open the store the config names (the same `--config` as `serve`), so they work while the router runs: the
- * router notices the change within a second (Store.onExternalChange) and drops its cached keys.
+ * router learns of each change within a second (Store.changes) and drops what it cached of that key or account,
+ * or re-reads that account's funds.
  *
  * A management key's secret is printed once, at creation; nothing else ever prints a secret.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { Credentials } from '../auth/credentials.js'
 import { parseWallet } from '../auth/wallet.js'
+import { availableFunds } from '../billing/available.js'
 import { formatUsd, parseUsd } from '../billing/money.js'
 import { loadConfig } from '../config/index.js'
 import { openStore } from '../store/open.js'
@@ -105,7 +107,7 @@ export async function withStore<T>(configFile: string | undefined, io: OperatorI
   const config = loadConfig({ file: configFile, env: io.env })
   // On stderr, so stdout stays the command's answer: which file was used is the first thing to check.
   io.err(`store: ${config.store.path}\n`)
-  const store = openStore(config.store)
+  const store = await openStore(config.store)
   try {
     return await fn(store)
   } finally {
@@ -158,8 +160,8 @@ export async function accountsCommand(argv: string[], io: OperatorIo): Promise<n
       const amount = usd(args[1])
       if (args.length > 2) throw new OperatorUsageError(`unexpected argument ${JSON.stringify(args[2])}`)
       return withStore(values.config, io, async (store) => {
-        const entry = await store.addFunds(account, command, amount, values.memo ?? '', Date.now())
-        const totals = await store.totals(account)
+        const entry = await store.ledger.addFunds(account, command, amount, values.memo ?? '', Date.now())
+        const totals = await store.ledger.totals(account)
         io.out(
           `${command} of ${formatUsd(entry.amount)} USD recorded for ${account} (journal #${entry.seq}); ` +
             `deposited ${formatUsd(totals.deposited)}, credited ${formatUsd(totals.credited)}, spent ${formatUsd(totals.spent)}\n`,
@@ -170,12 +172,12 @@ export async function accountsCommand(argv: string[], io: OperatorIo): Promise<n
     case 'show': {
       const account = wallet(args[0])
       return withStore(values.config, io, async (store) => {
-        const record = await store.getAccount(account)
+        const record = await store.accounts.getAccount(account)
         if (record === null) {
           io.err(`svc-router: no account ${account}\n`)
           return 1
         }
-        const t = await store.totals(account)
+        const t = await store.ledger.totals(account)
         io.out(
           [
             `account      ${record.id}`,
@@ -184,7 +186,7 @@ export async function accountsCommand(argv: string[], io: OperatorIo): Promise<n
             `deposited    ${formatUsd(t.deposited)} USD`,
             `credited     ${formatUsd(t.credited)} USD`,
             `spent        ${formatUsd(t.spent)} USD`,
-            `available    ${formatUsd(t.deposited + t.credited - t.spent)} USD`,
+            `available    ${formatUsd(availableFunds(t))} USD`,
             '',
           ].join('\n'),
         )
@@ -242,7 +244,7 @@ export async function mgmtKeysCommand(argv: string[], io: OperatorIo): Promise<n
     case 'list': {
       const account = args[0] === undefined ? undefined : wallet(args[0])
       return withStore(values.config, io, async (store) => {
-        io.out(mgmtKeyLines(await store.listMgmtKeys(account)))
+        io.out(mgmtKeyLines(await store.keys.listMgmtKeys(account)))
         return 0
       })
     }

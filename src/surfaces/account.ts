@@ -8,6 +8,7 @@
  */
 import type { MgmtAuthenticator } from '../auth/authenticate.js'
 import { beginManagement, type ManagementStart } from '../auth/management-stage.js'
+import { availableFunds } from '../billing/available.js'
 import { formatUsd } from '../billing/money.js'
 import { RouterError } from '../errors.js'
 import type { Reply } from '../server/reply.js'
@@ -19,7 +20,7 @@ import { CURRENCY } from './api-keys.js'
 
 export interface AccountDeps {
   readonly authenticate: MgmtAuthenticator
-  readonly store: Store
+  readonly store: Pick<Store, 'keys' | 'ledger'>
   /** atto-USD held by the account's in-flight requests. */
   readonly reserved: (accountId: string) => bigint
   readonly now?: () => number
@@ -38,7 +39,7 @@ export function balances(t: AccountTotals): { deposit: bigint; credit: bigint; t
   const fromCredit = t.spent < t.credited ? t.spent : t.credited
   const credit = t.credited - fromCredit
   const deposit = t.deposited - (t.spent - fromCredit)
-  return { deposit, credit, total: deposit + credit }
+  return { deposit, credit, total: availableFunds(t) }
 }
 
 interface Metrics {
@@ -115,7 +116,7 @@ export function createAccount(deps: AccountDeps): AccountSurface {
   const now = deps.now ?? Date.now
 
   async function balance({ reply, principal, headers }: ManagementStart): Promise<void> {
-    const b = balances(await deps.store.totals(principal.accountId))
+    const b = balances(await deps.store.ledger.totals(principal.accountId))
     const body = {
       deposit_balance: formatUsd(b.deposit),
       credit_balance: formatUsd(b.credit),
@@ -126,14 +127,14 @@ export function createAccount(deps: AccountDeps): AccountSurface {
   }
 
   async function funds({ reply, principal, headers }: ManagementStart): Promise<void> {
-    const t = await deps.store.totals(principal.accountId)
+    const t = await deps.store.ledger.totals(principal.accountId)
     const reserved = deps.reserved(principal.accountId)
     const body = {
       deposit: formatUsd(t.deposited),
       credit: formatUsd(t.credited),
       reserved: formatUsd(reserved),
       spent: formatUsd(t.spent),
-      available: formatUsd(t.deposited + t.credited - t.spent - reserved),
+      available: formatUsd(availableFunds(t, reserved)),
       currency: CURRENCY,
     }
     sendJson(reply, 200, JSON.stringify(body), headers)
@@ -141,10 +142,10 @@ export function createAccount(deps: AccountDeps): AccountSurface {
 
   async function usageStats({ head, reply, principal, headers }: ManagementStart): Promise<void> {
     const q = parseUsageQuery(head.query, now())
-    if (q.apiKeyId !== null && (await deps.store.getApiKey(principal.accountId, q.apiKeyId)) === null) {
+    if (q.apiKeyId !== null && (await deps.store.keys.getApiKey(principal.accountId, q.apiKeyId)) === null) {
       throw new RouterError('api_key_not_found', `no API key ${JSON.stringify(q.apiKeyId)} in this account`)
     }
-    const rows = await deps.store.usage(principal.accountId, {
+    const rows = await deps.store.ledger.usage(principal.accountId, {
       fromDay: q.startDate,
       toDay: q.endDate,
       ...(q.apiKeyId !== null && { keyId: q.apiKeyId }),

@@ -14,13 +14,15 @@ import type { Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendJson } from '../server/respond.js'
 import { periodStartDay } from '../store/days.js'
-import { RESET_PERIODS, TRUST_MODES, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store, type TrustMode } from '../store/store.js'
+import { RESET_PERIODS, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, type Store } from '../store/store.js'
+import { isAddress } from '../vocabulary/address.js'
+import { isTrustMode, TRUST_MODES, type TrustMode } from '../vocabulary/trust.js'
 import { parseJsonObject } from '../codecs/json-body.js'
 
 export interface ApiKeysDeps {
   readonly authenticate: MgmtAuthenticator
   readonly credentials: Credentials
-  readonly store: Store
+  readonly store: Pick<Store, 'keys' | 'ledger'>
   /**
    * The key's spend in its current reset period as the billing ledger holds it (what its credit limit is
    * enforced against, charges settled a moment ago included), or null when the ledger has no book for it.
@@ -35,7 +37,6 @@ export const CURRENCY = 'USD'
 const MAX_NAME = 200
 const MAX_LIST = 1000
 const MAX_MODEL_ID = 256
-const ADDRESS = /^0x[0-9a-fA-F]{40}$/
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** ISO 8601 date or date-time; a date-time must say its offset (no local-time guessing). */
 const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/
@@ -55,10 +56,10 @@ function parseName(value: unknown): string {
 
 function parseTrustMode(value: unknown): TrustMode | null {
   if (value === null || value === '') return null
-  if (typeof value !== 'string' || !(TRUST_MODES as readonly string[]).includes(value)) {
-    throw new RouterError('invalid_trust_mode', 'trust_mode must be one of standard, verified, private (or null for none)')
+  if (!isTrustMode(value)) {
+    throw new RouterError('invalid_trust_mode', `trust_mode must be one of ${TRUST_MODES.join(', ')} (or null for none)`)
   }
-  return value as TrustMode
+  return value
 }
 
 function parseCreditLimit(value: unknown): bigint | null {
@@ -103,7 +104,7 @@ function parseModels(value: unknown): string[] | null {
 
 function parseProviders(value: unknown): string[] | null {
   return parseList('allowed_providers', value, (v, i) => {
-    if (typeof v !== 'string' || !ADDRESS.test(v)) throw bad(`allowed_providers[${i}] must be a provider address (0x followed by 40 hex digits)`)
+    if (typeof v !== 'string' || !isAddress(v)) throw bad(`allowed_providers[${i}] must be a provider address (0x followed by 40 hex digits)`)
     return v.toLowerCase()
   })
 }
@@ -168,7 +169,7 @@ async function usedByKey(deps: ApiKeysDeps, accountId: string, keys: readonly Ap
     bySince.set(since, [...(bySince.get(since) ?? []), key])
   }
   for (const [since, group] of bySince) {
-    const spend = await store.spendByKey(accountId, since)
+    const spend = await store.ledger.spendByKey(accountId, since)
     for (const key of group) used.set(key.id, spend.get(key.id) ?? 0n)
   }
   return used
@@ -208,7 +209,7 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
 
   async function list({ reply, principal, headers }: ManagementStart): Promise<void> {
     const at = now()
-    const keys = await deps.store.listApiKeys(principal.accountId)
+    const keys = await deps.store.keys.listApiKeys(principal.accountId)
     const used = await usedByKey(deps, principal.accountId, keys, at)
     const data = keys.map((k) => keyJson(k, used.get(k.id) ?? 0n, at))
     sendJson(reply, 200, JSON.stringify({ object: 'list', data }), headers)
@@ -234,7 +235,7 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
 
   async function revoke(start: ManagementStart): Promise<void> {
     const id = keyIdOf(start.head)
-    const before = await deps.store.getApiKey(start.principal.accountId, id)
+    const before = await deps.store.keys.getApiKey(start.principal.accountId, id)
     if (before === null) throw notFound(id)
     const record = await deps.credentials.revokeApiKey(start.principal.accountId, id)
     if (record === null) throw notFound(id)

@@ -16,13 +16,13 @@ type Test = Parameters<Parameters<typeof t.test>[0]>[0]
 const A = '0x' + 'a'.repeat(40)
 const T0 = Date.UTC(2025, 0, 15)
 
-function setup(t: Test, options: { negativeTtlMs?: number } = {}) {
+async function setup(t: Test, options: { negativeTtlMs?: number } = {}) {
   const clock = { now: T0 }
   const now = (): number => clock.now
-  const store = countingStore()
+  const store = await countingStore()
   t.teardown(() => store.close())
-  const cache = new KeyCache(store, { defaultRateLimit: 600, now, ...options })
-  const auth = createKeyAuthenticators(cache, store, { now })
+  const cache = new KeyCache(store.keys, { defaultRateLimit: 600, now, ...options })
+  const auth = createKeyAuthenticators(cache, store.keys, { now })
   const credentials = new Credentials(store, cache, now)
   return { clock, store, cache, auth, credentials }
 }
@@ -30,7 +30,7 @@ function setup(t: Test, options: { negativeTtlMs?: number } = {}) {
 const bearer = (key: string): string => `Bearer ${key}`
 
 t.test('a warm key authenticates synchronously with no store read', async (t) => {
-  const { store, auth, credentials } = setup(t)
+  const { store, auth, credentials } = await setup(t)
   const { secret, record } = await credentials.issueApiKey(A, { name: 'k', trustMode: 'verified', allowedModels: ['m1'] })
   const cold = auth.inference(fakeHead(bearer(secret)))
   t.type(cold, Promise, 'the first request reads the store')
@@ -50,7 +50,7 @@ t.test('a warm key authenticates synchronously with no store read', async (t) =>
 })
 
 t.test('no header and malformed tokens are answered without any store read', async (t) => {
-  const { store, auth } = setup(t)
+  const { store, auth } = await setup(t)
   t.equal(auth.inference(fakeHead('')), MISSING_AUTHORIZATION)
   t.equal(auth.inference(fakeHead('Basic Zm9vOmJhcg==')), INVALID_API_KEY)
   t.equal(auth.inference(fakeHead('Bearer sk-short')), INVALID_API_KEY)
@@ -59,7 +59,7 @@ t.test('no header and malformed tokens are answered without any store read', asy
 })
 
 t.test('an unknown key is remembered as invalid for a while, then looked up again', async (t) => {
-  const { store, auth, clock } = setup(t, { negativeTtlMs: 5000 })
+  const { store, auth, clock } = await setup(t, { negativeTtlMs: 5000 })
   const head = fakeHead(bearer(newSecret('sk-')))
   t.equal(await auth.inference(head), INVALID_API_KEY)
   for (let i = 0; i < 10; i++) t.equal(auth.inference(head), INVALID_API_KEY, 'synchronously, from the negative cache')
@@ -70,7 +70,7 @@ t.test('an unknown key is remembered as invalid for a while, then looked up agai
 })
 
 t.test('concurrent first requests of one key share one store read', async (t) => {
-  const { store, auth, credentials } = setup(t)
+  const { store, auth, credentials } = await setup(t)
   const { secret } = await credentials.issueApiKey(A, { name: 'k' })
   const results = await Promise.all(Array.from({ length: 20 }, () => auth.inference(fakeHead(bearer(secret)))))
   t.equal(store.calls.findCredential, 1)
@@ -78,7 +78,7 @@ t.test('concurrent first requests of one key share one store read', async (t) =>
 })
 
 t.test('revoke invalidates at once: the next request is refused', async (t) => {
-  const { auth, credentials } = setup(t)
+  const { auth, credentials } = await setup(t)
   const { secret, record } = await credentials.issueApiKey(A, { name: 'k' })
   t.notOk((await auth.inference(fakeHead(bearer(secret)))) instanceof RouterError)
   t.notOk(auth.inference(fakeHead(bearer(secret))) instanceof RouterError, 'warm')
@@ -88,7 +88,7 @@ t.test('revoke invalidates at once: the next request is refused', async (t) => {
 })
 
 t.test('a store read in flight across a revoke does not put the old record back in the cache', async (t) => {
-  const { store, auth, credentials } = setup(t)
+  const { store, auth, credentials } = await setup(t)
   const { secret, record } = await credentials.issueApiKey(A, { name: 'k' })
   const gate = deferred()
   store.gate = gate.promise
@@ -103,7 +103,7 @@ t.test('a store read in flight across a revoke does not put the old record back 
 })
 
 t.test('a write to a key clears a negative entry for its hash', async (t) => {
-  const { auth, store, cache, credentials } = setup(t)
+  const { auth, store, cache, credentials } = await setup(t)
   const { secret, record } = await credentials.issueApiKey(A, { name: 'k' })
   cache.markDead(digestToken(secret))
   t.equal(auth.inference(fakeHead(bearer(secret))), INVALID_API_KEY, 'dead in the cache')
@@ -114,7 +114,7 @@ t.test('a write to a key clears a negative entry for its hash', async (t) => {
 })
 
 t.test('expiry is enforced on warm keys', async (t) => {
-  const { auth, clock, credentials } = setup(t)
+  const { auth, clock, credentials } = await setup(t)
   const { secret } = await credentials.issueApiKey(A, { name: 'k', expiresAt: T0 + 1000 })
   t.notOk((await auth.inference(fakeHead(bearer(secret)))) instanceof RouterError)
   clock.now = T0 + 999
@@ -124,7 +124,7 @@ t.test('expiry is enforced on warm keys', async (t) => {
 })
 
 t.test('kinds and scopes', async (t) => {
-  const { auth, credentials } = setup(t)
+  const { auth, credentials } = await setup(t)
   const sk = (await credentials.issueApiKey(A, { name: 'k' })).secret
   const reader = (await credentials.issueMgmtKey(A, 'r', ['keys:read'])).secret
   const mkOnInference = await auth.inference(fakeHead(bearer(reader)))
@@ -137,11 +137,11 @@ t.test('kinds and scopes', async (t) => {
 })
 
 t.test('audit fields are written at most once per key per 60 s, with the normalised source address', async (t) => {
-  const { auth, clock, store, credentials } = setup(t)
+  const { auth, clock, store, credentials } = await setup(t)
   const { secret, record } = await credentials.issueMgmtKey(A, 'ops', ['account:read'])
   const head = fakeHead(bearer(secret), '::ffff:10.1.2.3')
   const lastUse = async () => {
-    const keys = await store.listMgmtKeys(A)
+    const keys = await store.keys.listMgmtKeys(A)
     const k = keys.find((k) => k.id === record.id)!
     return [k.lastUsedAt, k.lastSourceIp]
   }
@@ -162,7 +162,7 @@ t.test('audit fields are written at most once per key per 60 s, with the normali
 })
 
 t.test('the audit interval also holds across a cache reload', async (t) => {
-  const { auth, clock, store, cache, credentials } = setup(t)
+  const { auth, clock, store, cache, credentials } = await setup(t)
   const { secret } = await credentials.issueMgmtKey(A, 'ops', ['account:read'])
   await auth.management(fakeHead(bearer(secret)), 'account:read')
   cache.clear()
@@ -172,7 +172,7 @@ t.test('the audit interval also holds across a cache reload', async (t) => {
 })
 
 t.test('a rate-limit override reaches the cached Principal', async (t) => {
-  const { auth, credentials } = setup(t)
+  const { auth, credentials } = await setup(t)
   const { secret } = await credentials.issueApiKey(A, { name: 'k' })
   t.equal(((await auth.inference(fakeHead(bearer(secret)))) as Principal).rateLimit, 600)
   await credentials.setRateLimit(A, 5)

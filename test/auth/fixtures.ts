@@ -1,10 +1,10 @@
 /**
- * Test doubles for the auth stage without HTTP: a real in-memory store that counts (and can hold back) the
- * calls authentication makes, and request heads built by hand.
+ * Test doubles for the auth stage without HTTP: a real in-memory store whose key store counts (and can hold
+ * back) the calls authentication makes, and request heads built by hand.
  */
 import type { RequestHead } from '../../src/server/request-head.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
-import type { Credential, Store } from '../../src/store/store.js'
+import type { Credential, KeyStore, Store } from '../../src/store/store.js'
 import { requestHead } from '../helpers/request-head.js'
 
 export interface CountingStore extends Store {
@@ -13,39 +13,44 @@ export interface CountingStore extends Store {
   gate: Promise<void> | null
 }
 
-export function countingStore(): CountingStore {
-  const inner = openSqliteStore({ path: ':memory:' })
+export async function countingStore(): Promise<CountingStore> {
+  const inner = await openSqliteStore({ path: ':memory:' })
   const calls = { findCredential: 0, touchMgmtKey: 0 }
-  const state = { gate: null as Promise<void> | null }
-  return new Proxy(inner as unknown as CountingStore, {
+  let gate: Promise<void> | null = null
+  const keys = new Proxy(inner.keys as KeyStore, {
     get(target, prop) {
-      if (prop === 'calls') return calls
-      if (prop === 'gate') return state.gate
       if (prop === 'findCredential') {
         return async (hash: string): Promise<Credential | null> => {
           calls.findCredential++
-          const result = await inner.findCredential(hash)
-          if (state.gate !== null) await state.gate
+          const result = await target.findCredential(hash)
+          if (gate !== null) await gate
           return result
         }
       }
       if (prop === 'touchMgmtKey') {
-        return (...args: Parameters<Store['touchMgmtKey']>) => {
+        return (...args: Parameters<KeyStore['touchMgmtKey']>) => {
           calls.touchMgmtKey++
-          return inner.touchMgmtKey(...args)
+          return target.touchMgmtKey(...args)
         }
       }
-      const value = Reflect.get(inner, prop, inner) as unknown
-      return typeof value === 'function' ? value.bind(inner) : value
-    },
-    set(_target, prop, value) {
-      if (prop === 'gate') {
-        state.gate = value as Promise<void> | null
-        return true
-      }
-      return false
+      const value = Reflect.get(target, prop, target) as unknown
+      return typeof value === 'function' ? value.bind(target) : value
     },
   })
+  return {
+    accounts: inner.accounts,
+    keys,
+    ledger: inner.ledger,
+    changes: inner.changes,
+    close: () => inner.close(),
+    calls,
+    get gate() {
+      return gate
+    },
+    set gate(value) {
+      gate = value
+    },
+  }
 }
 
 export function fakeHead(authorization: string, remote = '127.0.0.1'): RequestHead {

@@ -97,7 +97,7 @@ t.test('expires_at set by PATCH is enforced', async (t) => {
 t.test('a management key revoked by another process (the CLI) stops working within a poll', async (t) => {
   const mk = await stack.newMgmtKey()
   t.equal((await call(stack, 'GET', '/v1/api-keys', { headers: mk.auth })).status, 200, 'warm in the cache')
-  const cli = openSqliteStore({ path: `${stack.dir}/svc.db` })
+  const cli = await openSqliteStore({ path: `${stack.dir}/svc.db` })
   await new Credentials(cli, null).revokeMgmtKey(mk.id)
   await cli.close()
   const deadline = Date.now() + 3000
@@ -111,7 +111,7 @@ t.test('a management key revoked by another process (the CLI) stops working with
 
 t.test('management key audit over HTTP: last use and source recorded once, not rewritten within the minute', async (t) => {
   const mk = await stack.newMgmtKey()
-  const record = async () => (await stack.router.store.listMgmtKeys(stack.account)).find((k) => k.id === mk.id)!
+  const record = async () => (await stack.router.store.keys.listMgmtKeys(stack.account)).find((k) => k.id === mk.id)!
   t.equal((await record()).lastUsedAt, null, 'never used')
   const before = Date.now()
   t.equal((await call(stack, 'GET', '/v1/account/balance', { headers: mk.auth })).status, 200)

@@ -32,7 +32,7 @@ async function post(auth: Record<string, string>, body = BODY): Promise<Answer> 
 }
 
 async function recordsOf(account: string, keyId: string): Promise<{ requests: number; cost: bigint }> {
-  const rows = await stack.router.store.usage(account, { fromDay: '2000-01-01', toDay: '2999-12-31', keyId })
+  const rows = await stack.router.store.ledger.usage(account, { fromDay: '2000-01-01', toDay: '2999-12-31', keyId })
   return { requests: rows.reduce((s, r) => s + r.requests, 0), cost: rows.reduce((s, r) => s + r.cost, 0n) }
 }
 
@@ -68,11 +68,11 @@ t.test(`${N} concurrent requests on an account whose balance covers 10`, async (
   t.ok(refused.every((a) => a.status === 402 && a.json.error?.code === 'insufficient_balance'), 'every refused request is 402 insufficient_balance')
   const { count, billed } = served(answers)
   t.ok(count >= 10, `at least the 10 worst cases were served (${count})`)
-  const totals = await stack.router.store.totals(account)
+  const totals = await stack.router.store.ledger.totals(account)
   t.ok(totals.spent <= totals.deposited, 'the balance never went below zero')
   t.equal(totals.spent, billed, 'the journal holds exactly what the traces show')
   t.equal((await recordsOf(account, key.id)).requests, count)
-  const journal = await stack.router.store.journal(account)
+  const journal = await stack.router.store.ledger.journal(account)
   t.equal(journal.filter((e) => e.kind === 'charge').length, count, 'one charge per served response')
   t.equal(new Set(journal.filter((e) => e.kind === 'charge').map((e) => e.requestId)).size, count, 'no request billed twice')
 })

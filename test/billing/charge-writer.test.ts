@@ -16,9 +16,9 @@ function charge(requestId: string, cost = 1n): Charge {
 }
 
 async function setup(t: Test, maxBatch?: number) {
-  const store = openSqliteStore({ path: ':memory:' })
-  await store.addFunds(A, 'deposit', 10n ** 20n, '', 0)
-  const writer = new ChargeWriter(store, maxBatch === undefined ? {} : { maxBatch })
+  const store = await openSqliteStore({ path: ':memory:' })
+  await store.ledger.addFunds(A, 'deposit', 10n ** 20n, '', 0)
+  const writer = new ChargeWriter(store.ledger, maxBatch === undefined ? {} : { maxBatch })
   t.teardown(async () => {
     await writer.close()
     await store.close()
@@ -31,8 +31,8 @@ const enqueue = (writer: ChargeWriter, c: Charge): Promise<JournalEntry | Error>
 t.test('charges of one turn share one transaction; done runs after the commit', async (t) => {
   const { store, writer } = await setup(t)
   let calls = 0
-  const original = store.recordCharges.bind(store)
-  store.recordCharges = (batch) => {
+  const original = store.ledger.recordCharges.bind(store.ledger)
+  store.ledger.recordCharges = (batch) => {
     calls++
     return original(batch)
   }
@@ -42,7 +42,7 @@ t.test('charges of one turn share one transaction; done runs after the commit', 
   const out = await Promise.all(all)
   t.equal(calls, 1, 'one transaction for the whole turn')
   t.ok(out.every((o) => !(o instanceof Error)))
-  t.equal((await store.totals(A)).spent, 100n)
+  t.equal((await store.ledger.totals(A)).spent, 100n)
   t.equal(writer.batches, 1)
   t.equal(writer.written, 100)
 })
@@ -50,8 +50,8 @@ t.test('charges of one turn share one transaction; done runs after the commit', 
 t.test('a full batch is written at once, the rest in the next one', async (t) => {
   const { store, writer } = await setup(t, 8)
   const sizes: number[] = []
-  const original = store.recordCharges.bind(store)
-  store.recordCharges = (batch) => {
+  const original = store.ledger.recordCharges.bind(store.ledger)
+  store.ledger.recordCharges = (batch) => {
     sizes.push(batch.length)
     return original(batch)
   }
@@ -59,7 +59,7 @@ t.test('a full batch is written at once, the rest in the next one', async (t) =>
   t.strictSame(sizes, [8], 'a full batch went without waiting for the end of the turn')
   await Promise.all(all)
   t.strictSame(sizes, [8, 8, 4])
-  t.equal((await store.journal(A)).length, 21)
+  t.equal((await store.ledger.journal(A)).length, 21)
 })
 
 t.test('a duplicate request id fails alone; a failed transaction fails its whole batch', async (t) => {
@@ -68,9 +68,9 @@ t.test('a duplicate request id fails alone; a failed transaction fails its whole
   t.notOk(a instanceof Error)
   t.type(dup, StoreConflictError)
   t.notOk(b instanceof Error)
-  t.equal((await store.totals(A)).spent, 6n, 'never billed twice')
+  t.equal((await store.ledger.totals(A)).spent, 6n, 'never billed twice')
 
-  store.recordCharges = async () => {
+  store.ledger.recordCharges = async () => {
     throw new Error('disk full')
   }
   const failed = await Promise.all([enqueue(writer, charge('z1')), enqueue(writer, charge('z2'))])
@@ -85,11 +85,11 @@ t.test('quiesce holds commits back; pending() lists what is settled and not yet 
     await new Promise((r) => setImmediate(r))
     await new Promise((r) => setImmediate(r))
     seen = [...writer.pending()].length
-    t.equal((await store.totals(A)).spent, 0n, 'nothing committed while quiesced')
+    t.equal((await store.ledger.totals(A)).spent, 0n, 'nothing committed while quiesced')
     return { later }
   })
   const outcome = await (await done).later
   t.equal(seen, 1)
   t.notOk(outcome instanceof Error)
-  t.equal((await store.totals(A)).spent, 3n)
+  t.equal((await store.ledger.totals(A)).spent, 3n)
 })

@@ -155,11 +155,11 @@ t.test('SIGKILL under load, restart, every delivered response billed exactly onc
   t.equal(parseUsd(f.available), parseUsd(f.deposit)! + parseUsd(f.credit)! - parseUsd(f.spent)!, 'available = deposits − charges')
   await kill(router.child)
 
-  const store = openSqliteStore({ path: db })
+  const store = await openSqliteStore({ path: db })
   t.teardown(() => store.close())
-  t.equal(await store.countAccounts(), 1, 'the dev account only')
-  const account = (await store.findCredential(hashSecret(keys!.sk)))!.account.id
-  const journal = await store.journal(account)
+  t.equal(await store.accounts.countAccounts(), 1, 'the dev account only')
+  const account = (await store.keys.findCredential(hashSecret(keys!.sk)))!.account.id
+  const journal = await store.ledger.journal(account)
   const charges = new Map<string, bigint[]>()
   for (const e of journal) if (e.kind === 'charge') charges.set(e.requestId!, [...(charges.get(e.requestId!) ?? []), e.amount])
   let missing = 0
@@ -172,12 +172,12 @@ t.test('SIGKILL under load, restart, every delivered response billed exactly onc
   t.equal(missing, 0, 'every delivered response is billed')
   t.equal(mismatched, 0, 'exactly once, for the cost its trace shows')
   t.ok([...charges.values()].every((c) => c.length === 1), 'no request billed twice')
-  const totals = await store.totals(account)
+  const totals = await store.ledger.totals(account)
   const deposits = journal.filter((e) => e.kind !== 'charge').reduce((s, e) => s + e.amount, 0n)
   const spent = journal.filter((e) => e.kind === 'charge').reduce((s, e) => s + e.amount, 0n)
   t.equal(totals.deposited + totals.credited, deposits, 'the journal balances: deposits')
   t.equal(totals.spent, spent, 'the journal balances: charges')
   t.equal(parseUsd(f.spent), spent, 'the restarted router reports the durable spend')
-  const usage = await store.usage(account, { fromDay: '2000-01-01', toDay: '2999-12-31' })
+  const usage = await store.ledger.usage(account, { fromDay: '2000-01-01', toDay: '2999-12-31' })
   t.equal(usage.reduce((s, r) => s + r.requests, 0), charges.size, 'one usage record per charge')
 })

@@ -57,15 +57,15 @@ interface Books {
 }
 
 async function books(t: Test, deposit = '10', creditLimit: string | null = null, period: ResetPeriod = 'never', now = Date.UTC(2025, 0, 15, 12)): Promise<Books> {
-  const store = openSqliteStore({ path: ':memory:' })
-  const writer = new ChargeWriter(store)
+  const store = await openSqliteStore({ path: ':memory:' })
+  const writer = new ChargeWriter(store.ledger)
   t.teardown(async () => {
     await writer.close()
     await store.close()
   })
-  await store.addFunds(A, 'deposit', usd(deposit), 'test', now)
+  await store.ledger.addFunds(A, 'deposit', usd(deposit), 'test', now)
   const keyId = randomUUID()
-  await store.createApiKey({
+  await store.keys.createApiKey({
     id: keyId,
     accountId: A,
     hash: randomUUID(),
@@ -80,7 +80,7 @@ async function books(t: Test, deposit = '10', creditLimit: string | null = null,
     createdAt: now,
   })
   const clock = { now }
-  const ledger = new Ledger(store, writer, { now: () => clock.now })
+  const ledger = new Ledger(store.ledger, writer, { now: () => clock.now })
   return { store, writer, ledger, keyId, clock }
 }
 
@@ -132,13 +132,13 @@ t.test('reserve, settle, durable: the charge is in the store when done runs, exa
   t.equal(err, null)
   t.strictSame(billed, { input: 3n, output: usd('1'), capped: false })
   t.equal(ledger.reserved(A), 0n)
-  t.equal((await store.totals(A)).spent, usd('1.000000000000000003'), 'durable before done')
+  t.equal((await store.ledger.totals(A)).spent, usd('1.000000000000000003'), 'durable before done')
   t.equal(ledger.available(A), usd('8.999999999999999997'))
   t.equal(ledger.used(keyId, 'never'), usd('1.000000000000000003'))
   t.throws(() => r.settle(bill(1n), () => {}), 'a reservation settles once')
   r.release()
   t.equal(ledger.reserved(A), 0n, 'release after settle changes nothing')
-  const journal = await store.journal(A)
+  const journal = await store.ledger.journal(A)
   t.strictSame(journal.map((e) => [e.kind, e.requestId]), [['deposit', null], ['charge', 'req_1']])
 })
 
@@ -166,7 +166,7 @@ t.test('a provider reporting more than the request could produce is billed the r
   r.reserve(usd('0.5'))
   const { billed } = await settle(r, bill(usd('0.4'), usd('0.3')))
   t.strictSame(billed, { input: usd('0.4'), output: usd('0.1'), capped: true })
-  t.equal((await store.totals(A)).spent, usd('0.5'))
+  t.equal((await store.ledger.totals(A)).spent, usd('0.5'))
 })
 
 t.test('concurrent holds never push used past the credit limit nor the balance below zero', async (t) => {
@@ -179,7 +179,7 @@ t.test('concurrent holds never push used past the credit limit nor the balance b
   t.ok(outcomes.every((o) => o === null || o.code === 'credit_limit_exceeded'))
   await Promise.all(holds.filter((_, i) => outcomes[i] === null).map((h) => settle(h, bill(usd('0.1')))))
   t.equal(ledger.used(keyId, 'never'), usd('1'))
-  t.equal((await store.spendByKey(A, null)).get(keyId), usd('1'))
+  t.equal((await store.ledger.spendByKey(A, null)).get(keyId), usd('1'))
   t.equal(ledger.open(p, 'req_more').reserve(1n)?.code, 'credit_limit_exceeded', 'the limit is reached')
 
   const poor = await books(t, '1')
@@ -227,10 +227,10 @@ t.test('reset periods roll over at 00:00 UTC; weeks start on Monday, months on t
     t.equal(after.reserve(usd('1')), null, `${period}: the new period has the whole limit`)
     await settle(after, bill(usd('0.25')))
     // A ledger rebuilt from the store (a restart) agrees: the store rolls up by the same UTC days.
-    const fresh = new Ledger(store, new ChargeWriter(store), { now: () => clock.now })
+    const fresh = new Ledger(store.ledger, new ChargeWriter(store.ledger), { now: () => clock.now })
     await fresh.prepare(p)
     t.equal(fresh.used(keyId, period), usd('0.25'), `${period}: the store agrees after the boundary`)
-    const days = await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' })
+    const days = await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' })
     t.strictSame(days.map((r) => r.cost), [usd('1'), usd('0.25')], `${period}: each charge on the UTC day it settled`)
   }
 })
@@ -238,7 +238,7 @@ t.test('reset periods roll over at 00:00 UTC; weeks start on Monday, months on t
 t.test('a key whose reset period changed is re-read for the new period', async (t) => {
   const now = Date.UTC(2025, 0, 15, 12)
   const { ledger, keyId, store } = await books(t, '100', null, 'daily', now)
-  await store.recordCharge({ requestId: 'old', accountId: A, keyId, model: 'm', provider: 'p', at: now - 3 * 86_400_000, promptTokens: 0, completionTokens: 0, images: 0, audioMs: 0, cost: usd('2') })
+  await store.ledger.recordCharge({ requestId: 'old', accountId: A, keyId, model: 'm', provider: 'p', at: now - 3 * 86_400_000, promptTokens: 0, completionTokens: 0, images: 0, audioMs: 0, cost: usd('2') })
   await ledger.prepare(principal(keyId, null, 'daily'))
   t.equal(ledger.used(keyId, 'daily'), 0n)
   t.not(ledger.prepare(principal(keyId, null, 'never')), null)
@@ -250,8 +250,8 @@ t.test('a commit that fails ends the request with an error and takes the charge 
   const { store, writer, ledger, keyId } = await books(t)
   const p = principal(keyId)
   await ledger.prepare(p)
-  const original = store.recordCharges.bind(store)
-  store.recordCharges = async () => {
+  const original = store.ledger.recordCharges.bind(store.ledger)
+  store.ledger.recordCharges = async () => {
     throw new Error('disk I/O error')
   }
   const r = ledger.open(p, 'req_fail')
@@ -260,11 +260,11 @@ t.test('a commit that fails ends the request with an error and takes the charge 
   t.equal(err?.code, 'server_error')
   t.equal(ledger.available(A), usd('10'), 'the failed charge is no longer counted')
   t.equal(ledger.used(keyId, 'never'), 0n)
-  store.recordCharges = original
+  store.ledger.recordCharges = original
   const ok = ledger.open(p, 'req_ok')
   ok.reserve(usd('1'))
   t.equal((await settle(ok, bill(usd('1')))).err, null)
-  t.equal((await store.totals(A)).spent, usd('1'))
+  t.equal((await store.ledger.totals(A)).spent, usd('1'))
   t.equal(writer.queued, 0)
 })
 
@@ -279,17 +279,48 @@ t.test('books rebuilt from the store: deposits − charges, nothing held, pendin
   // Settled, not committed yet (the flush waits for setImmediate): a refresh must count it exactly once.
   const done = settle(r, bill(usd('1')))
   t.equal(writer.queued, 1)
-  await store.addFunds(A, 'deposit', usd('5'), 'from the CLI', Date.now())
+  await store.ledger.addFunds(A, 'deposit', usd('5'), 'from the CLI', Date.now())
   await ledger.refresh()
   await done
   t.equal(ledger.available(A), usd('11'), '10 + 5 − 1 spent − 3 held')
   t.equal(ledger.used(keyId, 'never'), usd('1'))
 
-  const restarted = new Ledger(store, new ChargeWriter(store))
+  const restarted = new Ledger(store.ledger, new ChargeWriter(store.ledger))
   await restarted.prepare(p)
   t.equal(restarted.reserved(A), 0n, 'a restart holds nothing')
   t.equal(restarted.available(A), usd('14'), 'deposits − charges')
-  const journal = await store.journal(A)
+  const journal = await store.ledger.journal(A)
   const balance = journal.reduce((s, e) => (e.kind === 'charge' ? s - e.amount : s + e.amount), 0n)
   t.equal(balance, usd('14'), 'the journal balances')
+})
+
+t.test('refreshAccount re-reads that account book alone, keeps what is held, and skips books not in memory', async (t) => {
+  const { store, ledger, keyId } = await books(t)
+  const B = '0x' + 'b'.repeat(40)
+  const C = '0x' + 'c'.repeat(40)
+  const ofB: Principal = { ...principal(null), accountId: B }
+  await store.ledger.addFunds(B, 'deposit', usd('3'), 'test', Date.now())
+  await ledger.prepare(principal(keyId))
+  await ledger.prepare(ofB)
+  const held = ledger.open(principal(keyId), 'req_held')
+  held.reserve(usd('4'))
+  // Another process (the operator CLI) deposits to both accounts; only A's change is applied here.
+  await store.ledger.addFunds(A, 'deposit', usd('5'), 'from the CLI', Date.now())
+  await store.ledger.addFunds(B, 'deposit', usd('5'), 'from the CLI', Date.now())
+  await ledger.refreshAccount(A)
+  t.equal(ledger.available(A), usd('11'), '10 + 5 − 4 held')
+  t.equal(ledger.available(B), usd('3'), 'B was not re-read')
+
+  let reads = 0
+  const totals = store.ledger.totals.bind(store.ledger)
+  store.ledger.totals = (id) => {
+    reads++
+    return totals(id)
+  }
+  await ledger.refreshAccount(C)
+  t.equal(reads, 0, 'a book not in memory is read when first needed, not now')
+  t.equal(ledger.available(C), null)
+  await ledger.refreshAccount(B)
+  t.equal(reads, 1)
+  t.equal(ledger.available(B), usd('8'))
 })

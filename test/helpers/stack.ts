@@ -138,8 +138,8 @@ export async function startStack(
     const wallet = '0x' + randomBytes(20).toString('hex')
     const amount = parseUsd(depositUsd)
     if (amount === null) throw new Error(`bad test deposit ${depositUsd}`)
-    if (amount > 0n) await store.addFunds(wallet, 'deposit', amount, 'test deposit', Date.now())
-    else await store.ensureAccount(wallet, Date.now())
+    if (amount > 0n) await store.ledger.addFunds(wallet, 'deposit', amount, 'test deposit', Date.now())
+    else await store.accounts.ensureAccount(wallet, Date.now())
     return wallet
   }
   async function newApiKey(settings: Partial<ApiKeySettings> & { account?: string } = {}): Promise<TestKey> {
@@ -152,7 +152,7 @@ export async function startStack(
     return { key: secret, id: record.id, auth: bearer(secret) }
   }
 
-  await store.addFunds(TEST_ACCOUNT, 'deposit', parseUsd(TEST_DEPOSIT_USD)!, 'test deposit', Date.now())
+  await store.ledger.addFunds(TEST_ACCOUNT, 'deposit', parseUsd(TEST_DEPOSIT_USD)!, 'test deposit', Date.now())
   const api = await newApiKey()
   const mgmt = await newMgmtKey()
   return {

@@ -121,6 +121,41 @@ t.test('mgmt-keys create/list/revoke against a running router', async (t) => {
   t.equal(cli(['mgmt-keys', 'revoke', '00000000-0000-4000-8000-000000000000'], config).status, 1)
 })
 
+/** Calls `attempt` every 50 ms until `done` holds of its answer or 3 s passed (a poll of the router is 1 s). */
+async function eventually<T>(attempt: () => Promise<T>, done: (answer: T) => boolean): Promise<T> {
+  const deadline = Date.now() + 3000
+  let answer = await attempt()
+  while (!done(answer) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50))
+    answer = await attempt()
+  }
+  return answer
+}
+
+t.test('accounts deposit against a running router: its budget check sees the new balance within a poll', async (t) => {
+  const stack = await oneProviderStack(t)
+  const config = configIn(stack.dir)
+  const wallet = await stack.newAccount('0.000000000000000001')
+  const key = await stack.newApiKey({ account: wallet })
+  t.ok(isError(await chat(stack, key.auth), 402, 'insufficient_balance'), 'the router holds the book of a nearly empty account')
+  const deposit = cli(['accounts', 'deposit', wallet, '10'], config)
+  t.equal(deposit.status, 0, deposit.stderr)
+  const answer = await eventually(() => chat(stack, key.auth), (a) => a.status !== 402)
+  t.equal(answer.status, 200, 'the deposit reached the running router')
+})
+
+t.test('accounts rate-limit against a running router: the cached keys of that account take it within a poll', async (t) => {
+  const stack = await oneProviderStack(t)
+  const config = configIn(stack.dir)
+  const wallet = await stack.newAccount()
+  const key = await stack.newApiKey({ account: wallet })
+  t.equal((await chat(stack, key.auth)).status, 200, 'warm in the cache at the default limit')
+  t.equal(cli(['accounts', 'rate-limit', wallet, '1'], config).status, 0)
+  const answer = await eventually(() => chat(stack, key.auth), (a) => a.status === 429)
+  t.ok(isError(answer, 429, 'rate_limit_exceeded'), 'one request a minute, and one was made already')
+  t.equal((await chat(stack, stack.auth)).status, 200, 'another account keeps its limit')
+})
+
 t.test('mgmt-keys create: scopes and name are required and checked', async (t) => {
   const config = configIn(t.testdir())
   for (const [args, message] of [

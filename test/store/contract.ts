@@ -1,17 +1,27 @@
 /**
  * The Store contract: every implementation (SQLite now, PostgreSQL later) must pass this suite unchanged.
- * Run it with a factory that opens a fresh, empty store for each subtest (test/store/sqlite.test.ts).
+ * Run it with a factory that opens a fresh, empty store for each subtest (test/store/sqlite.test.ts); where
+ * a second call in the same subtest opens a second handle on the same data (`shared`), the change feed is
+ * checked as another process would see it.
  */
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
-import { StoreConflictError, type Charge, type NewApiKey, type Store } from '../../src/store/store.js'
+import { StoreConflictError, type Charge, type NewApiKey, type Store, type StoreChange } from '../../src/store/store.js'
 
 export type Test = Parameters<Parameters<typeof t.test>[0]>[0]
 
 /** Opens a fresh, empty store; the suite closes it. */
 export type StoreFactory = (t: Test) => Store | Promise<Store>
+
+export interface ContractOptions {
+  /**
+   * A second call of the factory within one test opens a second handle on the same data, as another process
+   * would (a file, a database server). The change-feed tests need that other writer and run only then.
+   */
+  readonly shared?: boolean
+}
 
 const A = '0x' + 'a'.repeat(40)
 const B = '0x' + 'b'.repeat(40)
@@ -69,7 +79,19 @@ function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {
   }
 }
 
-export function storeContract(t: Test, factory: StoreFactory): void {
+/** Resolves once `done()` holds; fails the test if it does not within `ms`. */
+async function until(t: Test, done: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!done()) {
+    if (Date.now() > deadline) {
+      t.fail(`timed out waiting for ${what}`)
+      return
+    }
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
+
+export function storeContract(t: Test, factory: StoreFactory, options: ContractOptions = {}): void {
   async function open(t: Test): Promise<Store> {
     const store = await factory(t)
     t.teardown(() => store.close())
@@ -78,29 +100,29 @@ export function storeContract(t: Test, factory: StoreFactory): void {
 
   t.test('accounts', async (t) => {
     const store = await open(t)
-    t.equal(await store.countAccounts(), 0)
-    t.equal(await store.getAccount(A), null)
-    const created = await store.ensureAccount(A, T0)
+    t.equal(await store.accounts.countAccounts(), 0)
+    t.equal(await store.accounts.getAccount(A), null)
+    const created = await store.accounts.ensureAccount(A, T0)
     t.strictSame(created, { id: A, rateLimit: null, createdAt: T0 })
-    t.strictSame(await store.ensureAccount(A, T0 + 1000), created, 'ensureAccount keeps an existing account as it is')
-    t.equal(await store.countAccounts(), 1)
-    t.strictSame(await store.getAccount(A), created)
+    t.strictSame(await store.accounts.ensureAccount(A, T0 + 1000), created, 'ensureAccount keeps an existing account as it is')
+    t.equal(await store.accounts.countAccounts(), 1)
+    t.strictSame(await store.accounts.getAccount(A), created)
   })
 
   t.test('account rate-limit override: set, clear, unknown account', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    t.equal((await store.setAccountRateLimit(A, 5))?.rateLimit, 5)
-    t.equal((await store.getAccount(A))?.rateLimit, 5)
-    t.equal((await store.setAccountRateLimit(A, null))?.rateLimit, null)
-    t.equal(await store.setAccountRateLimit(B, 5), null)
-    await t.rejects(store.setAccountRateLimit(A, 0), RangeError)
-    await t.rejects(store.setAccountRateLimit(A, 1.5), RangeError)
+    await store.accounts.ensureAccount(A, T0)
+    t.equal((await store.accounts.setAccountRateLimit(A, 5))?.rateLimit, 5)
+    t.equal((await store.accounts.getAccount(A))?.rateLimit, 5)
+    t.equal((await store.accounts.setAccountRateLimit(A, null))?.rateLimit, null)
+    t.equal(await store.accounts.setAccountRateLimit(B, 5), null)
+    await t.rejects(store.accounts.setAccountRateLimit(A, 0), RangeError)
+    await t.rejects(store.accounts.setAccountRateLimit(A, 1.5), RangeError)
   })
 
   t.test('api key: every field round-trips, money beyond 64 bits exactly', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
+    await store.accounts.ensureAccount(A, T0)
     const input = apiKey(A, {
       trustMode: 'private',
       // 123456.789 USD is ~1.2e23 atto: far past a 64-bit integer.
@@ -110,15 +132,15 @@ export function storeContract(t: Test, factory: StoreFactory): void {
       allowedModels: ['m1', 'm2'],
       allowedProviders: ['0x' + 'c'.repeat(40)],
     })
-    const record = await store.createApiKey(input)
+    const record = await store.keys.createApiKey(input)
     t.strictSame(record, { ...input, revoked: false, revokedAt: null })
-    t.strictSame(await store.getApiKey(A, input.id), record)
+    t.strictSame(await store.keys.getApiKey(A, input.id), record)
   })
 
   t.test('api key defaults: no tier, no limit, never resets or expires, unrestricted', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    const record = await store.createApiKey(apiKey(A))
+    await store.accounts.ensureAccount(A, T0)
+    const record = await store.keys.createApiKey(apiKey(A))
     t.equal(record.trustMode, null)
     t.equal(record.creditLimit, null)
     t.equal(record.resetPeriod, 'never')
@@ -130,30 +152,30 @@ export function storeContract(t: Test, factory: StoreFactory): void {
 
   t.test('an api key needs an existing account', async (t) => {
     const store = await open(t)
-    await t.rejects(store.createApiKey(apiKey(A)))
+    await t.rejects(store.keys.createApiKey(apiKey(A)))
   })
 
   t.test('keys of another account are invisible: get, update, revoke', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    await store.ensureAccount(B, T0)
-    const key = await store.createApiKey(apiKey(A))
-    t.equal(await store.getApiKey(B, key.id), null)
-    t.equal(await store.updateApiKey(B, key.id, { name: 'stolen' }), null)
-    t.equal(await store.revokeApiKey(B, key.id, T0), null)
-    t.strictSame(await store.listApiKeys(B), [])
-    t.strictSame(await store.getApiKey(A, key.id), key, 'unchanged')
+    await store.accounts.ensureAccount(A, T0)
+    await store.accounts.ensureAccount(B, T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    t.equal(await store.keys.getApiKey(B, key.id), null)
+    t.equal(await store.keys.updateApiKey(B, key.id, { name: 'stolen' }), null)
+    t.equal(await store.keys.revokeApiKey(B, key.id, T0), null)
+    t.strictSame(await store.keys.listApiKeys(B), [])
+    t.strictSame(await store.keys.getApiKey(A, key.id), key, 'unchanged')
   })
 
   t.test('list: the account keys, oldest first, revoked ones included', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    const k1 = await store.createApiKey(apiKey(A, { createdAt: T0 }))
-    const k2 = await store.createApiKey(apiKey(A, { createdAt: T0 + 1 }))
-    const k3 = await store.createApiKey(apiKey(A, { createdAt: T0 + 2 }))
-    await store.revokeApiKey(A, k2.id, T0 + 5)
+    await store.accounts.ensureAccount(A, T0)
+    const k1 = await store.keys.createApiKey(apiKey(A, { createdAt: T0 }))
+    const k2 = await store.keys.createApiKey(apiKey(A, { createdAt: T0 + 1 }))
+    const k3 = await store.keys.createApiKey(apiKey(A, { createdAt: T0 + 2 }))
+    await store.keys.revokeApiKey(A, k2.id, T0 + 5)
     t.strictSame(
-      (await store.listApiKeys(A)).map((k) => [k.id, k.revoked]),
+      (await store.keys.listApiKeys(A)).map((k) => [k.id, k.revoked]),
       [
         [k1.id, false],
         [k2.id, true],
@@ -164,13 +186,13 @@ export function storeContract(t: Test, factory: StoreFactory): void {
 
   t.test('update: sent fields change, absent fields stay, null clears', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    const key = await store.createApiKey(
+    await store.accounts.ensureAccount(A, T0)
+    const key = await store.keys.createApiKey(
       apiKey(A, { trustMode: 'verified', creditLimit: usd('5'), expiresAt: T0 + DAY, allowedModels: ['m1'], allowedProviders: ['0x' + 'c'.repeat(40)] }),
     )
-    const renamed = await store.updateApiKey(A, key.id, { name: 'prod' })
+    const renamed = await store.keys.updateApiKey(A, key.id, { name: 'prod' })
     t.strictSame(renamed, { ...key, name: 'prod' })
-    const cleared = await store.updateApiKey(A, key.id, {
+    const cleared = await store.keys.updateApiKey(A, key.id, {
       trustMode: null,
       creditLimit: null,
       expiresAt: null,
@@ -178,114 +200,114 @@ export function storeContract(t: Test, factory: StoreFactory): void {
       allowedProviders: null,
     })
     t.strictSame(cleared, { ...key, name: 'prod', trustMode: null, creditLimit: null, expiresAt: null, allowedModels: null, allowedProviders: null })
-    const set = await store.updateApiKey(A, key.id, { trustMode: 'private', creditLimit: usd('0.5'), resetPeriod: 'daily', allowedModels: ['m2', 'm3'] })
+    const set = await store.keys.updateApiKey(A, key.id, { trustMode: 'private', creditLimit: usd('0.5'), resetPeriod: 'daily', allowedModels: ['m2', 'm3'] })
     t.equal(set?.trustMode, 'private')
     t.equal(set?.creditLimit, usd('0.5'))
     t.equal(set?.resetPeriod, 'daily')
     t.strictSame(set?.allowedModels, ['m2', 'm3'])
     t.equal(set?.hash, key.hash, 'the secret never changes')
-    t.equal(await store.updateApiKey(A, randomUUID(), { name: 'x' }), null)
+    t.equal(await store.keys.updateApiKey(A, randomUUID(), { name: 'x' }), null)
   })
 
   t.test('revoke: marks the key once; a second revoke keeps the first time', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    const key = await store.createApiKey(apiKey(A))
-    const revoked = await store.revokeApiKey(A, key.id, T0 + 10)
+    await store.accounts.ensureAccount(A, T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    const revoked = await store.keys.revokeApiKey(A, key.id, T0 + 10)
     t.equal(revoked?.revoked, true)
     t.equal(revoked?.revokedAt, T0 + 10)
-    t.equal((await store.revokeApiKey(A, key.id, T0 + 20))?.revokedAt, T0 + 10)
-    t.equal(await store.revokeApiKey(A, randomUUID(), T0), null)
+    t.equal((await store.keys.revokeApiKey(A, key.id, T0 + 20))?.revokedAt, T0 + 10)
+    t.equal(await store.keys.revokeApiKey(A, randomUUID(), T0), null)
   })
 
   t.test('findCredential: either kind by hash, with its account; revoked keys too; unknown is null', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    await store.setAccountRateLimit(A, 7)
-    const api = await store.createApiKey(apiKey(A))
-    const mk = await store.createMgmtKey(mgmtKey(A))
-    const foundApi = await store.findCredential(api.hash)
+    await store.accounts.ensureAccount(A, T0)
+    await store.accounts.setAccountRateLimit(A, 7)
+    const api = await store.keys.createApiKey(apiKey(A))
+    const mk = await store.keys.createMgmtKey(mgmtKey(A))
+    const foundApi = await store.keys.findCredential(api.hash)
     t.equal(foundApi?.kind, 'api')
     t.strictSame(foundApi?.key, api)
     t.strictSame(foundApi?.account, { id: A, rateLimit: 7, createdAt: T0 })
-    const foundMk = await store.findCredential(mk.hash)
+    const foundMk = await store.keys.findCredential(mk.hash)
     t.equal(foundMk?.kind, 'mgmt')
     t.strictSame(foundMk?.key, mk)
-    await store.revokeApiKey(A, api.id, T0 + 1)
-    t.equal((await store.findCredential(api.hash))?.key.revoked, true)
-    t.equal(await store.findCredential(hashSecret(newSecret('sk-'))), null)
+    await store.keys.revokeApiKey(A, api.id, T0 + 1)
+    t.equal((await store.keys.findCredential(api.hash))?.key.revoked, true)
+    t.equal(await store.keys.findCredential(hashSecret(newSecret('sk-'))), null)
   })
 
   t.test('management keys: create, list all or per account, revoke', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    await store.ensureAccount(B, T0)
-    const a1 = await store.createMgmtKey(mgmtKey(A, T0))
-    const b1 = await store.createMgmtKey(mgmtKey(B, T0 + 1))
+    await store.accounts.ensureAccount(A, T0)
+    await store.accounts.ensureAccount(B, T0)
+    const a1 = await store.keys.createMgmtKey(mgmtKey(A, T0))
+    const b1 = await store.keys.createMgmtKey(mgmtKey(B, T0 + 1))
     t.strictSame(a1.scopes, ['account:read', 'keys:read'])
     t.equal(a1.lastUsedAt, null)
     t.equal(a1.lastSourceIp, null)
     t.equal(a1.revoked, false)
-    t.strictSame((await store.listMgmtKeys()).map((k) => k.id), [a1.id, b1.id])
-    t.strictSame((await store.listMgmtKeys(B)).map((k) => k.id), [b1.id])
-    const revoked = await store.revokeMgmtKey(a1.id, T0 + 5)
+    t.strictSame((await store.keys.listMgmtKeys()).map((k) => k.id), [a1.id, b1.id])
+    t.strictSame((await store.keys.listMgmtKeys(B)).map((k) => k.id), [b1.id])
+    const revoked = await store.keys.revokeMgmtKey(a1.id, T0 + 5)
     t.equal(revoked?.revoked, true)
     t.equal(revoked?.revokedAt, T0 + 5)
-    t.equal(await store.revokeMgmtKey(randomUUID(), T0), null)
+    t.equal(await store.keys.revokeMgmtKey(randomUUID(), T0), null)
   })
 
   t.test('touchMgmtKey writes at most once per interval, never on a revoked key', async (t) => {
     const store = await open(t)
-    await store.ensureAccount(A, T0)
-    const mk = await store.createMgmtKey(mgmtKey(A))
-    t.equal(await store.touchMgmtKey(mk.id, T0, '10.0.0.1', 60_000), true)
-    t.equal(await store.touchMgmtKey(mk.id, T0 + 59_999, '10.0.0.2', 60_000), false, 'inside the interval')
-    let found = await store.findCredential(mk.hash)
+    await store.accounts.ensureAccount(A, T0)
+    const mk = await store.keys.createMgmtKey(mgmtKey(A))
+    t.equal(await store.keys.touchMgmtKey(mk.id, T0, '10.0.0.1', 60_000), true)
+    t.equal(await store.keys.touchMgmtKey(mk.id, T0 + 59_999, '10.0.0.2', 60_000), false, 'inside the interval')
+    let found = await store.keys.findCredential(mk.hash)
     t.equal(found?.kind === 'mgmt' && found.key.lastUsedAt, T0)
     t.equal(found?.kind === 'mgmt' && found.key.lastSourceIp, '10.0.0.1')
-    t.equal(await store.touchMgmtKey(mk.id, T0 + 60_000, '10.0.0.3', 60_000), true, 'a full interval later')
-    found = await store.findCredential(mk.hash)
+    t.equal(await store.keys.touchMgmtKey(mk.id, T0 + 60_000, '10.0.0.3', 60_000), true, 'a full interval later')
+    found = await store.keys.findCredential(mk.hash)
     t.equal(found?.kind === 'mgmt' && found.key.lastSourceIp, '10.0.0.3')
-    await store.revokeMgmtKey(mk.id, T0 + 61_000)
-    t.equal(await store.touchMgmtKey(mk.id, T0 + 200_000, '10.0.0.4', 60_000), false)
+    await store.keys.revokeMgmtKey(mk.id, T0 + 61_000)
+    t.equal(await store.keys.touchMgmtKey(mk.id, T0 + 200_000, '10.0.0.4', 60_000), false)
   })
 
   t.test('funds: deposits and credits append to the journal and add up exactly', async (t) => {
     const store = await open(t)
-    const d1 = await store.addFunds(A, 'deposit', usd('10'), 'first', T0)
-    t.strictSame(await store.getAccount(A), { id: A, rateLimit: null, createdAt: T0 }, 'the account is created')
-    const d2 = await store.addFunds(A, 'deposit', usd('0.000000000000000001'), '', T0 + 1)
-    const c1 = await store.addFunds(A, 'credit', usd('99999999.999999999999999999'), 'promo', T0 + 2)
+    const d1 = await store.ledger.addFunds(A, 'deposit', usd('10'), 'first', T0)
+    t.strictSame(await store.accounts.getAccount(A), { id: A, rateLimit: null, createdAt: T0 }, 'the account is created')
+    const d2 = await store.ledger.addFunds(A, 'deposit', usd('0.000000000000000001'), '', T0 + 1)
+    const c1 = await store.ledger.addFunds(A, 'credit', usd('99999999.999999999999999999'), 'promo', T0 + 2)
     t.ok(d1.seq < d2.seq && d2.seq < c1.seq, 'sequence grows')
     t.strictSame(d1, { seq: d1.seq, accountId: A, kind: 'deposit', amount: usd('10'), requestId: null, keyId: null, memo: 'first', createdAt: T0 })
-    t.strictSame(await store.totals(A), {
+    t.strictSame(await store.ledger.totals(A), {
       deposited: usd('10.000000000000000001'),
       credited: usd('99999999.999999999999999999'),
       spent: 0n,
     })
-    t.strictSame((await store.journal(A)).map((e) => [e.kind, e.amount]), [
+    t.strictSame((await store.ledger.journal(A)).map((e) => [e.kind, e.amount]), [
       ['deposit', usd('10')],
       ['deposit', 1n],
       ['credit', usd('99999999.999999999999999999')],
     ])
-    t.strictSame(await store.totals(B), { deposited: 0n, credited: 0n, spent: 0n }, 'an unknown account has nothing')
-    await t.rejects(store.addFunds(A, 'deposit', 0n, '', T0), RangeError)
-    await t.rejects(store.addFunds(A, 'deposit', -1n, '', T0), RangeError)
+    t.strictSame(await store.ledger.totals(B), { deposited: 0n, credited: 0n, spent: 0n }, 'an unknown account has nothing')
+    await t.rejects(store.ledger.addFunds(A, 'deposit', 0n, '', T0), RangeError)
+    await t.rejects(store.ledger.addFunds(A, 'deposit', -1n, '', T0), RangeError)
   })
 
   t.test('charges: usage record, journal, roll-up and totals together', async (t) => {
     const store = await open(t)
-    await store.addFunds(A, 'deposit', usd('10'), '', T0)
-    const key = await store.createApiKey(apiKey(A))
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
     const c = charge(A, key.id, { cost: usd('0.000000000000000007') })
-    const entry = await store.recordCharge(c)
+    const entry = await store.ledger.recordCharge(c)
     t.equal(entry.kind, 'charge')
     t.equal(entry.requestId, c.requestId)
     t.equal(entry.keyId, key.id)
     t.equal(entry.amount, usd('0.000000000000000007'))
-    await store.recordCharge(charge(A, key.id, { cost: usd('1.5'), promptTokens: 1, completionTokens: 2 }))
-    t.strictSame(await store.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('1.500000000000000007') })
-    t.strictSame(await store.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' }), [
+    await store.ledger.recordCharge(charge(A, key.id, { cost: usd('1.5'), promptTokens: 1, completionTokens: 2 }))
+    t.strictSame(await store.ledger.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('1.500000000000000007') })
+    t.strictSame(await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' }), [
       {
         day: '2025-01-15',
         model: 'm1',
@@ -302,22 +324,22 @@ export function storeContract(t: Test, factory: StoreFactory): void {
 
   t.test('a request is billed at most once', async (t) => {
     const store = await open(t)
-    await store.addFunds(A, 'deposit', usd('10'), '', T0)
-    const key = await store.createApiKey(apiKey(A))
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
     const c = charge(A, key.id)
-    await store.recordCharge(c)
-    await t.rejects(store.recordCharge({ ...c, cost: usd('5') }), StoreConflictError)
-    t.strictSame(await store.totals(A), { deposited: usd('10'), credited: 0n, spent: c.cost }, 'nothing changed')
-    t.equal((await store.journal(A)).length, 2)
-    t.equal((await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 1)
+    await store.ledger.recordCharge(c)
+    await t.rejects(store.ledger.recordCharge({ ...c, cost: usd('5') }), StoreConflictError)
+    t.strictSame(await store.ledger.totals(A), { deposited: usd('10'), credited: 0n, spent: c.cost }, 'nothing changed')
+    t.equal((await store.ledger.journal(A)).length, 2)
+    t.equal((await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 1)
   })
 
   t.test('recordCharges: one batch, each charge as recordCharge would bill it', async (t) => {
     const store = await open(t)
-    await store.addFunds(A, 'deposit', usd('10'), '', T0)
-    await store.addFunds(B, 'deposit', usd('10'), '', T0)
-    const ka = await store.createApiKey(apiKey(A))
-    const kb = await store.createApiKey(apiKey(B))
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    await store.ledger.addFunds(B, 'deposit', usd('10'), '', T0)
+    const ka = await store.keys.createApiKey(apiKey(A))
+    const kb = await store.keys.createApiKey(apiKey(B))
     const first = charge(A, ka.id, { cost: usd('0.000000000000000001') })
     const batch = [
       first,
@@ -325,7 +347,7 @@ export function storeContract(t: Test, factory: StoreFactory): void {
       charge(B, kb.id, { cost: usd('3'), at: T0 + DAY }),
       charge(A, ka.id, { model: 'm2', cost: usd('0.5') }),
     ]
-    const out = await store.recordCharges(batch)
+    const out = await store.ledger.recordCharges(batch)
     t.equal(out.length, 4)
     for (let i = 0; i < out.length; i++) {
       const entry = out[i]
@@ -338,9 +360,9 @@ export function storeContract(t: Test, factory: StoreFactory): void {
       t.equal(entry.amount, batch[i]!.cost)
       t.equal(entry.keyId, batch[i]!.keyId)
     }
-    t.strictSame(await store.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('2.500000000000000001') })
-    t.strictSame(await store.totals(B), { deposited: usd('10'), credited: 0n, spent: usd('3') })
-    const rows = await store.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
+    t.strictSame(await store.ledger.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('2.500000000000000001') })
+    t.strictSame(await store.ledger.totals(B), { deposited: usd('10'), credited: 0n, spent: usd('3') })
+    const rows = await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
     t.strictSame(
       rows.map((r) => [r.model, r.requests, r.promptTokens, r.completionTokens, r.cost]),
       [
@@ -348,18 +370,18 @@ export function storeContract(t: Test, factory: StoreFactory): void {
         ['m2', 1, 10, 20, usd('0.5')],
       ],
     )
-    t.strictSame((await store.journal(A)).filter((e) => e.kind === 'charge').map((e) => e.requestId), [batch[0]!.requestId, batch[1]!.requestId, batch[3]!.requestId], 'journal in batch order')
-    t.strictSame(await store.recordCharges([]), [], 'an empty batch writes nothing')
+    t.strictSame((await store.ledger.journal(A)).filter((e) => e.kind === 'charge').map((e) => e.requestId), [batch[0]!.requestId, batch[1]!.requestId, batch[3]!.requestId], 'journal in batch order')
+    t.strictSame(await store.ledger.recordCharges([]), [], 'an empty batch writes nothing')
   })
 
   t.test('recordCharges: a duplicate, a bad charge or an unknown account fails alone, the rest is billed', async (t) => {
     const store = await open(t)
-    await store.addFunds(A, 'deposit', usd('10'), '', T0)
-    const key = await store.createApiKey(apiKey(A))
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
     const billed = charge(A, key.id, { cost: usd('1') })
-    await store.recordCharge(billed)
+    await store.ledger.recordCharge(billed)
     const again = charge(A, key.id, { cost: usd('2') })
-    const out = await store.recordCharges([
+    const out = await store.ledger.recordCharges([
       { ...billed, cost: usd('5') },
       again,
       { ...again, cost: usd('7') },
@@ -373,32 +395,32 @@ export function storeContract(t: Test, factory: StoreFactory): void {
     t.type(out[3], RangeError)
     t.ok(out[4] instanceof Error && !(out[4] instanceof StoreConflictError), 'unknown account')
     t.notOk(out[5] instanceof Error)
-    t.strictSame(await store.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('3.25') })
-    const charges = (await store.journal(A)).filter((e) => e.kind === 'charge')
+    t.strictSame(await store.ledger.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('3.25') })
+    const charges = (await store.ledger.journal(A)).filter((e) => e.kind === 'charge')
     t.strictSame(charges.map((e) => e.amount), [usd('1'), usd('2'), usd('0.25')])
-    t.equal((await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 3)
-    t.equal(await store.countAccounts(), 1, 'the unknown account was not created')
+    t.equal((await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 3)
+    t.equal(await store.accounts.countAccounts(), 1, 'the unknown account was not created')
   })
 
   t.test('a charge to an unknown account is refused and changes nothing', async (t) => {
     const store = await open(t)
-    await t.rejects(store.recordCharge(charge(B, randomUUID())))
-    t.equal(await store.countAccounts(), 0)
+    await t.rejects(store.ledger.recordCharge(charge(B, randomUUID())))
+    t.equal(await store.accounts.countAccounts(), 0)
   })
 
   t.test('usage: grouped by day, model and key; filtered by days, key, model', async (t) => {
     const store = await open(t)
-    await store.addFunds(A, 'deposit', usd('100'), '', T0)
-    await store.addFunds(B, 'deposit', usd('100'), '', T0)
-    const k1 = await store.createApiKey(apiKey(A))
-    const k2 = await store.createApiKey(apiKey(A))
-    const kb = await store.createApiKey(apiKey(B))
-    await store.recordCharge(charge(A, k1.id, { at: T0, model: 'm1', cost: usd('1') }))
-    await store.recordCharge(charge(A, k1.id, { at: T0 + DAY, model: 'm1', cost: usd('2') }))
-    await store.recordCharge(charge(A, k2.id, { at: T0 + DAY, model: 'm2', images: 3, audioMs: 1500, promptTokens: 0, completionTokens: 0, cost: usd('4') }))
-    await store.recordCharge(charge(B, kb.id, { at: T0, cost: usd('8') }))
+    await store.ledger.addFunds(A, 'deposit', usd('100'), '', T0)
+    await store.ledger.addFunds(B, 'deposit', usd('100'), '', T0)
+    const k1 = await store.keys.createApiKey(apiKey(A))
+    const k2 = await store.keys.createApiKey(apiKey(A))
+    const kb = await store.keys.createApiKey(apiKey(B))
+    await store.ledger.recordCharge(charge(A, k1.id, { at: T0, model: 'm1', cost: usd('1') }))
+    await store.ledger.recordCharge(charge(A, k1.id, { at: T0 + DAY, model: 'm1', cost: usd('2') }))
+    await store.ledger.recordCharge(charge(A, k2.id, { at: T0 + DAY, model: 'm2', images: 3, audioMs: 1500, promptTokens: 0, completionTokens: 0, cost: usd('4') }))
+    await store.ledger.recordCharge(charge(B, kb.id, { at: T0, cost: usd('8') }))
 
-    const all = await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-01-31' })
+    const all = await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-01-31' })
     t.strictSame(
       all.map((r) => [r.day, r.model, r.keyId, r.cost]),
       [
@@ -409,30 +431,123 @@ export function storeContract(t: Test, factory: StoreFactory): void {
     )
     t.equal(all.find((r) => r.model === 'm2')?.images, 3)
     t.equal(all.find((r) => r.model === 'm2')?.audioMs, 1500)
-    t.strictSame((await store.usage(A, { fromDay: '2025-01-16', toDay: '2025-01-16' })).map((r) => r.cost), [usd('2'), usd('4')])
-    t.strictSame((await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-01-31', keyId: k2.id })).map((r) => r.cost), [usd('4')])
-    t.strictSame((await store.usage(A, { fromDay: '2025-01-01', toDay: '2025-01-31', model: 'm1' })).map((r) => r.cost), [usd('1'), usd('2')])
-    t.strictSame(await store.usage(A, { fromDay: '2025-02-01', toDay: '2025-02-28' }), [])
+    t.strictSame((await store.ledger.usage(A, { fromDay: '2025-01-16', toDay: '2025-01-16' })).map((r) => r.cost), [usd('2'), usd('4')])
+    t.strictSame((await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-01-31', keyId: k2.id })).map((r) => r.cost), [usd('4')])
+    t.strictSame((await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-01-31', model: 'm1' })).map((r) => r.cost), [usd('1'), usd('2')])
+    t.strictSame(await store.ledger.usage(A, { fromDay: '2025-02-01', toDay: '2025-02-28' }), [])
   })
 
   t.test('spendByKey: per key, from a day on or all time', async (t) => {
     const store = await open(t)
-    await store.addFunds(A, 'deposit', usd('100'), '', T0)
-    const k1 = await store.createApiKey(apiKey(A))
-    const k2 = await store.createApiKey(apiKey(A))
-    await store.recordCharge(charge(A, k1.id, { at: T0 - DAY, cost: usd('1') }))
-    await store.recordCharge(charge(A, k1.id, { at: T0, cost: usd('2') }))
-    await store.recordCharge(charge(A, k1.id, { at: T0, model: 'm2', cost: usd('0.25') }))
-    await store.recordCharge(charge(A, k2.id, { at: T0 - DAY, cost: usd('4') }))
-    t.strictSame(await store.spendByKey(A, null), new Map([[k1.id, usd('3.25')], [k2.id, usd('4')]]))
-    t.strictSame(await store.spendByKey(A, '2025-01-15'), new Map([[k1.id, usd('2.25')]]))
-    t.strictSame(await store.spendByKey(B, null), new Map())
+    await store.ledger.addFunds(A, 'deposit', usd('100'), '', T0)
+    const k1 = await store.keys.createApiKey(apiKey(A))
+    const k2 = await store.keys.createApiKey(apiKey(A))
+    await store.ledger.recordCharge(charge(A, k1.id, { at: T0 - DAY, cost: usd('1') }))
+    await store.ledger.recordCharge(charge(A, k1.id, { at: T0, cost: usd('2') }))
+    await store.ledger.recordCharge(charge(A, k1.id, { at: T0, model: 'm2', cost: usd('0.25') }))
+    await store.ledger.recordCharge(charge(A, k2.id, { at: T0 - DAY, cost: usd('4') }))
+    t.strictSame(await store.ledger.spendByKey(A, null), new Map([[k1.id, usd('3.25')], [k2.id, usd('4')]]))
+    t.strictSame(await store.ledger.spendByKey(A, '2025-01-15'), new Map([[k1.id, usd('2.25')]]))
+    t.strictSame(await store.ledger.spendByKey(B, null), new Map())
   })
 
   t.test('a closed store refuses calls', async (t) => {
     const store = await factory(t)
     await store.close()
     await store.close()
-    await t.rejects(store.countAccounts())
+    await t.rejects(store.accounts.countAccounts())
+  })
+
+  t.test('changes: a store hears nothing of its own writes; unsubscribing twice is harmless', async (t) => {
+    const store = await open(t)
+    const heard: StoreChange[] = []
+    const stop = store.changes.subscribe((c) => heard.push(c))
+    await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    await store.keys.revokeApiKey(A, key.id, T0)
+    await store.accounts.setAccountRateLimit(A, 3)
+    await new Promise((r) => setTimeout(r, 100))
+    t.strictSame(heard, [])
+    stop()
+    stop()
+  })
+
+  if (!options.shared) return
+
+  t.test('changes: each write by another handle is reported with its kind; charges and audit writes are not', async (t) => {
+    const store = await open(t)
+    const other = await open(t)
+    const heard: StoreChange[] = []
+    t.teardown(store.changes.subscribe((c) => heard.push(c)))
+    // A marker after each write: every change committed before it is reported before it.
+    const M = '0x' + '5'.repeat(40)
+    const isMarker = (c: StoreChange): boolean => c.kind === 'account' && c.accountId === M
+    let marks = 0
+    await other.accounts.ensureAccount(M, T0)
+    await until(t, () => heard.some(isMarker), 'the first change')
+    async function reported(write: () => Promise<unknown>): Promise<StoreChange[]> {
+      heard.length = 0
+      await write()
+      await other.accounts.setAccountRateLimit(M, ++marks)
+      await until(t, () => heard.some(isMarker), 'the marker')
+      return heard.filter((c) => !isMarker(c))
+    }
+
+    t.strictSame(await reported(() => other.accounts.ensureAccount(A, T0)), [{ kind: 'account', accountId: A }], 'an account created')
+    t.strictSame(await reported(() => other.accounts.ensureAccount(A, T0)), [], 'ensureAccount of an existing account changes nothing')
+    t.strictSame(await reported(() => other.accounts.setAccountRateLimit(A, 7)), [{ kind: 'account', accountId: A }], 'a rate limit')
+    t.strictSame(await reported(() => other.ledger.addFunds(A, 'deposit', usd('5'), '', T0)), [{ kind: 'funds', accountId: A }], 'a deposit')
+    t.strictSame(await reported(() => other.ledger.addFunds(A, 'credit', usd('1'), '', T0)), [{ kind: 'funds', accountId: A }], 'a credit')
+    t.strictSame(
+      await reported(() => other.ledger.addFunds(B, 'deposit', usd('5'), '', T0)),
+      [
+        { kind: 'account', accountId: B },
+        { kind: 'funds', accountId: B },
+      ],
+      'a deposit that creates its account',
+    )
+
+    const key = apiKey(A)
+    const keyChange = { kind: 'key', accountId: A, keyId: key.id }
+    t.strictSame(await reported(() => other.keys.createApiKey(key)), [keyChange], 'an api key created')
+    t.strictSame(await reported(() => other.keys.updateApiKey(A, key.id, { name: 'renamed' })), [keyChange], 'an api key updated')
+    t.strictSame(await reported(() => other.keys.revokeApiKey(A, key.id, T0 + 1)), [keyChange], 'an api key revoked')
+    const mk = mgmtKey(A)
+    const mkChange = { kind: 'key', accountId: A, keyId: mk.id }
+    t.strictSame(await reported(() => other.keys.createMgmtKey(mk)), [mkChange], 'a management key created')
+    t.strictSame(await reported(() => other.keys.touchMgmtKey(mk.id, T0, '10.0.0.1', 60_000)), [], 'an audit write is not a change')
+    t.strictSame(await reported(() => other.keys.revokeMgmtKey(mk.id, T0 + 1)), [mkChange], 'a management key revoked')
+
+    const live = apiKey(A)
+    t.strictSame(await reported(() => other.keys.createApiKey(live)), [{ kind: 'key', accountId: A, keyId: live.id }])
+    t.strictSame(await reported(() => other.ledger.recordCharge(charge(A, live.id))), [], 'a charge is not a change')
+    t.strictSame(
+      await reported(() => other.ledger.recordCharges([charge(A, live.id), charge(B, live.id), charge(A, live.id, { cost: usd('2') })])),
+      [],
+      'nor is a batch of them',
+    )
+    t.equal((await store.ledger.totals(A)).spent, usd('2.000042'), 'the charges were written')
+  })
+
+  t.test('changes: only this handle\'s own writes are left out; an unsubscribed listener hears nothing', async (t) => {
+    const store = await open(t)
+    const other = await open(t)
+    const heard: StoreChange[] = []
+    const gone: StoreChange[] = []
+    t.teardown(store.changes.subscribe((c) => heard.push(c)))
+    store.changes.subscribe((c) => gone.push(c))()
+    // Ours and theirs interleaved between two reads of the feed.
+    await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+    await other.ledger.addFunds(B, 'deposit', usd('1'), '', T0)
+    const ours = await store.keys.createApiKey(apiKey(A))
+    await store.keys.revokeApiKey(A, ours.id, T0)
+    const theirs = await other.keys.createApiKey(apiKey(B))
+    await until(t, () => heard.some((c) => c.kind === 'key'), 'their key')
+    t.strictSame(heard, [
+      { kind: 'account', accountId: B },
+      { kind: 'funds', accountId: B },
+      { kind: 'key', accountId: B, keyId: theirs.id },
+    ])
+    t.strictSame(gone, [])
   })
 }

@@ -1,21 +1,33 @@
 /**
  * The SQLite store: the Store contract on a file and in memory, then what only SQLite has (migrations, WAL,
- * money as TEXT, the append-only journal, noticing another process's writes).
+ * money as TEXT, the append-only journal, noticing another process's writes, the charge path free of
+ * change tracking).
  */
 import t from 'tap'
+import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { parseUsd } from '../../src/billing/money.js'
+import { SchemaTooNewError as StoreSchemaTooNewError, type StoreChange } from '../../src/store/store.js'
+import { CHARGE_SQL } from '../../src/store/sqlite/ledger.js'
 import { migrate, SchemaTooNewError, schemaVersion } from '../../src/store/sqlite/migrate.js'
-import { MIGRATIONS } from '../../src/store/sqlite/migrations.js'
+import { CHANGES_KEPT, MIGRATIONS } from '../../src/store/sqlite/migrations.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { storeContract, type Test } from './contract.js'
 
 const A = '0x' + 'a'.repeat(40)
 const T0 = Date.UTC(2025, 0, 15)
 
+/** One database file per test: a second open in the same test is a second connection to it. */
+const files = new WeakMap<Test, string>()
+function fileOf(t: Test): string {
+  let file = files.get(t)
+  if (file === undefined) files.set(t, (file = join(t.testdir(), 'svc.db')))
+  return file
+}
+
 t.test('contract: SQLite file', async (t) => {
-  storeContract(t, (t: Test) => openSqliteStore({ path: join(t.testdir(), 'svc.db') }))
+  storeContract(t, (t: Test) => openSqliteStore({ path: fileOf(t), changePollMs: 10 }), { shared: true })
 })
 
 t.test('contract: SQLite :memory:', async (t) => {
@@ -24,26 +36,27 @@ t.test('contract: SQLite :memory:', async (t) => {
 
 t.test('opening creates the data directory, WAL mode, and applies every migration once', async (t) => {
   const path = join(t.testdir(), 'nested', 'data', 'svc.db')
-  const store = openSqliteStore({ path, now: () => T0 })
+  const store = await openSqliteStore({ path, now: () => T0 })
   await store.close()
   const db = new Database(path)
   t.teardown(() => db.close())
   t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
   t.equal(schemaVersion(db), MIGRATIONS.at(-1)!.version)
-  t.strictSame(db.prepare('SELECT version, name, applied_at FROM schema_migrations').all(), [
-    { version: 1, name: MIGRATIONS[0]!.name, applied_at: T0 },
-  ])
+  t.strictSame(
+    db.prepare('SELECT version, name, applied_at FROM schema_migrations').all(),
+    MIGRATIONS.map((m) => ({ version: m.version, name: m.name, applied_at: T0 })),
+  )
   t.strictSame(migrate(db, T0 + 1), [], 'a second run applies nothing')
 })
 
 t.test('reopening keeps the data', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const first = openSqliteStore({ path })
-  await first.addFunds(A, 'deposit', 5n, '', T0)
+  const first = await openSqliteStore({ path })
+  await first.ledger.addFunds(A, 'deposit', 5n, '', T0)
   await first.close()
-  const second = openSqliteStore({ path })
+  const second = await openSqliteStore({ path })
   t.teardown(() => second.close())
-  t.equal((await second.totals(A)).deposited, 5n)
+  t.equal((await second.ledger.totals(A)).deposited, 5n)
 })
 
 t.test('migrations: a newer schema is refused, a failing migration leaves nothing behind', async (t) => {
@@ -58,13 +71,14 @@ t.test('migrations: a newer schema is refused, a failing migration leaves nothin
   t.strictSame(db.prepare("SELECT name FROM sqlite_master WHERE name IN ('one', 'two')").all(), [{ name: 'one' }])
   t.strictSame(migrate(db, T0, plan.slice(0, 1)), [])
   t.throws(() => migrate(db, T0, []), SchemaTooNewError, 'a database newer than the code is refused')
+  t.equal(SchemaTooNewError, StoreSchemaTooNewError, 'the one error every store gives for it')
 })
 
 t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const store = openSqliteStore({ path })
+  const store = await openSqliteStore({ path })
   const amount = parseUsd('12345678.123456789012345678')!
-  await store.addFunds(A, 'deposit', amount, '', T0)
+  await store.ledger.addFunds(A, 'deposit', amount, '', T0)
   await store.close()
   const db = new Database(path, { readonly: true })
   t.teardown(() => db.close())
@@ -75,8 +89,8 @@ t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => 
 
 t.test('the journal is append-only', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const store = openSqliteStore({ path })
-  await store.addFunds(A, 'deposit', 5n, '', T0)
+  const store = await openSqliteStore({ path })
+  await store.ledger.addFunds(A, 'deposit', 5n, '', T0)
   await store.close()
   const db = new Database(path)
   t.teardown(() => db.close())
@@ -90,26 +104,26 @@ t.test('the journal is append-only', async (t) => {
   )
 })
 
-t.test('onExternalChange fires for another connection commits, not for our own', async (t) => {
+t.test('changes are reported for another connection commits, not for our own', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const store = openSqliteStore({ path, changePollMs: 10 })
+  const store = await openSqliteStore({ path, changePollMs: 10 })
   t.teardown(() => store.close())
   let calls = 0
-  const stop = store.onExternalChange(() => calls++)
-  await store.addFunds(A, 'deposit', 1n, 'ours', T0)
+  const stop = store.changes.subscribe(() => calls++)
+  await store.ledger.addFunds(A, 'deposit', 1n, 'ours', T0)
   await new Promise((r) => setTimeout(r, 60))
   t.equal(calls, 0, 'our own writes are not external')
 
-  const other = openSqliteStore({ path })
-  await other.addFunds(A, 'deposit', 1n, 'theirs', T0)
+  const other = await openSqliteStore({ path })
+  await other.ledger.addFunds(A, 'deposit', 1n, 'theirs', T0)
   await other.close()
   const deadline = Date.now() + 2000
   while (calls === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
   t.equal(calls, 1, 'another process wrote')
 
   stop()
-  const third = openSqliteStore({ path })
-  await third.addFunds(A, 'deposit', 1n, 'again', T0)
+  const third = await openSqliteStore({ path })
+  await third.ledger.addFunds(A, 'deposit', 1n, 'again', T0)
   await third.close()
   await new Promise((r) => setTimeout(r, 60))
   t.equal(calls, 1, 'an unsubscribed listener is not called')
@@ -117,15 +131,81 @@ t.test('onExternalChange fires for another connection commits, not for our own',
 
 t.test('running totals stay exact when two connections to one file take turns writing', async (t) => {
   const path = join(t.testdir(), 'svc.db')
-  const one = openSqliteStore({ path })
-  const two = openSqliteStore({ path })
+  const one = await openSqliteStore({ path })
+  const two = await openSqliteStore({ path })
   t.teardown(async () => {
     await one.close()
     await two.close()
   })
   const writes = []
-  for (let i = 0; i < 50; i++) writes.push(one.addFunds(A, 'deposit', 1n, '', T0), two.addFunds(A, 'deposit', 2n, '', T0))
+  for (let i = 0; i < 50; i++) writes.push(one.ledger.addFunds(A, 'deposit', 1n, '', T0), two.ledger.addFunds(A, 'deposit', 2n, '', T0))
   await Promise.all(writes)
-  t.equal((await one.totals(A)).deposited, 150n)
-  t.equal((await one.journal(A)).length, 100)
+  t.equal((await one.ledger.totals(A)).deposited, 150n)
+  t.equal((await one.ledger.journal(A)).length, 100)
+})
+
+t.test('a database of schema 1 is migrated to change tracking with its data, and reports changes from then on', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const old = new Database(path)
+  old.pragma('journal_mode = WAL')
+  migrate(old, T0, MIGRATIONS.slice(0, 1))
+  old.prepare("INSERT INTO accounts (id, deposited, created_at) VALUES (?, '7', ?)").run(A, T0)
+  old.close()
+  const store = await openSqliteStore({ path, changePollMs: 10 })
+  t.teardown(() => store.close())
+  t.equal((await store.ledger.totals(A)).deposited, 7n)
+  const heard: StoreChange[] = []
+  store.changes.subscribe((c) => heard.push(c))
+  const other = await openSqliteStore({ path })
+  await other.ledger.addFunds(A, 'credit', 1n, '', T0)
+  await other.close()
+  const deadline = Date.now() + 3000
+  while (heard.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  t.strictSame(heard, [{ kind: 'funds', accountId: A }])
+})
+
+t.test('a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = await openSqliteStore({ path, changePollMs: 10 })
+  t.teardown(() => store.close())
+  await store.ledger.addFunds(A, 'deposit', 1n, '', T0)
+  const key = await store.keys.createApiKey({
+    id: randomUUID(), accountId: A, hash: 'h', preview: 'sk-x', name: 'k', trustMode: null, creditLimit: null,
+    resetPeriod: 'never', expiresAt: null, allowedModels: null, allowedProviders: null, createdAt: T0,
+  })
+  const heard: StoreChange[] = []
+  store.changes.subscribe((c) => heard.push(c))
+  // Another process renames the key more times than the table keeps, all in one commit: between two polls.
+  const other = new Database(path)
+  const rename = other.prepare('UPDATE api_keys SET name = ? WHERE id = ?')
+  other.transaction(() => {
+    for (let i = 0; i <= CHANGES_KEPT; i++) rename.run(`k${i}`, key.id)
+  })()
+  t.equal((other.prepare('SELECT count(*) AS n FROM store_changes').get() as { n: number }).n, CHANGES_KEPT, 'only the newest rows are kept')
+  const deadline = Date.now() + 3000
+  while (heard.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  t.strictSame(heard, [{ kind: 'unknown' }], 'rows were lost: drop everything, once')
+
+  heard.length = 0
+  rename.run('again', key.id)
+  other.close()
+  while (heard.length === 0 && Date.now() < deadline + 3000) await new Promise((r) => setTimeout(r, 10))
+  t.strictSame(heard, [{ kind: 'key', accountId: A, keyId: key.id }], 'then back to exact changes')
+})
+
+t.test('no trigger runs on the charge path; deposits and key writes do run one', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = await openSqliteStore({ path })
+  await store.close()
+  const db = new Database(path)
+  t.teardown(() => db.close())
+  // A statement that fires a trigger calls its program (the Program opcode) in its plan.
+  const firesTrigger = (sql: string): boolean => {
+    const params = new Array<null>(sql.split('?').length - 1).fill(null)
+    return (db.prepare('EXPLAIN ' + sql).all(...params) as { opcode: string }[]).some((op) => op.opcode === 'Program')
+  }
+  for (const [name, sql] of Object.entries(CHARGE_SQL)) t.notOk(firesTrigger(sql), `charge path: ${name}`)
+  t.ok(firesTrigger('UPDATE accounts SET deposited = ?, credited = ? WHERE id = ?'), 'funds')
+  t.ok(firesTrigger('UPDATE api_keys SET revoked_at = ? WHERE id = ?'), 'keys')
+  t.notOk(firesTrigger('UPDATE mgmt_keys SET last_used_at = ?, last_source_ip = ? WHERE id = ?'), 'the audit write')
 })

@@ -9,7 +9,7 @@ import type { Charge } from '../../src/store/store.js'
 import { call, isError, oneProviderStack, P, type Answer } from '../auth/http.js'
 
 const stack = await oneProviderStack(t)
-const store = stack.router.store
+const store = stack.router.store.ledger
 
 const usd = (text: string): bigint => parseUsd(text)!
 const DAY = 86_400_000

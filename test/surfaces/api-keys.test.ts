@@ -95,7 +95,7 @@ t.test('create with every field', async (t) => {
 
 t.test('the secret is stored only as its hash', async (t) => {
   const answer = await create({ name: 'hash-only' })
-  const record = await stack.router.store.getApiKey(stack.account, answer.json.key_id)
+  const record = await stack.router.store.keys.getApiKey(stack.account, answer.json.key_id)
   t.equal(record?.hash, createHash('sha256').update(answer.json.key).digest('base64url'))
   t.notOk(JSON.stringify(record, (_k, v) => (typeof v === 'bigint' ? String(v) : v)).includes(answer.json.key.slice(3)))
 })
@@ -164,7 +164,7 @@ t.test('used: the key spend in its reset period, from the ledger', async (t) => 
   const never = (await create({ name: 'never' })).json
   const now = Date.now()
   const charge = (keyId: string, at: number, cost: string) =>
-    stack.router.store.recordCharge({
+    stack.router.store.ledger.recordCharge({
       requestId: `req_${Math.random()}`,
       accountId: stack.account,
       keyId,

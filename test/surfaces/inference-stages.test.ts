@@ -8,7 +8,7 @@ import { addr, startStack } from '../helpers/stack.js'
 
 t.test('a slow store read on a key-cache miss does not lose the request body', async (t) => {
   const stack = await startStack(t, [{ address: addr('9'), models: [{ id: 'm' }] }])
-  const store = stack.router.store
+  const store = stack.router.store.keys
   const find = store.findCredential.bind(store)
   // A networked store answers on a later turn of the event loop, long after uWS's route callback returned.
   store.findCredential = (hash: string) => new Promise((resolve) => setTimeout(() => resolve(find(hash)), 30))

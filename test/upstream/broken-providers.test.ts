@@ -53,7 +53,7 @@ async function post(stack: Stack, body: object) {
 }
 
 async function charges(stack: Stack): Promise<number> {
-  const journal = await stack.router.store.journal(stack.account)
+  const journal = await stack.router.store.ledger.journal(stack.account)
   return journal.filter((e) => e.kind === 'charge').length
 }
 

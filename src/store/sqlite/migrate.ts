@@ -3,12 +3,10 @@
  * in `schema_migrations`. Safe when two processes start at once: the check and the apply hold the write lock.
  */
 import type { Database } from 'better-sqlite3'
+import { SchemaTooNewError } from '../store.js'
 import { MIGRATIONS, type Migration } from './migrations.js'
 
-/** The database was written by a newer svc-router than this one: refuse rather than guess. */
-export class SchemaTooNewError extends Error {
-  override name = 'SchemaTooNewError'
-}
+export { SchemaTooNewError }
 
 export function schemaVersion(db: Database): number {
   const row = db.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number | null }

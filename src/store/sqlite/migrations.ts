@@ -12,6 +12,13 @@ export interface Migration {
   readonly sql: string
 }
 
+/**
+ * Rows of `store_changes` kept (migration 2's window trigger: changing it takes a migration that replaces the
+ * trigger). A reader whose watermark is further behind may have missed some and drops everything instead
+ * (sqlite/changes.ts); at one poll a second, only a burst of more writes than this between two polls gets there.
+ */
+export const CHANGES_KEPT = 10_000
+
 /** A CHECK that a TEXT money column holds a non-negative integer written in digits only. */
 const money = (column: string): string => `CHECK (length(${column}) > 0 AND ${column} NOT GLOB '*[^0-9]*')`
 
@@ -109,6 +116,61 @@ export const MIGRATIONS: readonly Migration[] = [
         PRIMARY KEY (account_id, day, model, key_id)
       ) STRICT, WITHOUT ROWID;
       CREATE INDEX usage_daily_by_key ON usage_daily (key_id, day);
+    `,
+  },
+  {
+    version: 2,
+    name: 'store_changes: what each write changed, for the caches of other processes',
+    // Written by triggers, so every writer (the router, the operator CLI, a sqlite3 shell) records its changes.
+    // None of them fires on the charge path: a charge inserts into journal, usage_records and usage_daily
+    // (no triggers on insert) and updates only accounts.spent, which no trigger names.
+    sql: `
+      CREATE TABLE store_changes (
+        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind        TEXT NOT NULL CHECK (kind IN ('account', 'key', 'funds')),
+        account_id  TEXT NOT NULL,
+        key_id      TEXT
+      ) STRICT;
+      -- Bounded: only the newest 10000 rows (CHANGES_KEPT) are kept.
+      CREATE TRIGGER store_changes_window AFTER INSERT ON store_changes BEGIN
+        DELETE FROM store_changes WHERE seq <= NEW.seq - 10000;
+      END;
+
+      CREATE TRIGGER accounts_inserted AFTER INSERT ON accounts BEGIN
+        INSERT INTO store_changes (kind, account_id) VALUES ('account', NEW.id);
+      END;
+      CREATE TRIGGER accounts_rate_limit AFTER UPDATE OF rate_limit ON accounts WHEN NEW.rate_limit IS NOT OLD.rate_limit BEGIN
+        INSERT INTO store_changes (kind, account_id) VALUES ('account', NEW.id);
+      END;
+      CREATE TRIGGER accounts_deleted AFTER DELETE ON accounts BEGIN
+        INSERT INTO store_changes (kind, account_id) VALUES ('account', OLD.id);
+      END;
+      -- Deposits and credits move these totals in the same transaction as their journal entry.
+      CREATE TRIGGER accounts_funds AFTER UPDATE OF deposited, credited ON accounts
+        WHEN NEW.deposited IS NOT OLD.deposited OR NEW.credited IS NOT OLD.credited BEGIN
+        INSERT INTO store_changes (kind, account_id) VALUES ('funds', NEW.id);
+      END;
+
+      CREATE TRIGGER api_keys_inserted AFTER INSERT ON api_keys BEGIN
+        INSERT INTO store_changes (kind, account_id, key_id) VALUES ('key', NEW.account_id, NEW.id);
+      END;
+      CREATE TRIGGER api_keys_updated AFTER UPDATE ON api_keys BEGIN
+        INSERT INTO store_changes (kind, account_id, key_id) VALUES ('key', NEW.account_id, NEW.id);
+      END;
+      CREATE TRIGGER api_keys_deleted AFTER DELETE ON api_keys BEGIN
+        INSERT INTO store_changes (kind, account_id, key_id) VALUES ('key', OLD.account_id, OLD.id);
+      END;
+
+      CREATE TRIGGER mgmt_keys_inserted AFTER INSERT ON mgmt_keys BEGIN
+        INSERT INTO store_changes (kind, account_id, key_id) VALUES ('key', NEW.account_id, NEW.id);
+      END;
+      -- Not last_used_at / last_source_ip: the audit write changes nothing a cache holds.
+      CREATE TRIGGER mgmt_keys_updated AFTER UPDATE OF account_id, hash, preview, name, scopes, revoked_at ON mgmt_keys BEGIN
+        INSERT INTO store_changes (kind, account_id, key_id) VALUES ('key', NEW.account_id, NEW.id);
+      END;
+      CREATE TRIGGER mgmt_keys_deleted AFTER DELETE ON mgmt_keys BEGIN
+        INSERT INTO store_changes (kind, account_id, key_id) VALUES ('key', OLD.account_id, OLD.id);
+      END;
     `,
   },
 ]

@@ -1,0 +1,66 @@
+/**
+ * What other writers changed: the part of the Store (store.ts) that lets caches in this process drop exactly
+ * what went stale when another process (the operator CLI, another replica) wrote to the same store. Writes
+ * made through this handle are never reported: the code that made them updates its caches in the same step
+ * (auth/credentials.ts).
+ *
+ * Charges are never reported: the router writes thousands a second, and each process keeps its own in-memory
+ * books (billing/ledger.ts).
+ */
+import { log } from '../log.js'
+
+/** One change by another writer; consumers drop what they hold of it and read it again when needed. */
+export type StoreChange =
+  /** An sk- or mk- key was created, changed, revoked or deleted. */
+  | { readonly kind: 'key'; readonly accountId: string; readonly keyId: string }
+  /** A deposit or credit changed the account's funds. */
+  | { readonly kind: 'funds'; readonly accountId: string }
+  /** The account was created or its settings (rate limit) changed. */
+  | { readonly kind: 'account'; readonly accountId: string }
+  /** Something may have changed that can no longer be told (e.g. the reader fell too far behind): drop everything. */
+  | { readonly kind: 'unknown' }
+// Jobs (async images, a later issue) will add their own kind here.
+
+export type ChangeListener = (change: StoreChange) => void
+
+export interface ChangeFeed {
+  /**
+   * Calls `listener` for each change another writer commits after this call, in commit order. Returns the
+   * unsubscribe function.
+   */
+  subscribe(listener: ChangeListener): () => void
+}
+
+export const UNKNOWN_CHANGE: StoreChange = Object.freeze({ kind: 'unknown' })
+
+/** The listener set every ChangeFeed implementation keeps; one listener that throws never stops the others. */
+export class ChangeListeners {
+  readonly #listeners = new Set<ChangeListener>()
+
+  get size(): number {
+    return this.#listeners.size
+  }
+
+  add(listener: ChangeListener): () => void {
+    // A wrapper per subscription: the same function subscribed twice is two subscriptions.
+    const entry: ChangeListener = (change) => listener(change)
+    this.#listeners.add(entry)
+    return () => {
+      this.#listeners.delete(entry)
+    }
+  }
+
+  emit(change: StoreChange): void {
+    for (const listener of this.#listeners) {
+      try {
+        listener(change)
+      } catch (err) {
+        log.error('store change listener failed', { change: change.kind, err: String(err) })
+      }
+    }
+  }
+
+  clear(): void {
+    this.#listeners.clear()
+  }
+}

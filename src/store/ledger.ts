@@ -1,0 +1,95 @@
+/**
+ * The durable ledger: an append-only journal of deposits, credits and charges with each account's running
+ * totals, plus per-request usage records and their daily roll-up. The part of the Store (store.ts) that the
+ * billing ledger in memory (billing/ledger.ts) is rebuilt from and commits charges to.
+ */
+
+/** Kinds of journal entries. Deposits and credits add funds, charges spend them. */
+export type JournalKind = 'deposit' | 'credit' | 'charge'
+
+export interface JournalEntry {
+  readonly seq: number
+  readonly accountId: string
+  readonly kind: JournalKind
+  /** Always >= 0; the kind gives the direction. */
+  readonly amount: bigint
+  /** Charges only: the request that was billed (unique among charges). */
+  readonly requestId: string | null
+  readonly keyId: string | null
+  readonly memo: string
+  readonly createdAt: number
+}
+
+/** The running totals of an account's journal (what is available: billing/available.ts). */
+export interface AccountTotals {
+  readonly deposited: bigint
+  readonly credited: bigint
+  readonly spent: bigint
+}
+
+/** One billed request: the usage record, its journal charge and the daily roll-up, written together. */
+export interface Charge {
+  readonly requestId: string
+  readonly accountId: string
+  readonly keyId: string
+  readonly model: string
+  readonly provider: string
+  /** Epoch ms of the request; its UTC day is the roll-up day. */
+  readonly at: number
+  readonly promptTokens: number
+  readonly completionTokens: number
+  readonly images: number
+  /** Audio duration in milliseconds (integer). */
+  readonly audioMs: number
+  readonly cost: bigint
+}
+
+/** One (day, model, key) row of the daily roll-up. */
+export interface UsageRow {
+  /** UTC day, YYYY-MM-DD. */
+  readonly day: string
+  readonly model: string
+  readonly keyId: string
+  readonly requests: number
+  readonly promptTokens: number
+  readonly completionTokens: number
+  readonly images: number
+  readonly audioMs: number
+  readonly cost: bigint
+}
+
+export interface UsageFilter {
+  /** Inclusive UTC days, YYYY-MM-DD. */
+  readonly fromDay: string
+  readonly toDay: string
+  readonly keyId?: string
+  readonly model?: string
+}
+
+export interface LedgerStore {
+  /** Appends a deposit or credit to the journal and the account's totals (creating the account if needed). */
+  addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry>
+  /**
+   * Bills one request: usage record, journal charge, daily roll-up and totals in one transaction. A request id
+   * already billed throws StoreConflictError and changes nothing (no double charge).
+   */
+  recordCharge(charge: Charge): Promise<JournalEntry>
+  /**
+   * Group commit: bills every charge of the batch in ONE transaction (one durable commit for all). Each charge
+   * keeps the semantics of recordCharge on its own: the outcome at index i is its journal entry, or the error
+   * recordCharge would have thrown for it (StoreConflictError for a request already billed, inside the batch or
+   * before it), and such a charge changes nothing while the others are still written. The promise rejects only
+   * when the transaction itself failed, and then nothing of the batch was written.
+   *
+   * The router writes thousands of these a second: charges are never reported as changes (changes.ts), and an
+   * implementation must not make this path pay for change tracking.
+   */
+  recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]>
+  totals(accountId: string): Promise<AccountTotals>
+  /** The journal of an account, oldest first. */
+  journal(accountId: string): Promise<JournalEntry[]>
+  /** Spend per key from `sinceDay` (inclusive, YYYY-MM-DD; null = all time). Keys with no spend are absent. */
+  spendByKey(accountId: string, sinceDay: string | null): Promise<Map<string, bigint>>
+  /** Daily roll-up rows, ordered by day, model, key. */
+  usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]>
+}
