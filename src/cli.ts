@@ -6,6 +6,7 @@ import { devKeysBanner } from './operator/bootstrap.js'
 import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
 import { SchemaTooNewError } from './store/store.js'
+import { installProcessNet } from './process-net.js'
 import { serve } from './serve.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 
@@ -39,6 +40,7 @@ async function serveCommand(argv: string[]): Promise<void> {
     return
   }
   const config = loadConfig({ file: values.config, env: process.env })
+  installProcessNet()
   const router = await serve(config)
   process.stdout.write(`svc-router listening on ${router.url}\n`)
   if (router.devKeys !== null) process.stdout.write(devKeysBanner(router.devKeys, router.url))

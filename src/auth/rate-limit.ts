@@ -55,10 +55,6 @@ export class RateLimiter {
     this.#windowMs = windowMs
   }
 
-  get defaultLimit(): number {
-    return this.#defaultLimit
-  }
-
   /** Admits or refuses one request of `account` at `now` (epoch ms). `limit` overrides the default. */
   take(account: string, now: number, limit = this.#defaultLimit): RateDecision {
     let w = this.#windows.get(account)

@@ -94,10 +94,6 @@ export class Ledger {
     this.#now = options.now ?? Date.now
   }
 
-  get writer(): ChargeWriter {
-    return this.#writer
-  }
-
   /** null when the principal's books are in memory; otherwise a Promise that resolves once they are. */
   prepare(principal: Principal): Promise<void> | null {
     const accountReady = this.#accounts.has(principal.accountId)
