@@ -9,19 +9,10 @@ import { buildOfferSet, type Offer, type OfferSet } from '../../src/routing/offe
 import type { ModelIndex } from '../../src/routing/table.js'
 import type { RegistryModel, RegistryProvider, RegistrySnapshot } from '../../src/registry/types.js'
 import { TRUST_MODES } from '../../src/vocabulary/trust.js'
+import { seeded } from '../../test/helpers/seeded.js'
+
 const PARAMS = ['temperature', 'top_p', 'max_tokens', 'seed', 'tools', 'tool_choice'] as const
 
-/** mulberry32: small, fast, and the same sequence in every thread. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0
-  return function next(): number {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 export function modelId(m: number): string {
   return `bench-model-${m}`
@@ -33,7 +24,7 @@ export function providerAddress(i: number): string {
 
 /** Prompt prices are drawn from 0.0500..1.0499 USD per 1M tokens; completion is three times that. */
 export function syntheticSnapshot(providers: number, models = 1, seed = 42): RegistrySnapshot {
-  const random = generator(seed)
+  const random = seeded(seed)
   const list: RegistryProvider[] = []
   for (let i = 0; i < providers; i++) {
     const served: RegistryModel[] = []
@@ -68,7 +59,7 @@ export function syntheticSnapshot(providers: number, models = 1, seed = 42): Reg
  * the latency sort then has something to sort. Offers never observed sort last.
  */
 export function warmBook(snapshot: RegistrySnapshot, seed = 7): HealthBook {
-  const random = generator(seed)
+  const random = seeded(seed)
   const book = new HealthBook()
   for (const p of snapshot.providers) {
     for (const m of p.models) {

@@ -1,16 +1,8 @@
 /** Ways to cut a byte stream into chunks, as TCP and undici may deliver it, for split-invariance tests. */
 
-/** A small seeded generator (mulberry32): the same cuts on every run, so a failure reproduces. */
-export function seeded(seed: number): () => number {
-  let a = seed >>> 0
-  return function next(): number {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
+import { seeded } from '../helpers/seeded.js'
+
+export { seeded }
 
 /** The stream cut at the given offsets (ascending, inside the stream). */
 export function cutAt(bytes: Buffer, offsets: readonly number[]): Buffer[] {
