@@ -59,7 +59,6 @@ const TABLE = {
   no_provider_for_trust_mode: [503, 'service_unavailable'],
   no_available_provider: [503, 'service_unavailable'],
   provider_timeout: [504, 'provider_error'],
-  http_version_not_supported: [505, 'invalid_request_error'],
 } as const satisfies Record<string, readonly [number, ErrorType]>
 
 export type ErrorCode = keyof typeof TABLE
@@ -100,7 +99,6 @@ export const STATUS_LINE: Readonly<Record<number, string>> = {
   502: '502 Bad Gateway',
   503: '503 Service Unavailable',
   504: '504 Gateway Timeout',
-  505: '505 HTTP Version Not Supported',
 }
 
 export function statusLine(status: number): string {
