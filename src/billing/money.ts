@@ -5,7 +5,8 @@
 
 export const ATTO_PER_USD = 10n ** 18n
 const DECIMALS = 18
-const TOKENS_PER_PRICE_UNIT = 1_000_000n
+/** Chat prices and ceilings are quoted per this many tokens (USD per 1M tokens). */
+export const TOKENS_PER_PRICE_UNIT = 1_000_000n
 
 /**
  * A non-negative decimal (string as written, or a number from YAML) as atto-USD. Returns null for anything

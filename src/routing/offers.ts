@@ -3,7 +3,7 @@
  * ready form (tier rank, capability bits, exact prices for billing and in the units of the price ceilings, a
  * float sort key) and the live stats shared with the health book.
  */
-import { perTokenPrice, parseUsd } from '../billing/money.js'
+import { parseUsd, perTokenPrice, TOKENS_PER_PRICE_UNIT } from '../billing/money.js'
 import type { HealthBook, OfferStats, ProviderHealth } from '../health/health.js'
 import type { RegistryModel, RegistryProvider, RegistrySnapshot } from '../registry/types.js'
 import { TIER_RANK, type TrustMode } from '../vocabulary/trust.js'
@@ -54,8 +54,6 @@ export interface OfferSet {
   readonly all: readonly Offer[]
 }
 
-const TOKENS_PER_CEILING_UNIT = 1_000_000n
-
 function numberOf(decimal: string | undefined): number {
   return decimal === undefined ? 0 : Number(decimal)
 }
@@ -72,8 +70,8 @@ function buildOffer(provider: ProviderEntry, model: RegistryModel, stats: OfferS
     completionPrice,
     imagePrice: p.image === undefined ? 0n : (parseUsd(p.image) ?? 0n),
     audioPrice: p.audio_second === undefined ? 0n : (parseUsd(p.audio_second) ?? 0n),
-    promptPerM: promptPrice * TOKENS_PER_CEILING_UNIT,
-    completionPerM: completionPrice * TOKENS_PER_CEILING_UNIT,
+    promptPerM: promptPrice * TOKENS_PER_PRICE_UNIT,
+    completionPerM: completionPrice * TOKENS_PER_PRICE_UNIT,
     sortPrice:
       model.type === 'chatbot'
         ? numberOf(p.prompt) + numberOf(p.completion)
