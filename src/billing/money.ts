@@ -14,27 +14,61 @@ export const TOKENS_PER_PRICE_UNIT = 1_000_000n
  */
 export function parseUsd(value: string | number): bigint | null {
   const text = typeof value === 'number' ? numberToDecimal(value) : value.trim()
-  if (text === null || text.length === 0) return null
-  let intPart = 0n
-  let frac = ''
-  let seenDot = false
-  let digits = 0
-  for (let i = 0; i < text.length; i++) {
+  return text === null ? null : decimalToAtto(text, Number.POSITIVE_INFINITY, false)
+}
+
+/** Digits gathered in a plain number before they move into a bigint: 15 digits stay below 2^53, so exact. */
+const CHUNK_DIGITS = 15
+/** 10^0 … 10^18 as bigints. */
+const POW10: readonly bigint[] = Array.from({ length: DECIMALS + 1 }, (_, i) => 10n ** BigInt(i))
+
+/**
+ * A plain decimal (`12`, `0.25`: digits and at most one point, with digits on both sides of it) as exact
+ * atto-USD; null for signs, exponents, NaN, Inf, stray characters or more than `maxIntegerDigits` significant
+ * digits before the point. Digits past the 18th decimal are dropped toward zero when `truncate` (a ceiling,
+ * where that is exact: see routing/preferences.ts parseCeiling), else they make the text invalid (an amount
+ * that atto-USD cannot hold exactly).
+ */
+export function decimalToAtto(text: string, maxIntegerDigits: number, truncate: boolean): bigint | null {
+  const n = text.length
+  if (n === 0 || text.charCodeAt(0) === 46 || text.charCodeAt(n - 1) === 46) return null
+  let dot = false
+  let integerDigits = 0
+  let fractionDigits = 0
+  // Significant digits gather in `chunk` and move into `big` CHUNK_DIGITS at a time, so a usual ceiling
+  // ("0.25") costs two BigInt operations in all.
+  let chunk = 0
+  let chunkDigits = 0
+  let big = 0n
+  let started = false
+  for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i)
-    if (c === 46 /* . */) {
-      if (seenDot) return null
-      seenDot = true
+    if (c === 46) {
+      if (dot) return null
+      dot = true
       continue
     }
-    if (c < 48 || c > 57) return null
-    digits++
-    if (seenDot) frac += text[i]
-    else intPart = intPart * 10n + BigInt(c - 48)
+    const digit = c - 48
+    if (digit < 0 || digit > 9) return null
+    if (dot) {
+      if (fractionDigits === DECIMALS) {
+        if (truncate) continue
+        return null
+      }
+      fractionDigits++
+    }
+    if (!started && digit === 0) continue // a leading zero adds nothing
+    started = true
+    if (!dot && ++integerDigits > maxIntegerDigits) return null
+    chunk = chunk * 10 + digit
+    if (++chunkDigits === CHUNK_DIGITS) {
+      big = big * POW10[CHUNK_DIGITS]! + BigInt(chunk)
+      chunk = 0
+      chunkDigits = 0
+    }
   }
-  if (digits === 0 || (seenDot && frac.length === 0) || text.charCodeAt(0) === 46) return null
-  if (frac.length > DECIMALS) return null
-  const fracUnits = frac.length === 0 ? 0n : BigInt(frac.padEnd(DECIMALS, '0'))
-  return intPart * ATTO_PER_USD + fracUnits
+  const units = big === 0n ? BigInt(chunk) : big * POW10[chunkDigits]! + BigInt(chunk)
+  return fractionDigits === DECIMALS ? units : units * POW10[DECIMALS - fractionDigits]!
 }
 
 /** Price per 1M tokens (decimal) as an exact atto-USD price per token, or null if it is not exact. */

@@ -3,7 +3,7 @@
  * with the deprecated body `provider` object (header wins). Parsing is a character scan with no regex and no
  * intermediate objects; a present but malformed value is an error, never a default.
  */
-import { numberToDecimal } from '../billing/money.js'
+import { decimalToAtto, numberToDecimal } from '../billing/money.js'
 import { RouterError, type ErrorCode } from '../errors.js'
 import { HEADER, type RequestHead } from '../server/request-head.js'
 import { tierRank, TRUST_MODES } from '../vocabulary/trust.js'
@@ -70,17 +70,11 @@ function parseBool(value: string): number {
   return UNSET
 }
 
-/** Decimals of an atto-USD amount: the unit of every price and charge (billing/money.ts). */
-const FRACTION_DIGITS = 18
 /**
  * Most significant digits before the point of a ceiling written as text: far above any price, and a bound on
  * the BigInt work one header or body string can ask for.
  */
 const MAX_INTEGER_DIGITS = 64
-/** Digits gathered in a plain number before they move into a bigint: 15 digits stay below 2^53, so exact. */
-const CHUNK_DIGITS = 15
-/** 10^0 … 10^18 as bigints. */
-const POW10: readonly bigint[] = Array.from({ length: FRACTION_DIGITS + 1 }, (_, i) => 10n ** BigInt(i))
 
 /**
  * A ceiling header or body string: a plain non-negative decimal (`12`, `0.25`) as exact atto-USD, or null for
@@ -93,7 +87,7 @@ const POW10: readonly bigint[] = Array.from({ length: FRACTION_DIGITS + 1 }, (_,
  * as the full decimal would. (Rounding to nearest would make that ceiling 0.5 and admit the 0.5 offer.)
  */
 export function parseCeiling(text: string): bigint | null {
-  return decimalToAtto(text, MAX_INTEGER_DIGITS)
+  return decimalToAtto(text, MAX_INTEGER_DIGITS, true)
 }
 
 /**
@@ -103,47 +97,9 @@ export function parseCeiling(text: string): bigint | null {
  */
 function numberCeiling(value: number): bigint | null {
   const text = numberToDecimal(value)
-  return text === null ? null : decimalToAtto(text, Number.POSITIVE_INFINITY)
+  return text === null ? null : decimalToAtto(text, Number.POSITIVE_INFINITY, true)
 }
 
-function decimalToAtto(text: string, maxIntegerDigits: number): bigint | null {
-  const n = text.length
-  if (n === 0 || text.charCodeAt(0) === 46 || text.charCodeAt(n - 1) === 46) return null
-  let dot = false
-  let integerDigits = 0
-  let fractionDigits = 0
-  // Significant digits gather in `chunk` and move into `big` CHUNK_DIGITS at a time, so a usual ceiling
-  // ("0.25") costs two BigInt operations in all.
-  let chunk = 0
-  let chunkDigits = 0
-  let big = 0n
-  let started = false
-  for (let i = 0; i < n; i++) {
-    const c = text.charCodeAt(i)
-    if (c === 46) {
-      if (dot) return null
-      dot = true
-      continue
-    }
-    const digit = c - 48
-    if (digit < 0 || digit > 9) return null
-    if (dot) {
-      if (fractionDigits === FRACTION_DIGITS) continue // truncated toward zero, see parseCeiling
-      fractionDigits++
-    }
-    if (!started && digit === 0) continue // a leading zero adds nothing
-    started = true
-    if (!dot && ++integerDigits > maxIntegerDigits) return null
-    chunk = chunk * 10 + digit
-    if (++chunkDigits === CHUNK_DIGITS) {
-      big = big * POW10[CHUNK_DIGITS]! + BigInt(chunk)
-      chunk = 0
-      chunkDigits = 0
-    }
-  }
-  const units = big === 0n ? BigInt(chunk) : big * POW10[chunkDigits]! + BigInt(chunk)
-  return fractionDigits === FRACTION_DIGITS ? units : units * POW10[FRACTION_DIGITS - fractionDigits]!
-}
 
 function badPrice(header: string, value: string): RouterError {
   return new RouterError(
