@@ -47,3 +47,19 @@ export function isEventStream(contentType: string): boolean {
   }
   return contentType.slice(0, n).toLowerCase() === 'text/event-stream'
 }
+
+/** Longest provider id the router passes on as SVC-Res-Key. */
+const MAX_ID_LENGTH = 256
+
+/**
+ * Whether a provider's id can go out as the SVC-Res-Key header: 1–256 visible ASCII characters, so a provider
+ * cannot break the response head or add headers of its own (a CR LF in an id would).
+ */
+export function isHeaderSafeId(id: unknown): id is string {
+  if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID_LENGTH) return false
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i)
+    if (c < 0x21 || c > 0x7e) return false
+  }
+  return true
+}

@@ -5,7 +5,7 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
-import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
 import { OpenAiSseCodec } from './openai-sse.js'
 import { spliceTrace } from './trace-splice.js'
 
@@ -106,7 +106,7 @@ export class ChatJsonCodec implements ResponseCodec {
 
   get id(): string {
     const id = this.#parsed?.id
-    return typeof id === 'string' ? id : ''
+    return isHeaderSafeId(id) ? id : ''
   }
 
   get produced(): boolean {

@@ -8,7 +8,7 @@
  * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not JSON is
  * forwarded as it is.
  */
-import type { Emit } from './codec.js'
+import { isHeaderSafeId, type Emit } from './codec.js'
 import { SseFramer } from './sse-framing.js'
 
 /** The provider's `usage` object, as it sent it. */
@@ -25,7 +25,6 @@ const USAGE_KEY = Buffer.from('"usage"')
 const ID_KEY = Buffer.from('"id"')
 const LF1 = Buffer.from('\n')
 const LF2 = Buffer.from('\n\n')
-const MAX_ID_LENGTH = 256
 /**
  * Data events looked at for the chat id. Past them a provider is taken to send none: looking costs a search
  * per event, and a JSON.parse per event for one that sends an unusable id on every chunk (`"id":""`).
@@ -243,7 +242,7 @@ export class OpenAiSseCodec {
     if (value === null || typeof value !== 'object' || Array.isArray(value)) return false
     this.#sawObject = true
     const event = value as { id?: unknown; usage?: unknown; choices?: unknown }
-    if (this.#chatId === '' && isHeaderSafe(event.id)) this.#chatId = event.id
+    if (this.#chatId === '' && isHeaderSafeId(event.id)) this.#chatId = event.id
     const usage = event.usage
     if (usage === null || typeof usage !== 'object' || Array.isArray(usage)) return false
     this.#usage = usage as StreamUsage
@@ -353,14 +352,4 @@ function skipSpace(src: Buffer, i: number, to: number): number {
     i++
   }
   return i
-}
-
-/** The id goes out as the SVC-Res-Key header: visible ASCII only, so a provider cannot break or add headers. */
-function isHeaderSafe(id: unknown): id is string {
-  if (typeof id !== 'string' || id.length === 0 || id.length > MAX_ID_LENGTH) return false
-  for (let i = 0; i < id.length; i++) {
-    const c = id.charCodeAt(i)
-    if (c < 0x21 || c > 0x7e) return false
-  }
-  return true
 }

@@ -311,3 +311,26 @@ t.test('a stream event that never ends is cut at the bound as a provider failure
     { provider: GOOD, status: 200 },
   ])
 })
+
+t.test('a provider id that could break the response head is never sent as SVC-Res-Key', async (t) => {
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(
+        JSON.stringify({
+          id: 'chatcmpl-1\r\nX-Injected: yes',
+          object: 'chat.completion',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+        }),
+      )
+    },
+    true,
+  )
+  const res = await post(stack, { ...STREAM, stream: false })
+  t.equal(res.status, 200)
+  t.equal(res.headers['x-injected'], undefined, 'no header of the provider made it into the response head')
+  t.equal(res.headers['svc-res-key'], undefined)
+  t.equal(JSON.parse(res.text).id, 'chatcmpl-1\r\nX-Injected: yes', 'the body is relayed as the provider sent it')
+})
