@@ -127,3 +127,41 @@ t.test('a request that fails everywhere is not billed and releases its hold', as
   t.equal((await recordsOf(stack.account, key.id)).requests, 0)
   t.equal(stack.router.ledger.reserved(stack.account), 0n)
 })
+
+t.test('clients that walk away at random moments leave no reservation behind and are billed at most once', async (t) => {
+  stack.sims.get(P)!.setOptions({ tokensPerS: 200, completionTokens: 12 })
+  t.teardown(() => stack.sims.get(P)!.setOptions({ tokensPerS: 0, completionTokens: 4 }))
+  const key = await stack.newApiKey()
+  const runs = Array.from({ length: 60 }, async (_, i) => {
+    const controller = new AbortController()
+    // Anywhere from before the request is admitted to after the answer ended.
+    const timer = setTimeout(() => controller.abort(), (i * 7) % 120)
+    try {
+      const res = await request(`${stack.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { ...key.auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream: i % 2 === 0, max_tokens: 12 }),
+        signal: controller.signal,
+      })
+      await res.body.text()
+      return res.statusCode === 200 ? 'served' : 'refused'
+    } catch {
+      return 'aborted'
+    } finally {
+      clearTimeout(timer)
+    }
+  })
+  const outcomes = await Promise.all(runs)
+  t.ok(outcomes.includes('aborted'), 'some clients walked away')
+  // Settlements of abandoned streams land shortly after the abort reaches the router.
+  const deadline = Date.now() + 5000
+  while (stack.router.ledger.reserved(stack.account) !== 0n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing left held')
+  const journal = await stack.router.store.ledger.journal(stack.account)
+  const charges = journal.filter((e) => e.kind === 'charge' && e.keyId === key.id)
+  const ids = new Set(charges.map((c) => c.requestId))
+  t.equal(ids.size, charges.length, 'no request billed twice')
+  const servedCount = outcomes.filter((o) => o === 'served').length
+  t.ok(charges.length >= servedCount, `every served answer is billed (${charges.length} charges, ${servedCount} served)`)
+  t.ok(charges.length <= 60)
+})
