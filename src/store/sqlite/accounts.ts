@@ -39,8 +39,9 @@ export class SqliteAccounts implements AccountStore {
 
   async ensureAccount(wallet: string, now: number): Promise<AccountRecord> {
     this.#conn.check()
-    this.#q.insert.run(wallet, now)
-    return toAccount(this.#q.byId.get(wallet)!)
+    const { changes } = this.#q.insert.run(wallet, now)
+    const account = toAccount(this.#q.byId.get(wallet)!)
+    return changes === 0 ? account : this.#conn.flushed(account)
   }
 
   async getAccount(wallet: string): Promise<AccountRecord | null> {
@@ -58,6 +59,6 @@ export class SqliteAccounts implements AccountStore {
     this.#conn.check()
     if (limit !== null && (!Number.isSafeInteger(limit) || limit <= 0)) throw new RangeError(`rate limit must be a positive integer (got ${limit})`)
     const { changes } = this.#q.setRateLimit.run(limit, wallet)
-    return changes === 0 ? null : toAccount(this.#q.byId.get(wallet)!)
+    return changes === 0 ? null : this.#conn.flushed(toAccount(this.#q.byId.get(wallet)!))
   }
 }

@@ -4,7 +4,7 @@
  * synchronous underneath and resolve at once; writes that read before they write take the write lock up front
  * (BEGIN IMMEDIATE), so running totals stay exact even with the operator CLI writing to the same file.
  */
-import { mkdirSync } from 'node:fs'
+import { closeSync, fdatasync, mkdirSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
 import { migrate } from './migrate.js'
@@ -12,7 +12,11 @@ import { migrate } from './migrate.js'
 export interface SqliteStoreOptions {
   /** Database file, or ':memory:'. Its directory is created if missing. */
   readonly path: string
-  /** 'full' (default): commits are fsynced and survive a power cut; 'normal': they survive a process crash. */
+  /**
+   * 'full' (default): a write's promise resolves once it is fsynced, so it survives a power cut; 'normal': at
+   * once, and it survives a process crash. Either way the transaction itself never waits for a disk flush on
+   * the event loop: see durable().
+   */
   readonly synchronous?: 'full' | 'normal'
   /** How often to look for commits by other processes (PRAGMA data_version). */
   readonly changePollMs?: number
@@ -24,18 +28,34 @@ export class SqliteConnection {
   readonly now: () => number
   /** An in-memory database: no other connection can ever see or change it. */
   readonly memory: boolean
+  readonly #path: string
+  readonly #full: boolean
   #closed = false
+  /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
+  flushes = 0
+  /** The WAL file, opened once it exists; -1 before. Kept open for the connection's life (see durable). */
+  #walFd = -1
+  /** The fdatasync under way, and the one queued behind it for commits made meanwhile. */
+  #syncing: Promise<void> | null = null
+  #again: Promise<void> | null = null
+  readonly #syncNext = (): Promise<void> => {
+    this.#again = null
+    return (this.#syncing = this.#sync())
+  }
 
   constructor(options: SqliteStoreOptions) {
     this.now = options.now ?? Date.now
     this.memory = options.path === ':memory:' || options.path === ''
+    this.#path = options.path
+    this.#full = options.synchronous !== 'normal'
     if (!this.memory) mkdirSync(dirname(options.path), { recursive: true })
     this.db = new Database(options.path)
     try {
       this.db.pragma('journal_mode = WAL')
-      // FULL: a revoke or a charge that was acknowledged survives a power cut, not only a process crash.
-      // NORMAL (opt-in): in WAL mode a commit still survives the process dying, without waiting for an fsync.
-      this.db.pragma(options.synchronous === 'normal' ? 'synchronous = NORMAL' : 'synchronous = FULL')
+      // NORMAL in both modes: in WAL mode a commit is written to the WAL and survives the process dying, with no
+      // fsync inside the transaction (SQLite's FULL would fsync there, on the event loop, blocking every other
+      // request for the flush). 'full' adds the flush afterwards, off the loop: durable().
+      this.db.pragma('synchronous = NORMAL')
       this.db.pragma('foreign_keys = ON')
       this.db.pragma('busy_timeout = 5000')
       migrate(this.db, this.now())
@@ -54,10 +74,69 @@ export class SqliteConnection {
     if (this.#closed) throw new Error('store is closed')
   }
 
+  /**
+   * Once what was committed before this call is on disk: null in 'normal' mode (nothing to wait for), else a
+   * promise that resolves after an fdatasync of the WAL file, run on libuv's thread pool so the event loop
+   * serves other requests meanwhile. Commits made while a flush is under way share the next one (group sync).
+   *
+   * Why this is as durable as SQLite's synchronous=FULL: in WAL mode a commit is complete once its frames,
+   * commit frame included, are in the WAL file; FULL only adds an fsync of that file at commit, which this is,
+   * later. Checkpoints still sync the WAL and then the database file themselves before the WAL is reused.
+   * The WAL file is never unlinked while the connection is open, and SQLite keeps no locks on it (they are on
+   * the -shm and the database file), so holding a descriptor of our own is safe.
+   */
+  durable(): Promise<void> | null {
+    if (!this.#full || this.memory) return null
+    if (this.#again !== null) return this.#again
+    if (this.#syncing === null) return (this.#syncing = this.#sync())
+    // The flush under way may have started before this commit was written: wait for the next one.
+    return (this.#again = this.#syncing.then(this.#syncNext, this.#syncNext))
+  }
+
+  /** `value` once the write that produced it is durable (see durable()): what a write method returns. */
+  async flushed<T>(value: T): Promise<T> {
+    const pending = this.durable()
+    if (pending !== null) await pending
+    return value
+  }
+
+  #sync(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      if (this.#walFd === -1) {
+        try {
+          this.#walFd = openSync(this.#path + '-wal', 'r')
+        } catch {
+          // No WAL file (nothing written since it was checkpointed away): a full checkpoint syncs what exists.
+          try {
+            this.db.pragma('wal_checkpoint(FULL)')
+            this.#syncing = null
+            return resolve()
+          } catch (err) {
+            this.#syncing = null
+            return reject(err as Error)
+          }
+        }
+      }
+      this.flushes++
+      fdatasync(this.#walFd, (err) => {
+        this.#syncing = null
+        if (err === null) resolve()
+        else reject(err)
+      })
+    })
+  }
+
   close(): void {
     if (this.#closed) return
     this.#closed = true
     this.db.close()
+    const fd = this.#walFd
+    if (fd === -1) return
+    this.#walFd = -1
+    // After the database (SQLite has checkpointed by now), and never under a flush still running on the pool.
+    const pending = this.#again ?? this.#syncing
+    if (pending === null) closeSync(fd)
+    else pending.then(() => closeSync(fd), () => closeSync(fd))
   }
 }
 

@@ -139,7 +139,7 @@ export class SqliteKeys implements KeyStore {
       listJson(key.allowedProviders),
       key.createdAt,
     )
-    return toApiKey(this.#q.apiKey.get(key.id, key.accountId)!)
+    return this.#conn.flushed(toApiKey(this.#q.apiKey.get(key.id, key.accountId)!))
   }
 
   async getApiKey(accountId: string, keyId: string): Promise<ApiKeyRecord | null> {
@@ -173,19 +173,19 @@ export class SqliteKeys implements KeyStore {
       )
       return toApiKey(this.#q.apiKey.get(keyId, accountId)!)
     })
-    return update.immediate()
+    return this.#conn.flushed(update.immediate())
   }
 
   async revokeApiKey(accountId: string, keyId: string, now: number): Promise<ApiKeyRecord | null> {
     this.#conn.check()
     const { changes } = this.#q.revokeApiKey.run(now, keyId, accountId)
-    return changes === 0 ? null : toApiKey(this.#q.apiKey.get(keyId, accountId)!)
+    return changes === 0 ? null : this.#conn.flushed(toApiKey(this.#q.apiKey.get(keyId, accountId)!))
   }
 
   async createMgmtKey(key: NewMgmtKey): Promise<MgmtKeyRecord> {
     this.#conn.check()
     this.#q.insertMgmtKey.run(key.id, key.accountId, key.hash, key.preview, key.name, key.scopes.join(' '), key.createdAt)
-    return toMgmtKey(this.#q.mgmtKey.get(key.id)!)
+    return this.#conn.flushed(toMgmtKey(this.#q.mgmtKey.get(key.id)!))
   }
 
   async listMgmtKeys(accountId?: string): Promise<MgmtKeyRecord[]> {
@@ -197,7 +197,7 @@ export class SqliteKeys implements KeyStore {
   async revokeMgmtKey(keyId: string, now: number): Promise<MgmtKeyRecord | null> {
     this.#conn.check()
     const { changes } = this.#q.revokeMgmtKey.run(now, keyId)
-    return changes === 0 ? null : toMgmtKey(this.#q.mgmtKey.get(keyId)!)
+    return changes === 0 ? null : this.#conn.flushed(toMgmtKey(this.#q.mgmtKey.get(keyId)!))
   }
 
   async touchMgmtKey(keyId: string, now: number, sourceIp: string, minIntervalMs: number): Promise<boolean> {

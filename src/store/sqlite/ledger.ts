@@ -139,7 +139,7 @@ export class SqliteLedger implements LedgerStore {
       const { lastInsertRowid } = this.#q.insertJournal.run(wallet, kind, amount.toString(), null, null, memo, now)
       return toJournal(this.#q.journalEntry.get(lastInsertRowid)!)
     })
-    return add.immediate()
+    return this.#conn.flushed(add.immediate())
   }
 
   async recordCharge(c: Charge): Promise<JournalEntry> {
@@ -212,7 +212,9 @@ export class SqliteLedger implements LedgerStore {
       for (const [id, a] of accounts) this.#q.setSpent.run(a.spent.toString(), id)
     })
     write.immediate()
-    return out
+    // The transaction ran on the event loop without a disk flush; the flush, when 'full', runs on the thread
+    // pool, and the batch's charges are acknowledged (their responses' last bytes released) only after it.
+    return this.#conn.flushed(out)
   }
 
   async totals(accountId: string): Promise<AccountTotals> {

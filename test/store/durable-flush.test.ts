@@ -1,0 +1,60 @@
+/**
+ * 'full' durability without an fsync on the event loop (store/sqlite/connection.ts durable()): every write's
+ * promise resolves after an fdatasync of the WAL on libuv's thread pool, concurrent writes share flushes, the
+ * event loop keeps turning while a flush runs, and 'normal' never flushes. The database lives on the test's
+ * own directory (a real disk), not on a tmpfs where a flush costs nothing.
+ */
+import { join } from 'node:path'
+import t from 'tap'
+import { SqliteLedger } from '../../src/store/sqlite/ledger.js'
+import { SqliteConnection } from '../../src/store/sqlite/connection.js'
+import type { Charge } from '../../src/store/store.js'
+
+const ACCOUNT = '0x' + 'a'.repeat(40)
+
+function charge(i: number): Charge {
+  return { requestId: `r-${i}`, accountId: ACCOUNT, keyId: 'k', model: 'm', provider: '0x' + 'b'.repeat(40), at: Date.now(), promptTokens: 1, completionTokens: 1, images: 0, audioMs: 0, cost: 10n }
+}
+
+async function open(t: { testdir(): string; teardown(fn: () => void): void }, synchronous: 'full' | 'normal') {
+  const conn = new SqliteConnection({ path: join(t.testdir(), 'svc.db'), synchronous })
+  t.teardown(() => conn.close())
+  const ledger = new SqliteLedger(conn)
+  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
+  // The key row the charges point at.
+  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
+  return { conn, ledger }
+}
+
+t.test("'full': each write resolves after a WAL flush, and concurrent writes share flushes", async (t) => {
+  const { conn, ledger } = await open(t, 'full')
+  const before = conn.flushes
+  await ledger.recordCharges([charge(0)])
+  t.equal(conn.flushes, before + 1, 'one flush for one write')
+  const writes = Array.from({ length: 20 }, (_, i) => ledger.recordCharges([charge(i + 1)]))
+  const outcomes = await Promise.all(writes)
+  t.ok(outcomes.every((o) => !(o[0] instanceof Error)), 'every charge written')
+  const used = conn.flushes - before - 1
+  t.ok(used >= 1 && used <= 2, `20 concurrent writes shared ${used} flush(es): the one under way and one after it`)
+})
+
+t.test("'full': the event loop keeps serving while a flush runs", async (t) => {
+  const { ledger } = await open(t, 'full')
+  let turns = 0
+  let done = false
+  const spin = (): void => {
+    if (done) return
+    turns++
+    setImmediate(spin)
+  }
+  setImmediate(spin)
+  for (let i = 0; i < 20; i++) await ledger.recordCharges([charge(100 + i)])
+  done = true
+  t.ok(turns >= 20, `the loop turned ${turns} times during 20 flushed writes`)
+})
+
+t.test("'normal': writes resolve without a flush", async (t) => {
+  const { conn, ledger } = await open(t, 'normal')
+  for (let i = 0; i < 5; i++) await ledger.recordCharges([charge(200 + i)])
+  t.equal(conn.flushes, 0)
+})
