@@ -163,7 +163,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // Billing: charges go to the store by group commit; budgets live in the ledger's memory, rebuilt from the
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
   const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
-  const ledger = new Ledger(store.ledger, writer)
+  const ledger = new Ledger(store.ledger, writer, { budgetWaitMs: config.limits.budget_wait_ms })
   const stopWatchingLedger = store.changes.subscribe((change) => {
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
     reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))

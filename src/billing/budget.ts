@@ -10,8 +10,11 @@ import type { Bill, BilledCost, Settled } from './ledger.js'
 export interface Budget {
   /** Whether neither settle nor release has run yet. */
   readonly open: boolean
-  /** Holds `amount` in place of what was held before; the 402 to answer with when it does not fit. */
-  reserve(amount: bigint): RouterError | null
+  /**
+   * Holds `amount` in place of what was held before; the 402 to answer with when it does not fit, or a promise
+   * of either when the request waits for room held by requests in flight.
+   */
+  hold(amount: bigint): RouterError | null | Promise<RouterError | null>
   /** Turns the hold into the charge of `bill`; `done` runs once it is durable. Returns what is billed. */
   settle(bill: Bill, done: Settled): BilledCost
   /** Gives the hold back without a charge. */
@@ -26,7 +29,7 @@ export class FreeBudget implements Budget {
     return this.#open
   }
 
-  reserve(): RouterError | null {
+  hold(): RouterError | null {
     return null
   }
 

@@ -20,6 +20,7 @@ import { availableFunds } from './available.js'
 import type { ChargeWriter } from './charge-writer.js'
 import type { Cost } from './cost.js'
 import { formatUsd } from './money.js'
+import { BudgetWaiters } from './budget-waiters.js'
 import { periodBounds } from './periods.js'
 
 interface AccountBook {
@@ -63,6 +64,11 @@ export type Settled = (billed: BilledCost, err: RouterError | null) => void
 export interface LedgerOptions {
   /** The clock that decides reset periods and charge times (injectable for the boundary tests). */
   readonly now?: () => number
+  /**
+   * How long a request whose reservation is blocked only by the holds of requests in flight waits for them to
+   * settle before its 402 (budget-waiters.ts); 0 refuses at once.
+   */
+  readonly budgetWaitMs?: number
 }
 
 function tokenCount(n: number): number {
@@ -87,11 +93,19 @@ export class Ledger {
   readonly #loads = new Map<string, Promise<void>>()
   #refreshing: Promise<void> | null = null
   #refreshAgain = false
+  readonly #waiters = new BudgetWaiters()
+  readonly #waitMs: number
 
   constructor(store: LedgerStore, writer: ChargeWriter, options: LedgerOptions = {}) {
     this.#store = store
     this.#writer = writer
     this.#now = options.now ?? Date.now
+    this.#waitMs = options.budgetWaitMs ?? 0
+  }
+
+  /** Requests waiting for room in a budget. */
+  get waiting(): number {
+    return this.#waiters.size
   }
 
   /** null when the principal's books are in memory; otherwise a Promise that resolves once they are. */
@@ -111,7 +125,7 @@ export class Ledger {
     const account = this.#accounts.get(principal.accountId)
     const key = principal.keyId === null ? null : this.#keys.get(principal.keyId)
     if (account === undefined || key === undefined) throw new Error(`ledger: books of ${principal.accountId} are not loaded (call prepare first)`)
-    return new Reservation(this.#writer, this.#now, requestId, principal, account, key)
+    return new Reservation(this.#writer, this.#now, requestId, principal, account, key, this.#waiters, this.#waitMs)
   }
 
   /** atto-USD held by the account's in-flight requests. */
@@ -190,6 +204,8 @@ export class Ledger {
           book.deposited = t.deposited
           book.credited = t.credited
           book.spent = t.spent + pending
+          // A deposit may have made room for requests waiting on this account.
+          this.#waiters.wake()
         }),
       force,
     )
@@ -233,10 +249,21 @@ export class Reservation {
   readonly #limit: bigint | null
   readonly #account: AccountBook
   readonly #key: KeyBook | null
+  readonly #waiters: BudgetWaiters
+  readonly #waitMs: number
   #amount = 0n
   #open = true
 
-  constructor(writer: ChargeWriter, now: () => number, requestId: string, principal: Principal, account: AccountBook, key: KeyBook | null) {
+  constructor(
+    writer: ChargeWriter,
+    now: () => number,
+    requestId: string,
+    principal: Principal,
+    account: AccountBook,
+    key: KeyBook | null,
+    waiters: BudgetWaiters = new BudgetWaiters(),
+    waitMs = 0,
+  ) {
     this.requestId = requestId
     this.#writer = writer
     this.#now = now
@@ -245,6 +272,8 @@ export class Reservation {
     this.#limit = principal.creditLimit
     this.#account = account
     this.#key = key
+    this.#waiters = waiters
+    this.#waitMs = waitMs
   }
 
   /** atto-USD held now. */
@@ -264,25 +293,59 @@ export class Reservation {
   reserve(amount: bigint): RouterError | null {
     if (!this.#open) throw new Error(`reservation of ${this.requestId} is closed`)
     this.#unhold()
+    const outcome = this.#hold(amount)
+    if (outcome === null) return null
+    this.#waiters.wake()
+    return outcome.err
+  }
+
+  /**
+   * As reserve, except that a request blocked only by the holds of requests in flight (it would fit beside
+   * what is settled) waits for them, at most the ledger's budget wait (budget-waiters.ts), and the promise
+   * then says whether it holds the amount or which 402 to answer with. Nothing stays held while it waits.
+   */
+  hold(amount: bigint): RouterError | null | Promise<RouterError | null> {
+    if (!this.#open) throw new Error(`reservation of ${this.requestId} is closed`)
+    this.#unhold()
+    const outcome = this.#hold(amount)
+    if (outcome === null) return null
+    // The hold given back above (a previous candidate's) may be what another request waits for.
+    this.#waiters.wake()
+    if (outcome.final || this.#waitMs <= 0) return outcome.err
+    return this.#waiters.wait(
+      () => {
+        if (!this.#open) return outcome.err
+        const again = this.#hold(amount)
+        return again === null ? null : again.final ? again.err : 'blocked'
+      },
+      this.#waitMs,
+      outcome.err,
+    )
+  }
+
+  /** Holds `amount` when it fits; otherwise why not, and whether settling the holds in flight could help. */
+  #hold(amount: bigint): { readonly err: RouterError; readonly final: boolean } | null {
     const key = this.#key
     if (key !== null) {
       roll(key, this.#now())
       const limit = this.#limit
       if (limit !== null && key.used + key.reserved + amount > limit) {
-        return new RouterError(
+        const err = new RouterError(
           'credit_limit_exceeded',
           `this key's credit limit of ${formatUsd(limit)} USD cannot cover this request: ${formatUsd(key.used)} used this period, ` +
             `${formatUsd(key.reserved)} held by requests in flight, up to ${formatUsd(amount)} needed`,
         )
+        return { err, final: key.used + amount > limit }
       }
     }
     const a = this.#account
     const available = availableFunds(a, a.reserved)
     if (amount > available) {
-      return new RouterError(
+      const err = new RouterError(
         'insufficient_balance',
         `the account balance cannot cover this request: ${formatUsd(available < 0n ? 0n : available)} USD available, up to ${formatUsd(amount)} needed`,
       )
+      return { err, final: amount > availableFunds(a, 0n) }
     }
     a.reserved += amount
     if (key !== null) key.reserved += amount
@@ -328,6 +391,8 @@ export class Reservation {
       key.used += total
       keyStart = key.start
     }
+    // After the books hold the charge (never between the hold's release and the spend: that room is not free).
+    this.#waiters.wake()
     if (this.#keyId === null) {
       // No key, no usage record (the store keys them by key): nothing durable to wait for.
       queueMicrotask(() => done(billed, null))
@@ -351,6 +416,7 @@ export class Reservation {
       // Not recorded: take it back out of the books so admission stays exact, and fail the response.
       a.spent -= total
       if (key !== null && key.start === keyStart) key.used -= total
+      this.#waiters.wake()
       log.error('CHARGE NOT RECORDED: the response ends with an error instead of its last byte', {
         request_id: this.requestId,
         account: this.#accountId,
@@ -367,6 +433,7 @@ export class Reservation {
     if (!this.#open) return
     this.#open = false
     this.#unhold()
+    this.#waiters.wake()
   }
 
   #unhold(): void {

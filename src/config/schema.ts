@@ -52,6 +52,11 @@ const DevSchema = z.strictObject({
 
 const LimitsSchema = z.strictObject({
   requests_per_minute: z.int().positive().default(600),
+  /**
+   * How long a request whose reservation is blocked only by the holds of requests in flight waits for them
+   * before its 402 (a burst on a capped key spends the cap instead of being refused); 0 refuses at once.
+   */
+  budget_wait_ms: z.int().min(0).max(MAX_TIMER_MS).default(10_000),
 })
 
 const UpstreamSchema = z.strictObject({

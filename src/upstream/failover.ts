@@ -16,6 +16,7 @@ import type { BilledCost } from '../billing/ledger.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
+import type { Offer } from '../routing/offers.js'
 import type { Selection } from '../routing/select.js'
 import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
 import { attemptEnd, requestEnd, requestStart, settled } from '../telemetry/events.js'
@@ -89,15 +90,38 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const req = this.#req
     const offer = this.#attempts.length < this.#ctx.maxAttempts ? req.selection.next() : null
     if (offer === null) return this.#failAll()
+    let refused
+    try {
+      // Re-priced for this candidate: the previous one's hold is given back first.
+      refused = req.budget.hold(req.surface.worstCase(req.request, offer))
+    } catch (err) {
+      return this.#crash(null, err)
+    }
+    if (refused instanceof Promise) {
+      // Waiting for room that requests in flight hold (billing/budget-waiters.ts).
+      refused.then(
+        (outcome) => this.#afterReserve(offer, outcome),
+        (err: unknown) => this.#crash(null, err),
+      )
+      return
+    }
+    this.#afterReserve(offer, refused)
+  }
+
+  #afterReserve(offer: Offer, refused: RouterError | null): void {
+    const req = this.#req
+    if (this.#finished || this.sink.aborted) {
+      // The receiver went away while this request waited: what it holds now goes back.
+      if (req.budget.open) req.budget.release()
+      return
+    }
+    if (refused !== null) {
+      this.#finished = true
+      return this.#sendFailure(refused)
+    }
     let handler: AttemptHandler
     let body
     try {
-      // Re-priced for this candidate: the previous one's hold is given back first.
-      const refused = req.budget.reserve(req.surface.worstCase(req.request, offer))
-      if (refused !== null) {
-        this.#finished = true
-        return this.#sendFailure(refused)
-      }
       const plan = req.surface.plan(req.request, offer)
       body = plan.body.take()
       if (body === null) {

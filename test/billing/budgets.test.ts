@@ -165,3 +165,18 @@ t.test('clients that walk away at random moments leave no reservation behind and
   t.ok(charges.length >= servedCount, `every served answer is billed (${charges.length} charges, ${servedCount} served)`)
   t.ok(charges.length <= 60)
 })
+
+t.test(`a burst of ${N} on a capped key spends at least 70% of the cap before refusals, never more than all of it`, async (t) => {
+  const limit = 10n * WORST
+  const key = await stack.newApiKey({ creditLimit: limit })
+  const answers = await Promise.all(Array.from({ length: N }, () => post(key.auth)))
+  const refused = answers.filter((a) => a.status !== 200)
+  t.ok(refused.every((a) => a.status === 402 && a.json.error?.code === 'credit_limit_exceeded'), 'every refused request is 402 credit_limit_exceeded')
+  const records = await recordsOf(stack.account, key.id)
+  t.ok(records.cost <= limit, `used ${formatUsd(records.cost)} ≤ limit ${formatUsd(limit)}`)
+  // Each request holds its worst case while in flight; those blocked only by such holds wait for them.
+  t.ok(records.cost * 10n >= limit * 7n, `spent ${formatUsd(records.cost)} of ${formatUsd(limit)} (≥ 70%)`)
+  t.ok(records.cost + WORST > limit, 'refusals start only when not even one more worst case fits beside what is spent')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing left held')
+  t.equal(stack.router.ledger.waiting, 0, 'nobody left waiting')
+})

@@ -56,7 +56,14 @@ interface Books {
   clock: { now: number }
 }
 
-async function books(t: Test, deposit = '10', creditLimit: string | null = null, period: ResetPeriod = 'never', now = Date.UTC(2025, 0, 15, 12)): Promise<Books> {
+async function books(
+  t: Test,
+  deposit = '10',
+  creditLimit: string | null = null,
+  period: ResetPeriod = 'never',
+  now = Date.UTC(2025, 0, 15, 12),
+  options: { budgetWaitMs?: number } = {},
+): Promise<Books> {
   const store = await openSqliteStore({ path: ':memory:' })
   const writer = new ChargeWriter(store.ledger)
   t.teardown(async () => {
@@ -80,7 +87,7 @@ async function books(t: Test, deposit = '10', creditLimit: string | null = null,
     createdAt: now,
   })
   const clock = { now }
-  const ledger = new Ledger(store.ledger, writer, { now: () => clock.now })
+  const ledger = new Ledger(store.ledger, writer, { now: () => clock.now, ...options })
   return { store, writer, ledger, keyId, clock }
 }
 
@@ -323,4 +330,39 @@ t.test('refreshAccount re-reads that account book alone, keeps what is held, and
   await ledger.refreshAccount(B)
   t.equal(reads, 1)
   t.equal(ledger.available(B), usd('8'))
+})
+
+t.test('a hold blocked only by holds in flight waits for them; one that can never fit is refused at once', async (t) => {
+  const { ledger, keyId } = await books(t, '100', '1', 'never', undefined, { budgetWaitMs: 5_000 })
+  const p = principal(keyId, '1')
+  await ledger.prepare(p)
+  const first = ledger.open(p, 'req_first')
+  t.equal(first.hold(usd('0.8')), null, 'the first fits')
+  const second = ledger.open(p, 'req_second')
+  const waiting = second.hold(usd('0.5'))
+  t.type(waiting, Promise, 'the second waits: 0.8 is only held, not spent')
+  t.equal(ledger.waiting, 1)
+  const never = ledger.open(p, 'req_never').hold(usd('1.5'))
+  t.equal((never as RouterError).code, 'credit_limit_exceeded', 'more than the whole cap is refused at once')
+  await settle(first, bill(usd('0.3')))
+  t.equal(await waiting, null, 'the settle made room: the waiter holds its amount')
+  t.equal(ledger.reserved(p.accountId), usd('0.5'))
+  const third = ledger.open(p, 'req_third').hold(usd('0.5'))
+  t.type(third, Promise)
+  await settle(second, bill(usd('0.5')))
+  t.equal(((await third) as RouterError).code, 'credit_limit_exceeded', 'once the spend leaves no room, the waiter gets its 402')
+  t.equal(ledger.waiting, 0)
+  t.equal(ledger.reserved(p.accountId), 0n)
+})
+
+t.test('a waiter gives up after the budget wait with its 402, holding nothing', async (t) => {
+  const { ledger, keyId } = await books(t, '100', '1', 'never', undefined, { budgetWaitMs: 50 })
+  const p = principal(keyId, '1')
+  await ledger.prepare(p)
+  const first = ledger.open(p, 'req_first')
+  t.equal(first.hold(usd('0.8')), null)
+  const waiting = ledger.open(p, 'req_second').hold(usd('0.5'))
+  t.equal(((await waiting) as RouterError).code, 'credit_limit_exceeded')
+  t.equal(ledger.reserved(p.accountId), usd('0.8'), 'only the first still holds')
+  first.release()
 })

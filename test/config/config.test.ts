@@ -16,7 +16,7 @@ function defaultsWithPathsIn(dir: string): Config {
     server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, send_timeout_ms: 60000 },
     registry: { source: 'file', path: join(dir, 'providers.yaml'), watch: true },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full' },
-    limits: { requests_per_minute: 600 },
+    limits: { requests_per_minute: 600, budget_wait_ms: 10000 },
     upstream: {
       connect_timeout_ms: 10000,
       headers_timeout_ms: 120000,
