@@ -120,6 +120,12 @@ if (!existsSync(CHROMIUM)) {
     await shot('03-overview')
     await page.setViewportSize({ width: 380, height: 800 })
     await shot('04-overview-narrow')
+    for (const [view, ready, name] of [['api-keys', '#new-key-name', '04b-api-keys-narrow'], ['management-keys', '#new-mk-name', '04c-management-keys-narrow']]) {
+      await page.click(`nav a[href="#${view}"]`)
+      await page.waitForSelector(ready!)
+      await page.waitForSelector('#view table')
+      await shot(name!)
+    }
     await page.setViewportSize({ width: 1280, height: 900 })
   })
 
@@ -132,6 +138,22 @@ if (!existsSync(CHROMIUM)) {
     await page.waitForSelector('#error:not([hidden])')
     t.match(await page.textContent('#error'), /credit_limit must be a non-negative USD amount/)
     t.match(await page.textContent('#error'), /invalid_request/)
+  })
+
+  t.test('edit the sk- key: name and credit limit; the expiry is left as it was', async (t) => {
+    const [key] = await stack.router.store.keys.listApiKeys(account)
+    await page.click(`[data-edit="${key!.id}"]`)
+    const prefix = `#edit-${key!.id}`
+    await page.waitForSelector(`${prefix}-name`)
+    t.equal(await page.inputValue(`${prefix}-credit_limit`), '5', 'the form holds the key as it is')
+    await page.fill(`${prefix}-name`, 'browser key 2')
+    await page.fill(`${prefix}-credit_limit`, '7.5')
+    await page.press(`${prefix}-name`, 'Enter')
+    await page.waitForSelector(`tr[data-key-id="${key!.id}"] td:has-text("browser key 2")`)
+    const after = await stack.router.store.keys.getApiKey(account, key!.id)
+    t.equal(after?.name, 'browser key 2')
+    t.equal(after?.creditLimit, parseUsd('7.5'))
+    t.equal(after?.expiresAt, key!.expiresAt)
   })
 
   t.test('revoke the sk- key after a confirmation (keyboard); the next request is refused', async (t) => {
@@ -172,6 +194,17 @@ if (!existsSync(CHROMIUM)) {
     const bearer = { authorization: `Bearer ${mk}` }
     t.equal((await call(stack, 'GET', '/v1/api-keys', { headers: bearer })).status, 200, 'the new mk- key works')
     const [record] = await stack.router.store.keys.listMgmtKeys(account)
+    // Rename and re-scope it: keys:read off, account:read on.
+    await page.click(`[data-edit="${record!.id}"]`)
+    const prefix = `#mk-edit-${record!.id}`
+    await page.waitForSelector(`${prefix}-name`)
+    await page.fill(`${prefix}-name`, 'script 2')
+    await page.uncheck(`${prefix}-keys\\:read`)
+    await page.check(`${prefix}-account\\:read`)
+    await page.press(`${prefix}-name`, 'Enter')
+    await page.waitForSelector(`tr[data-key-id="${record!.id}"] td:has-text("script 2")`)
+    t.ok(isError(await call(stack, 'GET', '/v1/api-keys', { headers: bearer }), 403, 'insufficient_scope'), 'the removed scope is gone')
+    t.equal((await call(stack, 'GET', '/v1/account/balance', { headers: bearer })).status, 200, 'the added scope works')
     await page.click(`[data-revoke="${record!.id}"]`)
     await page.waitForSelector('#confirm[open]')
     await page.click('#confirm-ok')
