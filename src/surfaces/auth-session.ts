@@ -70,6 +70,8 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
     const now = book.now()
     const signed = await verifySignIn(book, body.message, body.signature, { domain: head.host ?? '', origin: originOf(head), chainId, now })
     await deps.store.accounts.ensureAccount(signed.wallet, now)
+    // A sign-in always starts a new session (no fixation); the one this browser held, if any, ends.
+    book.close(sessionToken(head))
     const { token, session } = book.open(signed.wallet, signed.expiresAt)
     const cookie = sessionCookie(head, token, session.endsAt - now)
     const json = { account: session.accountId, expires_at: iso(session.endsAt), idle_timeout_seconds: Math.floor(book.idleMs / 1000) }

@@ -174,6 +174,16 @@ t.test('cross-site requests are refused, with the cookie or at sign-in', async (
   t.ok(isError(await call(stack, 'POST', '/v1/auth/logout', { headers: crossSite }), 403, 'access_denied'))
 })
 
+t.test('signing in again starts a new session and ends the one the browser held', async (t) => {
+  const first = await signIn(stack)
+  const text = await message(stack, first.wallet)
+  const again = await verify(stack, text, await first.wallet.signMessage({ message: text }), first.headers)
+  t.equal(again.status, 200)
+  t.not(cookieOf(again), first.cookie, 'a new token')
+  t.ok(isError(await call(stack, 'GET', '/v1/management-keys', { headers: first.headers }), 401, 'invalid_session'), 'the old one is gone')
+  t.equal((await call(stack, 'GET', '/v1/management-keys', { headers: { ...sameOrigin(stack), cookie: cookieOf(again) } })).status, 200)
+})
+
 t.test('logout ends the session and clears the cookie', async (t) => {
   const { headers } = await signIn(stack)
   t.equal((await call(stack, 'GET', '/v1/management-keys', { headers })).status, 200)
