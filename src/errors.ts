@@ -29,6 +29,10 @@ const TABLE = {
   // 401
   missing_authorization: [401, 'authentication_error'],
   invalid_api_key: [401, 'authentication_error'],
+  /** Console sign-in (EIP-4361): the signed message or its signature was refused. */
+  invalid_siwe_message: [401, 'authentication_error'],
+  /** Console: the session cookie names no live session (unknown, expired or logged out). */
+  invalid_session: [401, 'authentication_error'],
   // 402
   insufficient_balance: [402, 'payment_error'],
   credit_limit_exceeded: [402, 'payment_error'],

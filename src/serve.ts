@@ -4,25 +4,28 @@
  */
 import { ChargeWriter } from './billing/charge-writer.js'
 import { Ledger } from './billing/ledger.js'
-import { createKeyAuthenticators, type KeyAuthenticators, type MgmtAuthenticator } from './auth/authenticate.js'
+import { createKeyAuthenticators, type KeyAuthenticators } from './auth/authenticate.js'
 import { Credentials } from './auth/credentials.js'
 import { KeyCache } from './auth/key-cache.js'
-import { beginManagement } from './auth/management-stage.js'
+import { SessionBook } from './auth/session.js'
+import { createSessionAuthenticators } from './auth/session-auth.js'
+import { createConsoleFiles } from './console/static-files.js'
 import { RateLimiter } from './auth/rate-limit.js'
 import type { Config } from './config/index.js'
-import { RouterError } from './errors.js'
 import { HealthBook } from './health/health.js'
 import { log, setLogLevel } from './log.js'
 import { loadRegistryFile, watchRegistryFile, type RegistryWatcher } from './registry/file-source.js'
 import type { RegistrySnapshot } from './registry/types.js'
 import { RoutingTable } from './routing/table.js'
-import { listen, type Handler, type Route } from './server/app.js'
+import { listen, type Route } from './server/app.js'
 import { startSimulator, type SimulatorHandle } from './simulator/simulator.js'
 import { bootstrapDevAccount, type DevKeys } from './operator/bootstrap.js'
 import { openStore } from './store/open.js'
 import type { Store } from './store/store.js'
 import { createAccount } from './surfaces/account.js'
 import { createApiKeys } from './surfaces/api-keys.js'
+import { createAuthSession } from './surfaces/auth-session.js'
+import { createManagementKeys } from './surfaces/management-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
@@ -42,28 +45,9 @@ export interface RunningRouter {
   readonly devKeys: DevKeys | null
   /** Budgets and charges of in-flight requests. */
   readonly ledger: Ledger
+  /** The console's wallet sessions and sign-in nonces (in memory: auth/session.ts says why). */
+  readonly sessions: SessionBook
   close(): Promise<void>
-}
-
-/**
- * /v1/management-keys needs a wallet session in the console (spec §4.1, §5), which no bearer key is: a valid
- * key of either kind gets 403 access_denied; no key or a bad one gets the 401 any endpoint gives.
- */
-function createManagementKeysRefusal(auth: KeyAuthenticators): Handler {
-  const refusal = new RouterError(
-    'access_denied',
-    'management keys are managed from a signed-in wallet session in the console; API and management keys cannot call /v1/management-keys',
-  )
-  const refuse = (result: RouterError | object): RouterError => (result instanceof RouterError ? result : refusal)
-  const anyKey: MgmtAuthenticator = (head) => {
-    const result = auth.any(head)
-    return result instanceof Promise ? result.then(refuse) : refuse(result)
-  }
-  return function refuseManagementKeys(head, reply) {
-    beginManagement(anyKey, head, reply, 'keys:manage', false, async () => {
-      throw new Error('unreachable: every credential is refused')
-    })
-  }
 }
 
 /** Boots the simulated providers a registry asks for (`simulate:`), keyed by address; returns the running set. */
@@ -186,9 +170,14 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
   const catalog = createCatalog(table)
-  const apiKeys = createApiKeys({ authenticate: auth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
-  const account = createAccount({ authenticate: auth.management, store, reserved: (accountId) => ledger.reserved(accountId) })
-  const refuseManagementKeys = createManagementKeysRefusal(auth)
+  const sessions = new SessionBook()
+  // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
+  const consoleAuth = createSessionAuthenticators(sessions, auth)
+  const apiKeys = createApiKeys({ authenticate: consoleAuth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
+  const account = createAccount({ authenticate: consoleAuth.management, store, reserved: (accountId) => ledger.reserved(accountId) })
+  const mgmtKeys = createManagementKeys({ authenticate: consoleAuth.sessionOnly, credentials, store })
+  const signIn = createAuthSession({ sessions, store })
+  const consoleFiles = createConsoleFiles()
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: createInferenceRoute(deps, chatCompletions) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
@@ -200,10 +189,16 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     { method: 'get', pattern: '/v1/account/balance', handler: account.balance },
     { method: 'get', pattern: '/v1/account/funds', handler: account.funds },
     { method: 'get', pattern: '/v1/account/usage/stats', handler: account.usageStats },
-    ...(['get', 'post', 'patch', 'del'] as const).flatMap((method) => [
-      { method, pattern: '/v1/management-keys', handler: refuseManagementKeys },
-      { method, pattern: '/v1/management-keys/:id', handler: refuseManagementKeys },
-    ]),
+    { method: 'get', pattern: '/v1/management-keys', handler: mgmtKeys.list },
+    { method: 'post', pattern: '/v1/management-keys', handler: mgmtKeys.create },
+    { method: 'patch', pattern: '/v1/management-keys/:id', handler: mgmtKeys.update },
+    { method: 'del', pattern: '/v1/management-keys/:id', handler: mgmtKeys.revoke },
+    { method: 'get', pattern: '/v1/auth/nonce', handler: signIn.nonce },
+    { method: 'post', pattern: '/v1/auth/verify', handler: signIn.verify },
+    { method: 'get', pattern: '/v1/auth/session', handler: signIn.session },
+    { method: 'post', pattern: '/v1/auth/logout', handler: signIn.logout },
+    { method: 'get', pattern: '/console', handler: consoleFiles },
+    { method: 'get', pattern: '/console/*', handler: consoleFiles },
   ]
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
@@ -233,6 +228,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     credentials,
     devKeys,
     ledger,
+    sessions,
     async close() {
       app.close()
       await stopServing()

@@ -4,7 +4,7 @@
  * has no cache: a running server learns of its writes as store changes, Store.changes) and the test harness.
  */
 import { randomUUID } from 'node:crypto'
-import type { AccountRecord, ApiKeyPatch, ApiKeyRecord, MgmtKeyRecord, Scope, Store } from '../store/store.js'
+import type { AccountRecord, ApiKeyPatch, ApiKeyRecord, MgmtKeyPatch, MgmtKeyRecord, Scope, Store } from '../store/store.js'
 import type { KeyCache } from './key-cache.js'
 import { API_KEY_PREFIX, hashSecret, MGMT_KEY_PREFIX, newSecret, previewOf } from './keys.js'
 
@@ -83,6 +83,13 @@ export class Credentials {
     })
     this.#cache?.invalidate(hash)
     return { record, secret }
+  }
+
+  /** Renames a management key or changes its scopes; the cached key (with its scopes) is dropped at once. */
+  async updateMgmtKey(accountId: string, keyId: string, patch: MgmtKeyPatch): Promise<MgmtKeyRecord | null> {
+    const record = await this.#store.keys.updateMgmtKey(accountId, keyId, patch)
+    if (record !== null) this.#cache?.invalidate(record.hash)
+    return record
   }
 
   async revokeMgmtKey(keyId: string): Promise<MgmtKeyRecord | null> {

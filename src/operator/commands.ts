@@ -44,6 +44,7 @@ export const MGMT_KEYS_USAGE = `usage: svc-router mgmt-keys <command> [--config 
 commands:
   create <wallet> --scopes LIST --name NAME   issue an mk- key; its secret is printed this once
   list [<wallet>]                              management keys (all accounts, or one)
+  update <key_id> [--name NAME] [--scopes LIST]   rename a management key or replace its scopes
   revoke <key_id>                              revoke a management key
 
 scopes (comma-separated, or "all"): ${SCOPES.join(', ')}
@@ -245,6 +246,28 @@ export async function mgmtKeysCommand(argv: string[], io: OperatorIo): Promise<n
       const account = args[0] === undefined ? undefined : wallet(args[0])
       return withStore(values.config, io, async (store) => {
         io.out(mgmtKeyLines(await store.keys.listMgmtKeys(account)))
+        return 0
+      })
+    }
+    case 'update': {
+      const id = args[0]
+      if (id === undefined) throw new OperatorUsageError('missing <key_id>')
+      const name = values.name?.trim()
+      if (name === '') throw new OperatorUsageError('--name must not be empty')
+      const scopes = values.scopes === undefined ? undefined : parseScopes(values.scopes)
+      if (name === undefined && scopes === undefined) throw new OperatorUsageError('nothing to update: give --name, --scopes or both')
+      return withStore(values.config, io, async (store) => {
+        // The console's update is scoped to its account; the operator names only the key.
+        const key = (await store.keys.listMgmtKeys()).find((k) => k.id === id)
+        const record = key === undefined ? null : await new Credentials(store, null).updateMgmtKey(key.accountId, id, {
+          ...(name !== undefined && { name }),
+          ...(scopes !== undefined && { scopes }),
+        })
+        if (record === null) {
+          io.err(`svc-router: no management key ${id}\n`)
+          return 1
+        }
+        io.out(`management key ${record.id} updated\n  name:   ${record.name}\n  scopes: ${record.scopes.join(', ')}\n`)
         return 0
       })
     }

@@ -29,6 +29,15 @@ export interface RequestHead {
    * acted on another one, so such a request is refused rather than served on a guess.
    */
   readonly conflictingHeader: string
+  /**
+   * Headers of the console's wallet session (auth/session-auth.ts): the session cookie and what a browser
+   * says about where a request comes from (CSRF checks). First occurrence; repeats are not judged. Optional
+   * so that heads built by hand need not spell them out; the front end always sets them ('' when absent).
+   */
+  readonly cookie?: string
+  readonly origin?: string
+  readonly host?: string
+  readonly secFetchSite?: string
   /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
   readonly params?: readonly string[]
   /** Resolved lazily: only the auth audit needs it. */
@@ -48,4 +57,15 @@ export const HEADER = {
   maxPricePrompt: 'x-svc-provider-max-price-usd-prompt',
   maxPriceCompletion: 'x-svc-provider-max-price-usd-completion',
   maxPriceImage: 'x-svc-provider-max-price-usd-image',
+} as const
+
+/**
+ * Lower-case names of the headers the console's session reads (auth/session-auth.ts). Copied like HEADER's,
+ * but a repeat is never judged a conflict: only HEADER's names are.
+ */
+export const SESSION_HEADER = {
+  cookie: 'cookie',
+  origin: 'origin',
+  host: 'host',
+  secFetchSite: 'sec-fetch-site',
 } as const

@@ -62,6 +62,9 @@ export type ApiKeyPatch = Partial<
   Pick<ApiKeyRecord, 'name' | 'trustMode' | 'creditLimit' | 'resetPeriod' | 'expiresAt' | 'allowedModels' | 'allowedProviders'>
 >
 
+/** Fields of a management key that an update may change; absent fields are left alone. */
+export type MgmtKeyPatch = Partial<Pick<MgmtKeyRecord, 'name' | 'scopes'>>
+
 /** A management key as created: not revoked, never used yet. */
 export type NewMgmtKey = Omit<MgmtKeyRecord, 'revoked' | 'revokedAt' | 'lastUsedAt' | 'lastSourceIp'>
 
@@ -78,6 +81,10 @@ export interface KeyStore {
 
   // mk- keys
   createMgmtKey(key: NewMgmtKey): Promise<MgmtKeyRecord>
+  /** The key if it belongs to `accountId`; a key of another account is null, as an unknown one. */
+  getMgmtKey(accountId: string, keyId: string): Promise<MgmtKeyRecord | null>
+  /** Renames the key or changes its scopes (revoked keys too: the record stays accurate); null if not the account's. */
+  updateMgmtKey(accountId: string, keyId: string, patch: MgmtKeyPatch): Promise<MgmtKeyRecord | null>
   /** All management keys, or only those of one account; oldest first. */
   listMgmtKeys(accountId?: string): Promise<MgmtKeyRecord[]>
   revokeMgmtKey(keyId: string, now: number): Promise<MgmtKeyRecord | null>

@@ -256,6 +256,28 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     t.equal(await store.keys.revokeMgmtKey(randomUUID(), T0), null)
   })
 
+  t.test('management keys: get and update within their account only (rename, scopes)', async (t) => {
+    const store = await open(t)
+    await store.accounts.ensureAccount(A, T0)
+    await store.accounts.ensureAccount(B, T0)
+    const a1 = await store.keys.createMgmtKey(mgmtKey(A))
+    t.equal((await store.keys.getMgmtKey(A, a1.id))?.name, 'ops')
+    t.equal(await store.keys.getMgmtKey(B, a1.id), null, "another account's key is unknown")
+    t.equal(await store.keys.getMgmtKey(A, randomUUID()), null)
+    const renamed = await store.keys.updateMgmtKey(A, a1.id, { name: 'deploy' })
+    t.equal(renamed?.name, 'deploy')
+    t.strictSame(renamed?.scopes, ['account:read', 'keys:read'], 'absent fields are left alone')
+    const rescoped = await store.keys.updateMgmtKey(A, a1.id, { scopes: ['keys:manage', 'keys:manage', 'keys:create'] })
+    t.strictSame(rescoped?.scopes, ['keys:manage', 'keys:create'], 'duplicates dropped, order kept')
+    t.equal(rescoped?.name, 'deploy')
+    t.equal(rescoped?.hash, a1.hash, 'the secret is unchanged')
+    const found = await store.keys.findCredential(a1.hash)
+    t.strictSame(found?.kind === 'mgmt' && found.key.scopes, ['keys:manage', 'keys:create'], 'authentication reads the new scopes')
+    t.equal(await store.keys.updateMgmtKey(B, a1.id, { name: 'theirs' }), null, "another account cannot update it")
+    t.equal((await store.keys.getMgmtKey(A, a1.id))?.name, 'deploy')
+    t.equal(await store.keys.updateMgmtKey(A, randomUUID(), { name: 'x' }), null)
+  })
+
   t.test('touchMgmtKey writes at most once per interval, never on a revoked key', async (t) => {
     const store = await open(t)
     await store.accounts.ensureAccount(A, T0)
@@ -516,6 +538,7 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     const mkChange = { kind: 'key', accountId: A, keyId: mk.id }
     t.strictSame(await reported(() => other.keys.createMgmtKey(mk)), [mkChange], 'a management key created')
     t.strictSame(await reported(() => other.keys.touchMgmtKey(mk.id, T0, '10.0.0.1', 60_000)), [], 'an audit write is not a change')
+    t.strictSame(await reported(() => other.keys.updateMgmtKey(A, mk.id, { scopes: ['keys:read'] })), [mkChange], 'a management key re-scoped')
     t.strictSame(await reported(() => other.keys.revokeMgmtKey(mk.id, T0 + 1)), [mkChange], 'a management key revoked')
 
     const live = apiKey(A)

@@ -5,6 +5,7 @@ import type {
   ApiKeyRecord,
   Credential,
   KeyStore,
+  MgmtKeyPatch,
   MgmtKeyRecord,
   NewApiKey,
   NewMgmtKey,
@@ -105,6 +106,8 @@ function prepareStatements(conn: SqliteConnection) {
       'INSERT INTO mgmt_keys (id, account_id, hash, preview, name, scopes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
     ),
     mgmtKey: db.prepare<[string], MgmtKeyRow>('SELECT * FROM mgmt_keys WHERE id = ?'),
+    mgmtKeyOf: db.prepare<[string, string], MgmtKeyRow>('SELECT * FROM mgmt_keys WHERE id = ? AND account_id = ?'),
+    updateMgmtKey: db.prepare('UPDATE mgmt_keys SET name = ?, scopes = ? WHERE id = ? AND account_id = ?'),
     mgmtKeys: db.prepare<[], MgmtKeyRow>('SELECT * FROM mgmt_keys ORDER BY created_at, rowid'),
     mgmtKeysOf: db.prepare<[string], MgmtKeyRow>('SELECT * FROM mgmt_keys WHERE account_id = ? ORDER BY created_at, rowid'),
     revokeMgmtKey: db.prepare('UPDATE mgmt_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?'),
@@ -186,6 +189,25 @@ export class SqliteKeys implements KeyStore {
     this.#conn.check()
     this.#q.insertMgmtKey.run(key.id, key.accountId, key.hash, key.preview, key.name, key.scopes.join(' '), key.createdAt)
     return this.#conn.flushed(toMgmtKey(this.#q.mgmtKey.get(key.id)!))
+  }
+
+  async getMgmtKey(accountId: string, keyId: string): Promise<MgmtKeyRecord | null> {
+    this.#conn.check()
+    const row = this.#q.mgmtKeyOf.get(keyId, accountId)
+    return row === undefined ? null : toMgmtKey(row)
+  }
+
+  async updateMgmtKey(accountId: string, keyId: string, patch: MgmtKeyPatch): Promise<MgmtKeyRecord | null> {
+    this.#conn.check()
+    const update = this.#conn.db.transaction((): MgmtKeyRecord | null => {
+      const row = this.#q.mgmtKeyOf.get(keyId, accountId)
+      if (row === undefined) return null
+      const old = toMgmtKey(row)
+      const scopes = patch.scopes === undefined ? old.scopes : [...new Set(patch.scopes)]
+      this.#q.updateMgmtKey.run(patch.name ?? old.name, scopes.join(' '), keyId, accountId)
+      return toMgmtKey(this.#q.mgmtKeyOf.get(keyId, accountId)!)
+    })
+    return update.immediate()
   }
 
   async listMgmtKeys(accountId?: string): Promise<MgmtKeyRecord[]> {

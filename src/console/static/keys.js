@@ -1,0 +1,141 @@
+// API keys (sk-): create with name, trust mode, credit limit and reset period, allowed models and providers,
+// expiry; list; edit; revoke after a confirmation. Calls /v1/api-keys with the console session.
+import { api, h, iso, table } from './api.js'
+import { clearError, confirmAction, secretPanel, showError } from './ui.js'
+
+const TRUST = [['', 'None (any tier)'], ['standard', 'standard'], ['verified', 'verified'], ['private', 'private']]
+const RESETS = ['never', 'daily', 'weekly', 'monthly']
+
+function list(text) {
+  const items = text.split(/[\s,]+/).filter((x) => x !== '')
+  return items.length === 0 ? null : items
+}
+
+/** The datetime-local value (local time) of an ISO timestamp, '' for none. */
+function localValue(isoText) {
+  if (!isoText) return ''
+  const d = new Date(isoText)
+  const pad = (n) => String(n).padStart(2, '0')
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`
+}
+
+/** The create/edit form; `key` fills it for an edit. Resolves the body to send, or null when cancelled. */
+function keyForm(models, key, onSubmit, onCancel) {
+  const id = key ? `edit-${key.key_id}` : 'new-key'
+  const field = (name, label, control) => h('label', { for: `${id}-${name}` }, label, control)
+  const name = h('input', { id: `${id}-name`, name: 'name', required: true, maxlength: 200, value: key ? key.name : '', autocomplete: 'off' })
+  const trust = h('select', { id: `${id}-trust_mode`, name: 'trust_mode' }, TRUST.map(([v, l]) => h('option', { value: v, selected: key && key.trust_mode === v }, l)))
+  const limit = h('input', { id: `${id}-credit_limit`, name: 'credit_limit', inputmode: 'decimal', placeholder: 'no limit', value: key && key.credit_limit !== null ? key.credit_limit : '' })
+  const reset = h('select', { id: `${id}-reset_period`, name: 'reset_period' }, RESETS.map((r) => h('option', { value: r, selected: key && key.reset_period === r }, r)))
+  const listId = `${id}-models-list`
+  const allowedModels = h('input', { id: `${id}-allowed_models`, name: 'allowed_models', list: listId, placeholder: 'all models (comma-separated ids)', value: key && key.allowed_models ? key.allowed_models.join(', ') : '' })
+  const allowedProviders = h('input', { id: `${id}-allowed_providers`, name: 'allowed_providers', placeholder: 'all providers (comma-separated 0x addresses)', value: key && key.allowed_providers ? key.allowed_providers.join(', ') : '' })
+  const expires = h('input', { id: `${id}-expires_at`, name: 'expires_at', type: 'datetime-local', value: key ? localValue(key.expires_at) : '' })
+  const form = h('form', {
+    class: 'fields',
+    'aria-label': key ? `Edit ${key.name}` : 'Create an API key',
+    onsubmit: (e) => {
+      e.preventDefault()
+      const body = {
+        name: name.value,
+        trust_mode: trust.value === '' ? null : trust.value,
+        credit_limit: limit.value.trim() === '' ? null : limit.value.trim(),
+        reset_period: reset.value,
+        allowed_models: list(allowedModels.value),
+        allowed_providers: list(allowedProviders.value),
+        expires_at: expires.value === '' ? null : new Date(expires.value).toISOString(),
+      }
+      // An edit that leaves the expiry as it was must not send it (a past expiry would be refused).
+      if (key && localValue(key.expires_at) === expires.value) delete body.expires_at
+      onSubmit(body)
+    },
+  },
+  field('name', 'Name', name),
+  field('trust_mode', 'Trust mode', trust),
+  field('credit_limit', 'Credit limit (USD)', limit),
+  field('reset_period', 'Limit resets', reset),
+  field('allowed_models', 'Allowed models', allowedModels),
+  h('datalist', { id: listId }, models.map((m) => h('option', { value: m }))),
+  field('allowed_providers', 'Allowed providers', allowedProviders),
+  field('expires_at', 'Expires (local time; empty: never)', expires),
+  h('div', { class: 'actions' },
+    h('button', { type: 'submit', class: 'primary' }, key ? 'Save changes' : 'Create key'),
+    onCancel ? h('button', { type: 'button', onclick: onCancel }, 'Cancel') : null))
+  return form
+}
+
+export async function renderApiKeys(view) {
+  const [keys, catalog] = await Promise.all([api('GET', '/v1/api-keys'), api('GET', '/v1/models').catch(() => ({ data: [] }))])
+  const models = catalog.data.map((m) => m.id)
+  const reveal = h('div')
+  const editor = h('div')
+
+  const reload = async (focusSelector) => {
+    await renderApiKeys(view)
+    if (focusSelector) view.querySelector(focusSelector)?.focus()
+  }
+
+  async function create(body) {
+    clearError()
+    try {
+      const created = await api('POST', '/v1/api-keys', body)
+      await reload()
+      const panel = secretPanel(`New API key "${created.name}"`, created.key)
+      view.querySelector('[data-slot="reveal"]').replaceChildren(panel)
+      panel.focus()
+    } catch (err) {
+      showError(err)
+    }
+  }
+
+  function edit(key) {
+    clearError()
+    const form = keyForm(models, key, async (body) => {
+      try {
+        await api('PATCH', `/v1/api-keys/${key.key_id}`, body)
+        await reload(`[data-edit="${key.key_id}"]`)
+      } catch (err) {
+        showError(err)
+      }
+    }, () => { editor.replaceChildren(); view.querySelector(`[data-edit="${key.key_id}"]`)?.focus() })
+    editor.replaceChildren(h('section', { class: 'card', 'aria-label': `Edit ${key.name}` }, h('h2', {}, `Edit "${key.name}"`), form))
+    form.querySelector('input').focus()
+  }
+
+  async function revoke(key) {
+    clearError()
+    if (!(await confirmAction(`Revoke the API key "${key.name}" (${key.key_preview})? Requests with it are refused from the next one on. This cannot be undone.`))) return
+    try {
+      await api('DELETE', `/v1/api-keys/${key.key_id}`)
+      await reload('#new-key-name')
+    } catch (err) {
+      showError(err)
+    }
+  }
+
+  const rows = keys.data.map((k) => h('tr', { 'data-key-id': k.key_id },
+    h('td', {}, k.name), h('td', { class: 'mono' }, k.key_preview),
+    h('td', { class: `status-${k.status}` }, k.status),
+    h('td', {}, k.trust_mode || '–'),
+    h('td', { class: 'num' }, k.credit_limit === null ? '–' : `${k.credit_limit} / ${k.reset_period}`),
+    h('td', { class: 'num' }, k.used),
+    h('td', {}, k.allowed_models ? k.allowed_models.join(', ') : 'all'),
+    h('td', { class: 'mono' }, k.allowed_providers ? k.allowed_providers.join(', ') : 'all'),
+    h('td', {}, iso(k.expires_at)),
+    h('td', {}, iso(k.created_at)),
+    h('td', {}, k.revoked ? '' : h('div', { class: 'actions' },
+      h('button', { type: 'button', 'data-edit': k.key_id, onclick: () => edit(k) }, 'Edit', h('span', { class: 'sr-only' }, ` ${k.name}`)),
+      h('button', { type: 'button', class: 'danger', 'data-revoke': k.key_id, onclick: () => revoke(k) }, 'Revoke', h('span', { class: 'sr-only' }, ` ${k.name}`))))))
+
+  view.replaceChildren(
+    h('section', { class: 'card', 'aria-labelledby': 'new-key-title' },
+      h('h2', { id: 'new-key-title' }, 'New API key (sk-)'),
+      h('div', { 'data-slot': 'reveal' }, reveal),
+      keyForm(models, null, create, null)),
+    editor,
+    h('section', { class: 'card', 'aria-labelledby': 'keys-title' },
+      h('h2', { id: 'keys-title' }, 'API keys'),
+      table('API keys of this account, oldest first', ['Name', 'Preview', 'Status', 'Trust mode', { label: 'Limit', num: true }, { label: 'Used (USD)', num: true },
+        'Models', 'Providers', 'Expires', 'Created', 'Actions'], rows)),
+  )
+}
