@@ -44,7 +44,7 @@ export const MAX_HEADER_BYTES = 4096
 const COPIED: readonly string[] = Object.values(HEADER)
 const SLOT = Object.fromEntries(Object.keys(HEADER).map((key, slot) => [key, slot])) as Record<keyof typeof HEADER, number>
 /**
- * Slot of a copied name by the name's length. The eleven names have eleven different lengths, so a field
+ * Slot of a copied name by the name's length. The twelve names have twelve different lengths, so a field
  * whose name is not copied is dismissed by one array read, and a match costs one string compare.
  */
 const SLOT_BY_LENGTH = new Int8Array(64).fill(-1)
@@ -92,6 +92,7 @@ class UwsRequestHead implements RequestHead {
   readonly path: string
   readonly query: string
   readonly authorization: string
+  readonly xApiKey: string
   readonly contentType: string
   readonly contentLength: string
   readonly providerAddress: string
@@ -122,6 +123,7 @@ class UwsRequestHead implements RequestHead {
     req.forEach(onHeaderField)
     const v = scan.values
     this.authorization = v[SLOT.authorization]!
+    this.xApiKey = v[SLOT.xApiKey]!
     this.contentType = v[SLOT.contentType]!
     this.contentLength = v[SLOT.contentLength]!
     this.providerAddress = v[SLOT.providerAddress]!
@@ -185,7 +187,7 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
     return new RouterError('request_header_fields_too_large', `the request head is ${head.headBytes} bytes; the limit is ${limit}`)
   }
   const conflict = head.conflictingHeader
-  if (conflict === HEADER.authorization || conflict === HEADER.contentType || conflict === HEADER.contentLength) {
+  if (conflict === HEADER.authorization || conflict === HEADER.xApiKey || conflict === HEADER.contentType || conflict === HEADER.contentLength) {
     return new RouterError('invalid_request', `the ${conflict} header was sent more than once with different values`)
   }
   return null
