@@ -2,7 +2,8 @@
  * Answers of a provider that speaks Anthropic's Messages API itself, relayed as they are (DESIGN.md §4): the
  * JSON body gets an `x_svc_trace` member spliced in; the SSE stream is relayed event by event except its
  * `message_stop`, which is held and sent by complete() with the trace in its data, so the last byte of the
- * answer waits for the durable charge.
+ * answer waits for the durable charge. A provider's own `event: error` is held the same way and ends the
+ * stream in place of message_stop, with the trace added.
  */
 import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
@@ -26,6 +27,8 @@ export class AnthropicStreamCodec implements ResponseCodec {
   #input: Usage | null = null
   #output: unknown = undefined
   #emit: Emit | null = null
+  /** The provider's own `event: error` (e.g. overloaded_error mid-stream): held, and sent instead of message_stop. */
+  #error: Record<string, unknown> | null = null
   readonly #framer: SseFramer
 
   constructor() {
@@ -68,6 +71,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
   }
 
   complete(trace: Record<string, unknown>): string {
+    if (this.#error !== null) return `event: error\ndata: ${JSON.stringify({ ...this.#error, x_svc_trace: trace })}\n\n`
     return `event: message_stop\ndata: ${JSON.stringify({ type: 'message_stop', x_svc_trace: trace })}\n\n`
   }
 
@@ -87,6 +91,15 @@ export class AnthropicStreamCodec implements ResponseCodec {
     }
     const name = f.eventName()
     if (name === 'message_stop') return
+    if (name === 'error') {
+      try {
+        const value: unknown = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
+        this.#error = value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : { type: 'error' }
+      } catch {
+        this.#error = { type: 'error', error: { type: 'api_error', message: 'the provider sent an unreadable error event' } }
+      }
+      return
+    }
     this.#events++
     if (name === 'message_start' || name === 'message_delta') this.#read(name, f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
     // A copy: the framer reuses neither buffer, but the receiver may hold a slice of the provider's chunk.

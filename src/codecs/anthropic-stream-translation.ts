@@ -29,6 +29,8 @@ export class AnthropicStreamTranslator {
   /** Chunks that carried content (the usage estimate when the provider reports none). */
   contentChunks = 0
   usage: Record<string, any> | null = null
+  /** An OpenAI-style `{"error":…}` chunk the provider sent mid-stream: the stream ends in event: error. */
+  error: Record<string, any> | null = null
   #finish: unknown = null
   #refused = false
   #block = NONE
@@ -77,6 +79,11 @@ export class AnthropicStreamTranslator {
 
   /** The end of a completed stream: open block closed, message_delta, message_stop with `extra` members. */
   end(extra: string): string {
+    if (this.error !== null) {
+      const e = this.error
+      const error = { type: typeof e.type === 'string' ? e.type : 'api_error', message: typeof e.message === 'string' ? e.message : 'the provider reported an error mid-stream' }
+      return event('error', `{"type":"error","error":${JSON.stringify(error)}${extra}}`)
+    }
     let out = this.started ? '' : this.#start({})
     out += this.#close()
     const u = this.usage
@@ -218,6 +225,9 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
     } catch {
       return
     }
-    if (chunk !== null && typeof chunk === 'object' && !Array.isArray(chunk)) this.#out += this.translator.chunk(chunk as Record<string, any>)
+    if (chunk === null || typeof chunk !== 'object' || Array.isArray(chunk)) return
+    const error = (chunk as Record<string, any>).error
+    if (error !== null && typeof error === 'object') this.translator.error = error
+    else this.#out += this.translator.chunk(chunk as Record<string, any>)
   }
 }

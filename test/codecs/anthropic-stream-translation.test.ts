@@ -127,3 +127,25 @@ t.test('every split of every fixture translates to the same events', async (t) =
     t.equal(same, cuts, name)
   }
 })
+
+t.test('an error chunk from the provider mid-stream ends the stream in event: error, never message_stop', async (t) => {
+  const bytes = Buffer.concat([sse([chunk({ content: 'par' })], false), Buffer.from('data: {"error":{"message":"overloaded","type":"server_error"}}\n\n')])
+  const { events } = run([bytes])
+  t.notOk(events.some((e) => e[0] === 'message_stop' || e[0] === 'message_delta'))
+  t.same(events.at(-1), ['error', { type: 'error', error: { type: 'server_error', message: 'overloaded' }, x_svc_trace: { t: 1 } }])
+})
+
+t.test('native: a provider error event is held and ends the stream with the trace, in place of message_stop', async (t) => {
+  const { AnthropicStreamCodec } = await import('../../src/codecs/anthropic-native.js')
+  const codec = new AnthropicStreamCodec()
+  const out: Buffer[] = []
+  const start = 'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3,"output_tokens":1}}}\n\n'
+  const error = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+  codec.push(Buffer.from(start + error), (b) => out.push(Buffer.from(b)))
+  codec.finish((b) => out.push(b))
+  t.equal(Buffer.concat(out).toString(), start)
+  t.equal(codec.id, 'msg_1')
+  const end = codec.complete({ t: 1 })
+  t.same(JSON.parse(end.slice(end.indexOf('{'))), { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' }, x_svc_trace: { t: 1 } })
+  t.match(end, /^event: error\n/)
+})
