@@ -28,6 +28,7 @@ import { createAuthSession } from './surfaces/auth-session.js'
 import { createManagementKeys } from './surfaces/management-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
+import { messages } from './surfaces/messages.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
 
@@ -180,6 +181,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const consoleFiles = createConsoleFiles()
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: createInferenceRoute(deps, chatCompletions) },
+    { method: 'post', pattern: '/v1/messages', handler: createInferenceRoute(deps, messages) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },

@@ -94,7 +94,9 @@ export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, '
   }
 
   function resolve(head: RequestHead): CacheEntry | RouterError | Promise<CacheEntry | RouterError> {
-    const token = parseAuthorization(head.authorization)
+    // The Anthropic SDK sends its key as `x-api-key`; Authorization wins when both are sent.
+    const xApiKey = head.xApiKey
+    const token = parseAuthorization(head.authorization === '' && xApiKey !== undefined && xApiKey !== '' ? 'Bearer ' + xApiKey : head.authorization)
     if (token === NO_TOKEN) return MISSING_AUTHORIZATION
     if (token === BAD_TOKEN) return INVALID_API_KEY
     const hash = digestToken(token)

@@ -105,6 +105,7 @@ class UwsRequestHead implements RequestHead {
   readonly path: string
   readonly query: string
   readonly authorization: string
+  readonly xApiKey: string
   readonly contentType: string
   readonly contentLength: string
   readonly providerAddress: string
@@ -139,6 +140,7 @@ class UwsRequestHead implements RequestHead {
     req.forEach(onHeaderField)
     const v = scan.values
     this.authorization = v[SLOT.authorization]!
+    this.xApiKey = v[SLOT.xApiKey]!
     this.contentType = v[SLOT.contentType]!
     this.contentLength = v[SLOT.contentLength]!
     this.providerAddress = v[SLOT.providerAddress]!
@@ -206,7 +208,7 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
     return new RouterError('request_header_fields_too_large', `the request head is ${head.headBytes} bytes; the limit is ${limit}`)
   }
   const conflict = head.conflictingHeader
-  if (conflict === HEADER.authorization || conflict === HEADER.contentType || conflict === HEADER.contentLength) {
+  if (conflict === HEADER.authorization || conflict === HEADER.xApiKey || conflict === HEADER.contentType || conflict === HEADER.contentLength) {
     return new RouterError('invalid_request', `the ${conflict} header was sent more than once with different values`)
   }
   return null

@@ -11,6 +11,8 @@ export interface RequestHead {
   /** performance.now() at arrival. */
   readonly startedAt: number
   readonly authorization: string
+  /** `x-api-key`, as the Anthropic SDK sends its key; read only when Authorization is absent. Absent on heads built by hand. */
+  readonly xApiKey?: string
   readonly contentType: string
   readonly contentLength: string
   readonly providerAddress: string
@@ -22,8 +24,8 @@ export interface RequestHead {
   readonly maxPriceCompletion: string
   readonly maxPriceImage: string
   /**
-   * The lower-case name of one of the eleven headers of HEADER (authorization, content-type, content-length
-   * and the eight X-SVC-Provider-* headers) that was sent more than once with values that differ once
+   * The lower-case name of one of the twelve headers of HEADER (authorization, x-api-key, content-type,
+   * content-length and the eight X-SVC-Provider-* headers) that was sent more than once with values that differ once
    * leading and trailing SP and HTAB are trimmed; '' when none was. Identical repeats are not a conflict.
    * The fields above hold the first occurrence (what uWS's getHeader returns): a proxy in front may have
    * acted on another one, so such a request is refused rather than served on a guess.
@@ -57,6 +59,7 @@ export const HEADER = {
   maxPricePrompt: 'x-svc-provider-max-price-usd-prompt',
   maxPriceCompletion: 'x-svc-provider-max-price-usd-completion',
   maxPriceImage: 'x-svc-provider-max-price-usd-image',
+  xApiKey: 'x-api-key',
 } as const
 
 /**

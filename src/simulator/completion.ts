@@ -84,7 +84,7 @@ export function estimatePromptTokens(messages: readonly unknown[]): number {
   return tokens
 }
 
-function planToolCall(tools: unknown, toolChoice: unknown): ToolCallPlan | undefined {
+export function planToolCall(tools: unknown, toolChoice: unknown): ToolCallPlan | undefined {
   if (!Array.isArray(tools) || tools.length === 0 || toolChoice === 'none') return undefined
   const wanted = (toolChoice as { function?: { name?: unknown } } | null)?.function?.name
   let fn = (tools[0] as { function?: { name?: unknown; parameters?: unknown } } | null)?.function

@@ -1,6 +1,6 @@
 /**
- * The simulated provider: a real OpenAI-compatible HTTP server on `node:http`, used by the demo, the
- * router tests and the benchmarks. Deterministic filler content, optional pacing, injectable faults.
+ * The simulated provider: a real OpenAI-compatible HTTP server on `node:http` that also serves Anthropic's
+ * native `/v1/messages`, used by the demo, the router tests and the benchmarks. Deterministic filler content, optional pacing, injectable faults.
  */
 import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
@@ -26,16 +26,29 @@ import {
   usageJson,
   type ChatRequest,
 } from './completion.js'
+import {
+  estimateMessagesPromptTokens,
+  inputJsonDelta,
+  messageBody,
+  parseMessagesRequest,
+  streamStart,
+  streamStop,
+  textBlock,
+  textDelta,
+  toolUseBlock,
+  type MessagesRequest,
+} from './messages.js'
 
 export { SIMULATOR_FAULTS, type SimulatorFault, type SimulatorOptions } from './settings.js'
 
-/** Live counters of `/v1/chat/completions` traffic. */
+/** Live counters of `/v1/chat/completions` and `/v1/messages` traffic. */
 export interface SimulatorStats {
   requests: number // requests received
   completed: number // responses fully written (error answers included)
   aborted: number // requests whose client went away before the response finished
   lastBody: any // last parsed JSON request body
   lastHeaders: Record<string, string | string[] | undefined>
+  lastPath: string // request target of the last request: /v1/chat/completions or /v1/messages
 }
 
 /** A running simulator. */
@@ -93,7 +106,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   let faultsLeft = settings.faultCount
   let listening = false
   let closing: Promise<void> | undefined
-  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {} }
+  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '' }
   const sockets = new Set<Socket>()
   // Sockets the simulator destroyed on purpose: their requests are faults, not client aborts.
   const killed = new WeakSet<Socket>()
@@ -145,14 +158,17 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const url = req.url ?? '/'
     const query = url.indexOf('?')
     const path = query === -1 ? url : url.slice(0, query)
-    if (path === '/v1/chat/completions' && req.method === 'POST') return handleChat(req, res)
+    if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
+    if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
     if (path === '/v1/models' && req.method === 'GET') return sendJson(res, 200, settings.modelsBody, settings.name)
     sendError(res, 404, settings.name, `Unknown request URL: ${req.method} ${path}.`, 'invalid_request_error', 'unknown_url')
   }
 
-  function handleChat(req: IncomingMessage, res: ServerResponse): void {
+  /** Both endpoints: the counters, the fault taken, the body read; `respond` answers in its format. */
+  function handlePost(req: IncomingMessage, res: ServerResponse, respond: (ex: Exchange, fault: SimulatorFault, text: string) => void): void {
     stats.requests++
     stats.lastHeaders = req.headers
+    stats.lastPath = req.url ?? ''
     const ex: Exchange = { res, socket: req.socket, s: settings, timer: undefined }
     const fault = takeFault(ex.s)
     res.once('finish', function countCompleted() {
@@ -169,11 +185,15 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
       text += chunk
     })
     req.on('end', function onBody() {
-      respondChat(ex, fault, text)
+      respond(ex, fault, text)
     })
   }
 
-  function respondChat(ex: Exchange, fault: SimulatorFault, text: string): void {
+  /**
+   * The parsed body, or undefined once the request was answered: by a fault that needs no body, or a 400 for
+   * a body that is not JSON. Shared by both endpoints, so their faults are the same.
+   */
+  function readRequest(ex: Exchange, fault: SimulatorFault, text: string): unknown {
     const { res, s } = ex
     let body: unknown
     try {
@@ -184,17 +204,26 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     stats.lastBody = body
     switch (fault) {
       case 'reset-before-headers':
-        return kill(ex.socket)
+        kill(ex.socket)
+        return undefined
       case 'status-500':
-        return sendError(res, 500, s.name, 'The server had an error while processing your request (simulated).', 'server_error', 'server_error')
+        sendError(res, 500, s.name, 'The server had an error while processing your request (simulated).', 'server_error', 'server_error')
+        return undefined
       case 'status-429':
-        return sendError(res, 429, s.name, 'Rate limit reached (simulated).', 'requests', 'rate_limit_exceeded', '1')
+        sendError(res, 429, s.name, 'Rate limit reached (simulated).', 'requests', 'rate_limit_exceeded', '1')
+        return undefined
       case 'status-400':
-        return sendError(res, 400, s.name, 'Invalid request (simulated).', 'invalid_request_error', 'invalid_request')
+        sendError(res, 400, s.name, 'Invalid request (simulated).', 'invalid_request_error', 'invalid_request')
+        return undefined
     }
-    if (body === undefined) {
-      return sendError(res, 400, s.name, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json')
-    }
+    if (body === undefined) sendError(res, 400, s.name, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json')
+    return body
+  }
+
+  function respondChat(ex: Exchange, fault: SimulatorFault, text: string): void {
+    const { res, s } = ex
+    const body = readRequest(ex, fault, text)
+    if (body === undefined) return
     const request = parseChatRequest(body)
     if ('error' in request) return sendError(res, 400, s.name, request.error, 'invalid_request_error', 'invalid_request')
     if (s.models !== undefined && !s.models.has(request.model)) {
@@ -236,6 +265,53 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const pieces = splitArguments(tool.arguments)
     const first = toolStartChunk(frame, callId, tool.name)
     stream(ex, first, pieces.length, (i) => toolArgumentsChunk(frame, pieces[i]!), end, reset)
+  }
+
+  function respondMessages(ex: Exchange, fault: SimulatorFault, text: string): void {
+    const { res, s } = ex
+    const body = readRequest(ex, fault, text)
+    if (body === undefined) return
+    const request = parseMessagesRequest(body)
+    if ('error' in request) return sendError(res, 400, s.name, request.error, 'invalid_request_error', 'invalid_request')
+    if (s.models !== undefined && !s.models.has(request.model)) {
+      return sendError(res, 404, s.name, `model: ${request.model}`, 'not_found_error', 'model_not_found')
+    }
+    later(ex, fault === 'slow-headers' ? s.slowHeadersMs : 0, function startMessage() {
+      completeMessage(ex, request, fault)
+    })
+  }
+
+  /** The native Anthropic answer: text (max_tokens caps it) or one tool_use block, as JSON or SSE. */
+  function completeMessage(ex: Exchange, request: MessagesRequest, fault: SimulatorFault): void {
+    const { s } = ex
+    const id = nextId('msg_')
+    const modelJson = JSON.stringify(request.model)
+    const reset = fault === 'reset-mid-stream'
+    const tool = request.tool
+    let tokens = s.completionTokens
+    let stopReason = 'end_turn'
+    if (tool !== undefined) {
+      tokens = toolCallTokens(tool)
+      stopReason = 'tool_use'
+    } else if (request.maxTokens < tokens) {
+      tokens = request.maxTokens
+      stopReason = 'max_tokens'
+    }
+    const input = fault === 'no-usage' ? undefined : estimateMessagesPromptTokens(request)
+    const toolId = tool === undefined ? '' : nextId('toolu_')
+    if (!request.stream) {
+      const content = tool === undefined ? textBlock(tokens) : toolUseBlock(toolId, tool)
+      const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
+      const usage: [number, number] | undefined = input === undefined ? undefined : [input, tokens]
+      return sendCompletion(ex, messageBody(id, modelJson, content, stopReason, usage), units, reset)
+    }
+    const end = streamStop(stopReason, input === undefined ? undefined : tokens)
+    if (tool === undefined) {
+      return stream(ex, streamStart(id, modelJson, input, '{"type":"text","text":""}'), tokens, textDelta, end, reset)
+    }
+    const pieces = splitArguments(tool.arguments)
+    const block = `{"type":"tool_use","id":"${toolId}","name":${JSON.stringify(tool.name)},"input":{}}`
+    stream(ex, streamStart(id, modelJson, input, block), pieces.length, (i) => inputJsonDelta(pieces[i]!), end, reset)
   }
 
   function sendCompletion(ex: Exchange, body: string, units: number, reset: boolean): void {

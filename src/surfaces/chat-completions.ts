@@ -1,12 +1,16 @@
 /**
  * POST /v1/chat/completions (OpenAI style, spec §4.2) as a surface record: what the router checks in the body,
- * the body sent upstream, the reservation, and the codecs of its answers. Admission and failover are the engine's.
+ * the body sent upstream, the reservation, and the codecs of its answers. A candidate whose model speaks only
+ * Anthropic's format gets the request translated. Admission and failover are the engine's.
  */
 import { chatCost, chatWorstCase } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import { spliceMembers } from '../codecs/json-body.js'
+import { ChatFromAnthropicJsonCodec, ChatFromAnthropicStreamCodec } from '../codecs/chat-answer-translation.js'
+import { toAnthropicMessages } from '../codecs/chat-request-translation.js'
 import { ChatJsonCodec, ChatStreamCodec } from '../codecs/openai-chat.js'
 import { renderError, RouterError } from '../errors.js'
+import type { Offer } from '../routing/offers.js'
 import { requestMask } from '../routing/params.js'
 import { DIMENSION_CHAT } from '../routing/select.js'
 import type { AttemptPlan } from '../upstream/plan.js'
@@ -18,10 +22,14 @@ export interface ChatRequest extends SurfaceRequest {
   readonly clientWantsUsage: boolean
   /** What every attempt sends: the client's bytes, `provider` removed, usage asked for on streams. */
   readonly upstream: BufferBody
+  readonly body: Record<string, unknown>
+  /** The Anthropic translation, for a candidate whose model speaks only Anthropic's format; made once, on the first. */
+  anthropic: BufferBody | null
 }
 
 const UPSTREAM_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
 const PATH = '/v1/chat/completions'
+const ANTHROPIC_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream', 'anthropic-version', '2023-06-01']
 
 function isPositiveInteger(v: unknown): v is number {
   return typeof v === 'number' && Number.isSafeInteger(v) && v > 0
@@ -69,6 +77,8 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
     provider: body.provider,
     promptBytes: upstream.bytes.length,
     upstream,
+    body,
+    anthropic: null,
   }
 }
 
@@ -95,7 +105,16 @@ export const chatCompletions: Surface<ChatRequest> = {
   modelType: 'chatbot',
   dimension: DIMENSION_CHAT,
   parse: parseChat,
-  plan(req: ChatRequest): AttemptPlan {
+  plan(req: ChatRequest, offer: Offer): AttemptPlan {
+    if (!offer.model.formats.includes('openai')) {
+      req.anthropic ??= new BufferBody(toAnthropicMessages(req.body))
+      return {
+        path: '/v1/messages',
+        headers: ANTHROPIC_HEADERS,
+        body: req.anthropic,
+        codec: req.stream ? new ChatFromAnthropicStreamCodec(req.model, req.clientWantsUsage) : new ChatFromAnthropicJsonCodec(req.model),
+      }
+    }
     return {
       path: PATH,
       headers: UPSTREAM_HEADERS,

@@ -69,7 +69,7 @@ t.test('a routing header repeated with another value is reported by its lower-ca
   t.equal(head.providerSort, 'price', 'the fields still hold the first occurrence, as getHeader did')
 })
 
-const FRONT_END_REFUSED: readonly string[] = [HEADER.authorization, HEADER.contentType, HEADER.contentLength]
+const FRONT_END_REFUSED: readonly string[] = [HEADER.authorization, HEADER.xApiKey, HEADER.contentType, HEADER.contentLength]
 
 t.test('each of the routing headers is checked and reported to the route', async (t) => {
   const port = await startEcho(t)
@@ -92,6 +92,7 @@ t.test('authorization, content-type or content-length sent twice with different 
   const port = await startEcho(t)
   const cases: [string, string[], string, string][] = [
     ['authorization', ['Authorization: Bearer sk-a', 'Authorization: Bearer sk-b'], 'GET /head HTTP/1.1', ''],
+    ['x-api-key', ['x-api-key: sk-a', 'X-Api-Key: sk-b'], 'GET /head HTTP/1.1', ''],
     ['content-type', ['Content-Type: application/json', 'Content-Type: text/plain', 'Content-Length: 2'], 'POST /head HTTP/1.1', 'hi'],
     // uWS frames the body by the first Content-Length: a second, different one is a smuggling probe.
     ['content-length', ['Content-Length: 2', 'content-length: 3'], 'POST /head HTTP/1.1', 'hi'],

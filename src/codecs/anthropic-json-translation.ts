@@ -1,0 +1,117 @@
+/**
+ * An OpenAI chat completion translated into an Anthropic message (DESIGN.md §4 `/v1/messages`): text, thinking
+ * and tool_use blocks (tool input parsed, names mapped back), stop_reason, and usage with the cached prompt
+ * tokens reported as Anthropic's cache_read_input_tokens.
+ */
+import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import type { RouterError } from '../errors.js'
+import { JSON_HEADERS } from './anthropic-native.js'
+import { renderAnthropicError } from './anthropic-wire.js'
+import type { ResponseCodec } from './codec.js'
+import { stopReason, type ToolNames } from './messages-request-translation.js'
+
+type Json = Record<string, any>
+
+function parseInput(args: unknown): unknown {
+  if (typeof args !== 'string' || args === '') return {}
+  try {
+    return JSON.parse(args)
+  } catch {
+    // A model's malformed arguments are still the model's: kept as text rather than lost.
+    return { _raw: args }
+  }
+}
+
+/** The Anthropic message for an OpenAI chat completion object. */
+export function toAnthropicMessage(completion: Json, model: string, names: ToolNames): Json {
+  const choice = Array.isArray(completion.choices) ? completion.choices[0] : undefined
+  const message = choice?.message ?? {}
+  const content: Json[] = []
+  const thinking = typeof message.reasoning_content === 'string' ? message.reasoning_content : message.reasoning
+  if (typeof thinking === 'string' && thinking !== '') content.push({ type: 'thinking', thinking, signature: '' })
+  const refused = typeof message.refusal === 'string' && message.refusal !== ''
+  const text = typeof message.content === 'string' ? message.content : ''
+  if (text !== '' || refused) content.push({ type: 'text', text: refused ? text + message.refusal : text })
+  if (Array.isArray(message.tool_calls)) {
+    for (const call of message.tool_calls) {
+      const name = String(call?.function?.name ?? '')
+      content.push({ type: 'tool_use', id: call?.id, name: names.get(name) ?? name, input: parseInput(call?.function?.arguments) })
+    }
+  }
+  const u = completion.usage
+  const usage: Json = { input_tokens: 0, output_tokens: 0 }
+  if (u !== null && typeof u === 'object') {
+    const cached = u.prompt_tokens_details?.cached_tokens
+    const hasCached = typeof cached === 'number' && cached > 0
+    usage.input_tokens = (u.prompt_tokens ?? 0) - (hasCached ? cached : 0)
+    usage.output_tokens = u.completion_tokens ?? 0
+    if (hasCached) usage.cache_read_input_tokens = cached
+  }
+  return {
+    id: completion.id,
+    type: 'message',
+    role: 'assistant',
+    model,
+    content,
+    stop_reason: stopReason(choice?.finish_reason, refused),
+    stop_sequence: null,
+    usage,
+  }
+}
+
+/** A JSON answer of an OpenAI provider to a translated messages request. */
+export class AnthropicTranslatedJsonCodec implements ResponseCodec {
+  readonly streaming = false
+  readonly responseHeaders = JSON_HEADERS
+  readonly pendingBytes = 0
+  #parsed: Json | null = null
+  readonly #model: string
+  readonly #names: ToolNames
+
+  constructor(model: string, names: ToolNames) {
+    this.#model = model
+    this.#names = names
+  }
+
+  accepts(): boolean {
+    return true
+  }
+
+  push(): void {}
+
+  finish(): void {}
+
+  read(body: Buffer): boolean {
+    try {
+      const value: unknown = JSON.parse(body.toString('utf8'))
+      if (value === null || typeof value !== 'object' || Array.isArray(value) || !Array.isArray((value as Json).choices)) return false
+      this.#parsed = value as Json
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  get id(): string {
+    const id = this.#parsed?.id
+    return typeof id === 'string' ? id : ''
+  }
+
+  get produced(): boolean {
+    return this.#parsed !== null
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    const message = this.#parsed?.choices?.[0]?.message
+    const bytes = (typeof message?.content === 'string' ? message.content.length : 0) + (message?.tool_calls ? JSON.stringify(message.tool_calls).length : 0)
+    return meteredUsage(this.#parsed?.usage, promptBytes, Math.ceil(bytes / 4))
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    return JSON.stringify({ ...toAnthropicMessage(this.#parsed!, this.#model, this.#names), x_svc_trace: trace })
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return renderAnthropicError(err, requestId, trace)
+  }
+}

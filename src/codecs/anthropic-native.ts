@@ -1,0 +1,179 @@
+/**
+ * Answers of a provider that speaks Anthropic's Messages API itself, relayed as they are (DESIGN.md §4): the
+ * JSON body gets an `x_svc_trace` member spliced in; the SSE stream is relayed event by event except its
+ * `message_stop`, which is held and sent by complete() with the trace in its data, so the last byte of the
+ * answer waits for the durable charge. A provider's own `event: error` is held the same way and ends the
+ * stream in place of message_stop, with the trace added.
+ */
+import type { ChatUsage } from '../billing/cost.js'
+import type { RouterError } from '../errors.js'
+import { anthropicErrorEvent, meteredAnthropicUsage, renderAnthropicError } from './anthropic-wire.js'
+import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { SseFramer } from './sse-framing.js'
+import { spliceTrace } from './trace-splice.js'
+
+export const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
+export const JSON_HEADERS = ['Content-Type', 'application/json']
+
+type Usage = Record<string, unknown>
+type NativeMessage = { id?: unknown; usage?: unknown; content?: unknown }
+
+/** A native Anthropic SSE stream, relayed byte for byte but for the held message_stop. */
+export class AnthropicStreamCodec implements ResponseCodec {
+  readonly streaming = true
+  readonly responseHeaders = SSE_HEADERS
+  #id = ''
+  #events = 0
+  #input: Usage | null = null
+  #output: unknown = undefined
+  #emit: Emit | null = null
+  /** The provider's own `event: error` (e.g. overloaded_error mid-stream): held, and sent instead of message_stop. */
+  #error: Record<string, unknown> | null = null
+  readonly #framer: SseFramer
+
+  constructor() {
+    this.#framer = new SseFramer((source, start, end) => this.#onEvent(source, start, end))
+  }
+
+  accepts(contentType: string): boolean {
+    return isEventStream(contentType)
+  }
+
+  push(chunk: Buffer, emit: Emit): void {
+    this.#emit = emit
+    this.#framer.push(chunk)
+  }
+
+  get pendingBytes(): number {
+    return this.#framer.pendingBytes
+  }
+
+  finish(emit: Emit): void {
+    this.#emit = emit
+    this.#framer.finish()
+  }
+
+  read(): boolean {
+    return false
+  }
+
+  get id(): string {
+    return this.#id
+  }
+
+  get produced(): boolean {
+    return this.#events > 0
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    const usage = this.#input === null ? null : { ...this.#input, output_tokens: this.#output ?? this.#input.output_tokens }
+    return meteredAnthropicUsage(usage, promptBytes, Math.max(0, this.#events - 4))
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    if (this.#error !== null) return `event: error\ndata: ${JSON.stringify({ ...this.#error, x_svc_trace: trace })}\n\n`
+    return `event: message_stop\ndata: ${JSON.stringify({ type: 'message_stop', x_svc_trace: trace })}\n\n`
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return anthropicErrorEvent(err, requestId, trace)
+  }
+
+  #onEvent(source: Buffer, start: number, end: number): void {
+    const f = this.#framer
+    if (f.continuation) {
+      this.#emit!(source.subarray(start, end))
+      return
+    }
+    if (f.dataLines === 0) {
+      if (f.nameStart < 0) this.#emit!(source.subarray(start, end)) // comments and blank lines
+      return
+    }
+    const name = f.eventName()
+    if (name === 'message_stop') return
+    if (name === 'error') {
+      try {
+        const value: unknown = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
+        this.#error = value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : { type: 'error' }
+      } catch {
+        this.#error = { type: 'error', error: { type: 'api_error', message: 'the provider sent an unreadable error event' } }
+      }
+      return
+    }
+    this.#events++
+    if (name === 'message_start' || name === 'message_delta') this.#read(name, f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
+    // A copy: the framer reuses neither buffer, but the receiver may hold a slice of the provider's chunk.
+    this.#emit!(Buffer.from(source.subarray(start, end)))
+  }
+
+  #read(name: string, data: string): void {
+    let value: any
+    try {
+      value = JSON.parse(data)
+    } catch {
+      return
+    }
+    if (name === 'message_start') {
+      const m = value?.message
+      if (typeof m?.id === 'string') this.#id = m.id
+      if (m?.usage !== null && typeof m?.usage === 'object') this.#input = m.usage
+    } else if (value?.usage !== null && typeof value?.usage === 'object') {
+      this.#output = value.usage.output_tokens
+      if (this.#input === null) this.#input = value.usage
+    }
+  }
+}
+
+/** A native Anthropic JSON message, held whole, read for its id and usage, the trace spliced in. */
+export class AnthropicJsonCodec implements ResponseCodec {
+  readonly streaming = false
+  readonly responseHeaders = JSON_HEADERS
+  readonly pendingBytes = 0
+  #body: Buffer | null = null
+  #parsed: NativeMessage | null = null
+
+  accepts(): boolean {
+    return true
+  }
+
+  push(): void {}
+
+  finish(): void {}
+
+  read(body: Buffer): boolean {
+    try {
+      const value: unknown = JSON.parse(body.toString('utf8'))
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) return false
+      this.#parsed = value as NativeMessage
+    } catch {
+      return false
+    }
+    this.#body = body
+    return true
+  }
+
+  get id(): string {
+    const id = this.#parsed?.id
+    return typeof id === 'string' ? id : ''
+  }
+
+  get produced(): boolean {
+    return this.#parsed !== null
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    let bytes = 0
+    const content = this.#parsed?.content
+    if (Array.isArray(content)) for (const block of content) bytes += JSON.stringify(block ?? null).length
+    return meteredAnthropicUsage(this.#parsed?.usage, promptBytes, Math.ceil(bytes / 4))
+  }
+
+  complete(trace: Record<string, unknown>): Buffer {
+    const body = this.#body!
+    return spliceTrace(body, ',"x_svc_trace":' + JSON.stringify(trace)) ?? body
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return renderAnthropicError(err, requestId, trace)
+  }
+}

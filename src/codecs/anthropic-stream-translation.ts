@@ -1,0 +1,233 @@
+/**
+ * An OpenAI chat stream translated, chunk by chunk, into Anthropic's Messages stream (DESIGN.md §4): a
+ * message_start, then per content block a content_block_start, its deltas (text_delta, thinking_delta,
+ * input_json_delta with the partial JSON as it arrives) and a content_block_stop, then message_delta (stop
+ * reason, usage) and message_stop. The provider's usage comes after its finish chunk, so message_delta and
+ * message_stop are written by complete(), which is also where the trace and the durable charge wait.
+ */
+import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import type { RouterError } from '../errors.js'
+import { anthropicErrorEvent } from './anthropic-wire.js'
+import { SSE_HEADERS } from './anthropic-native.js'
+import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { stopReason, type ToolNames } from './messages-request-translation.js'
+import { SseFramer } from './sse-framing.js'
+
+const NONE = 0
+const TEXT = 1
+const THINKING = 2
+const TOOL = 3
+
+function event(name: string, data: string): string {
+  return `event: ${name}\ndata: ${data}\n\n`
+}
+
+/** The translator's state; pure: OpenAI chunk objects in, Anthropic event text out. */
+export class AnthropicStreamTranslator {
+  id = ''
+  started = false
+  /** Chunks that carried content (the usage estimate when the provider reports none). */
+  contentChunks = 0
+  usage: Record<string, any> | null = null
+  /** An OpenAI-style `{"error":…}` chunk the provider sent mid-stream: the stream ends in event: error. */
+  error: Record<string, any> | null = null
+  #finish: unknown = null
+  #refused = false
+  #block = NONE
+  #index = -1
+  /** The OpenAI index of the tool call whose block is open. */
+  #tool = -1
+  readonly #model: string
+  readonly #names: ToolNames
+
+  constructor(model: string, names: ToolNames) {
+    this.#model = model
+    this.#names = names
+  }
+
+  /** Anthropic events for one parsed OpenAI chunk. */
+  chunk(c: Record<string, any>): string {
+    let out = ''
+    if (!this.started) out += this.#start(c)
+    if (c.usage !== null && typeof c.usage === 'object') this.usage = c.usage
+    const choice = Array.isArray(c.choices) ? c.choices[0] : undefined
+    if (choice === undefined || choice === null) return out
+    const delta = choice.delta
+    if (delta !== null && typeof delta === 'object') {
+      const thinking = typeof delta.reasoning_content === 'string' ? delta.reasoning_content : delta.reasoning
+      if (typeof thinking === 'string' && thinking !== '') {
+        if (this.#block !== THINKING) out += this.#open(THINKING, '{"type":"thinking","thinking":"","signature":""}')
+        out += this.#delta(`{"type":"thinking_delta","thinking":${JSON.stringify(thinking)}}`)
+      }
+      let text = typeof delta.content === 'string' ? delta.content : ''
+      if (typeof delta.refusal === 'string' && delta.refusal !== '') {
+        this.#refused = true
+        text += delta.refusal
+      }
+      if (text !== '') {
+        if (this.#block !== TEXT) out += this.#open(TEXT, '{"type":"text","text":""}')
+        out += this.#delta(`{"type":"text_delta","text":${JSON.stringify(text)}}`)
+      }
+      if (Array.isArray(delta.tool_calls)) for (const call of delta.tool_calls) out += this.#toolCall(call)
+    }
+    if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
+      this.#finish = choice.finish_reason
+      out += this.#close()
+    }
+    return out
+  }
+
+  /** The end of a completed stream: open block closed, message_delta, message_stop with `extra` members. */
+  end(extra: string): string {
+    if (this.error !== null) {
+      const e = this.error
+      const error = { type: typeof e.type === 'string' ? e.type : 'api_error', message: typeof e.message === 'string' ? e.message : 'the provider reported an error mid-stream' }
+      return event('error', `{"type":"error","error":${JSON.stringify(error)}${extra}}`)
+    }
+    let out = this.started ? '' : this.#start({})
+    out += this.#close()
+    const u = this.usage
+    const cached = u?.prompt_tokens_details?.cached_tokens
+    const usage: Record<string, unknown> = { output_tokens: u?.completion_tokens ?? this.contentChunks }
+    if (typeof u?.prompt_tokens === 'number') {
+      usage.input_tokens = u.prompt_tokens - (typeof cached === 'number' ? cached : 0)
+      if (typeof cached === 'number' && cached > 0) usage.cache_read_input_tokens = cached
+    }
+    const delta = { type: 'message_delta', delta: { stop_reason: stopReason(this.#finish, this.#refused), stop_sequence: null }, usage }
+    out += event('message_delta', JSON.stringify(delta))
+    out += event('message_stop', `{"type":"message_stop"${extra}}`)
+    return out
+  }
+
+  #start(c: Record<string, any>): string {
+    this.started = true
+    if (typeof c.id === 'string') this.id = c.id
+    const input = typeof c.usage?.prompt_tokens === 'number' ? c.usage.prompt_tokens : 0
+    const message = {
+      id: this.id,
+      type: 'message',
+      role: 'assistant',
+      model: this.#model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: input, output_tokens: 0 },
+    }
+    return event('message_start', JSON.stringify({ type: 'message_start', message }))
+  }
+
+  #open(kind: number, block: string): string {
+    const out = this.#close()
+    this.#block = kind
+    this.#index++
+    return out + event('content_block_start', `{"type":"content_block_start","index":${this.#index},"content_block":${block}}`)
+  }
+
+  #delta(delta: string): string {
+    this.contentChunks++
+    return event('content_block_delta', `{"type":"content_block_delta","index":${this.#index},"delta":${delta}}`)
+  }
+
+  #close(): string {
+    if (this.#block === NONE) return ''
+    this.#block = NONE
+    this.#tool = -1
+    return event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`)
+  }
+
+  #toolCall(call: Record<string, any>): string {
+    let out = ''
+    const index = typeof call?.index === 'number' ? call.index : 0
+    const fn = call?.function ?? {}
+    // Anthropic blocks are sequential: a new index (or a first chunk with an id) opens the next block.
+    if (this.#block !== TOOL || this.#tool !== index) {
+      const name = typeof fn.name === 'string' ? fn.name : ''
+      const block = { type: 'tool_use', id: typeof call.id === 'string' ? call.id : `toolu_${index}`, name: this.#names.get(name) ?? name, input: {} }
+      out += this.#open(TOOL, JSON.stringify(block))
+      this.#tool = index
+    }
+    if (typeof fn.arguments === 'string' && fn.arguments !== '') {
+      out += this.#delta(`{"type":"input_json_delta","partial_json":${JSON.stringify(fn.arguments)}}`)
+    }
+    return out
+  }
+}
+
+/** An OpenAI SSE answer to a translated `stream: true` messages request, relayed as Anthropic SSE. */
+export class AnthropicTranslatedStreamCodec implements ResponseCodec {
+  readonly streaming = true
+  readonly responseHeaders = SSE_HEADERS
+  readonly translator: AnthropicStreamTranslator
+  #out = ''
+  readonly #framer: SseFramer
+
+  constructor(model: string, names: ToolNames) {
+    this.translator = new AnthropicStreamTranslator(model, names)
+    this.#framer = new SseFramer(() => this.#onEvent())
+  }
+
+  accepts(contentType: string): boolean {
+    return isEventStream(contentType)
+  }
+
+  push(chunk: Buffer, emit: Emit): void {
+    this.#framer.push(chunk)
+    this.#flush(emit)
+  }
+
+  get pendingBytes(): number {
+    return this.#framer.pendingBytes
+  }
+
+  finish(emit: Emit): void {
+    this.#framer.finish()
+    this.#flush(emit)
+  }
+
+  read(): boolean {
+    return false
+  }
+
+  get id(): string {
+    return this.translator.id
+  }
+
+  get produced(): boolean {
+    return this.translator.started
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    return meteredUsage(this.translator.usage, promptBytes, this.translator.contentChunks)
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    return this.translator.end(',"x_svc_trace":' + JSON.stringify(trace))
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return anthropicErrorEvent(err, requestId, trace)
+  }
+
+  #flush(emit: Emit): void {
+    if (this.#out === '') return
+    emit(Buffer.from(this.#out))
+    this.#out = ''
+  }
+
+  #onEvent(): void {
+    const f = this.#framer
+    if (f.continuation || f.dataLines === 0) return
+    const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
+    if (data === '[DONE]') return
+    let chunk: unknown
+    try {
+      chunk = JSON.parse(data)
+    } catch {
+      return
+    }
+    if (chunk === null || typeof chunk !== 'object' || Array.isArray(chunk)) return
+    const error = (chunk as Record<string, any>).error
+    if (error !== null && typeof error === 'object') this.translator.error = error
+    else this.#out += this.translator.chunk(chunk as Record<string, any>)
+  }
+}

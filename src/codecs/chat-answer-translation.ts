@@ -1,0 +1,219 @@
+/**
+ * Anthropic answers translated into OpenAI chat answers, for a chat request served by a provider that speaks
+ * only Anthropic's format (DESIGN.md §4): the JSON message as a chat.completion, the SSE stream as
+ * chat.completion.chunk events. The finish chunk, the usage chunk (when the client asked) and the trace chunk
+ * are written by complete(), then `data: [DONE]`, as on a native chat stream.
+ */
+import type { ChatUsage } from '../billing/cost.js'
+import { renderError, type RouterError } from '../errors.js'
+import { chatUsageOf, meteredAnthropicUsage } from './anthropic-wire.js'
+import { finishReason } from './chat-request-translation.js'
+import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { SseFramer } from './sse-framing.js'
+
+type Json = Record<string, any>
+
+const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
+const JSON_HEADERS = ['Content-Type', 'application/json']
+
+function now(): number {
+  return Math.floor(Date.now() / 1000)
+}
+
+/** The chat usage object of an Anthropic usage object (cache tokens are prompt tokens). */
+function chatUsage(u: Json | null | undefined): Json | undefined {
+  const usage = u === null || u === undefined ? null : chatUsageOf(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
+  if (usage === null) return undefined
+  return { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens }
+}
+
+/** An Anthropic JSON message answering a translated chat request. */
+export class ChatFromAnthropicJsonCodec implements ResponseCodec {
+  readonly streaming = false
+  readonly responseHeaders = JSON_HEADERS
+  readonly pendingBytes = 0
+  #parsed: Json | null = null
+  readonly #model: string
+
+  constructor(model: string) {
+    this.#model = model
+  }
+
+  accepts(): boolean {
+    return true
+  }
+
+  push(): void {}
+
+  finish(): void {}
+
+  read(body: Buffer): boolean {
+    try {
+      const value: unknown = JSON.parse(body.toString('utf8'))
+      if (value === null || typeof value !== 'object' || !Array.isArray((value as Json).content)) return false
+      this.#parsed = value as Json
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  get id(): string {
+    return typeof this.#parsed?.id === 'string' ? this.#parsed.id : ''
+  }
+
+  get produced(): boolean {
+    return this.#parsed !== null
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    return meteredAnthropicUsage(this.#parsed?.usage, promptBytes, Math.ceil(JSON.stringify(this.#parsed?.content ?? []).length / 4))
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    const m = this.#parsed!
+    let text = ''
+    const calls: Json[] = []
+    for (const block of m.content as Json[]) {
+      if (block?.type === 'text') text += block.text
+      else if (block?.type === 'tool_use') calls.push({ id: block.id, type: 'function', function: { name: block.name, arguments: JSON.stringify(block.input ?? {}) } })
+    }
+    const message: Json = { role: 'assistant', content: text === '' && calls.length > 0 ? null : text, refusal: null }
+    if (calls.length > 0) message.tool_calls = calls
+    const out: Json = {
+      id: m.id,
+      object: 'chat.completion',
+      created: now(),
+      model: this.#model,
+      choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason(m.stop_reason) }],
+    }
+    const usage = chatUsage(m.usage)
+    if (usage !== undefined) out.usage = usage
+    out.x_svc_trace = trace
+    return JSON.stringify(out)
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return renderError(err, requestId, trace)
+  }
+}
+
+/** An Anthropic SSE stream answering a translated `stream: true` chat request, relayed as chat chunks. */
+export class ChatFromAnthropicStreamCodec implements ResponseCodec {
+  readonly streaming = true
+  readonly responseHeaders = SSE_HEADERS
+  #id = ''
+  #usage: Json | null = null
+  #stop: unknown = null
+  #events = 0
+  #tool = -1
+  #out = ''
+  readonly #model: string
+  readonly #clientWantsUsage: boolean
+  readonly #framer: SseFramer
+
+  constructor(model: string, clientWantsUsage: boolean) {
+    this.#model = model
+    this.#clientWantsUsage = clientWantsUsage
+    this.#framer = new SseFramer(() => this.#onEvent())
+  }
+
+  accepts(contentType: string): boolean {
+    return isEventStream(contentType)
+  }
+
+  push(chunk: Buffer, emit: Emit): void {
+    this.#framer.push(chunk)
+    this.#flush(emit)
+  }
+
+  get pendingBytes(): number {
+    return this.#framer.pendingBytes
+  }
+
+  finish(emit: Emit): void {
+    this.#framer.finish()
+    this.#flush(emit)
+  }
+
+  read(): boolean {
+    return false
+  }
+
+  get id(): string {
+    return this.#id
+  }
+
+  get produced(): boolean {
+    return this.#events > 0
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    return meteredAnthropicUsage(this.#usage, promptBytes, Math.max(0, this.#events - 1))
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    let out = this.#chunk({}, finishReason(this.#stop))
+    const usage = chatUsage(this.#usage)
+    if (this.#clientWantsUsage && usage !== undefined) out += `data: ${JSON.stringify({ ...this.#head(), choices: [], usage })}\n\n`
+    out += `data: ${JSON.stringify({ ...this.#head(), choices: [], x_svc_trace: trace })}\n\ndata: [DONE]\n\n`
+    return out
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return `data: ${renderError(err, requestId, trace)}\n\n`
+  }
+
+  #flush(emit: Emit): void {
+    if (this.#out === '') return
+    emit(Buffer.from(this.#out))
+    this.#out = ''
+  }
+
+  #head(): Json {
+    return { id: this.#id, object: 'chat.completion.chunk', created: now(), model: this.#model }
+  }
+
+  #chunk(delta: Json, finish: string | null = null): string {
+    return `data: ${JSON.stringify({ ...this.#head(), choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`
+  }
+
+  #onEvent(): void {
+    const f = this.#framer
+    if (f.continuation || f.dataLines === 0) return
+    let e: Json
+    try {
+      e = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
+    } catch {
+      return
+    }
+    switch (e?.type) {
+      case 'message_start':
+        if (typeof e.message?.id === 'string') this.#id = e.message.id
+        this.#usage = e.message?.usage ?? null
+        this.#events++
+        this.#out += this.#chunk({ role: 'assistant', content: '' })
+        return
+      case 'content_block_start':
+        if (e.content_block?.type === 'tool_use') {
+          this.#tool++
+          this.#events++
+          const call = { index: this.#tool, id: e.content_block.id, type: 'function', function: { name: e.content_block.name, arguments: '' } }
+          this.#out += this.#chunk({ tool_calls: [call] })
+        }
+        return
+      case 'content_block_delta': {
+        const d = e.delta
+        this.#events++
+        if (d?.type === 'text_delta') this.#out += this.#chunk({ content: d.text })
+        else if (d?.type === 'input_json_delta') this.#out += this.#chunk({ tool_calls: [{ index: this.#tool, function: { arguments: d.partial_json } }] })
+        else if (d?.type === 'thinking_delta') this.#out += this.#chunk({ reasoning_content: d.thinking })
+        return
+      }
+      case 'message_delta':
+        this.#stop = e.delta?.stop_reason ?? null
+        if (e.usage !== null && typeof e.usage === 'object') this.#usage = { ...this.#usage, ...e.usage }
+        return
+    }
+  }
+}

@@ -1,0 +1,162 @@
+/**
+ * POST /v1/messages (Anthropic style, DESIGN.md §4) as a surface record over the shared engine: a candidate
+ * whose model lists `anthropic` gets the client's bytes on its /v1/messages; any other gets the request
+ * translated to OpenAI chat (made once, on the first such candidate) and its answer translated back.
+ */
+import { chatCost, chatWorstCase } from '../billing/cost.js'
+import { AnthropicJsonCodec, AnthropicStreamCodec } from '../codecs/anthropic-native.js'
+import { AnthropicTranslatedJsonCodec } from '../codecs/anthropic-json-translation.js'
+import { AnthropicTranslatedStreamCodec } from '../codecs/anthropic-stream-translation.js'
+import { renderAnthropicError } from '../codecs/anthropic-wire.js'
+import type { JsonBody } from '../codecs/json-body.js'
+import { spliceMembers } from '../codecs/json-body.js'
+import { toOpenAiChat, type ToolNames } from '../codecs/messages-request-translation.js'
+import { RouterError } from '../errors.js'
+import type { Offer } from '../routing/offers.js'
+import { paramBit } from '../routing/params.js'
+import { DIMENSION_CHAT } from '../routing/select.js'
+import type { AttemptPlan } from '../upstream/plan.js'
+import { BufferBody } from '../upstream/request-body.js'
+import type { Surface, SurfaceRequest } from './surface.js'
+
+export interface MessagesRequest extends SurfaceRequest {
+  readonly body: Record<string, any>
+  /** The client's bytes, `provider` removed: what a native candidate gets. */
+  readonly native: BufferBody
+  /** The OpenAI chat translation, made on the first translated plan. */
+  translated: { body: BufferBody; names: ToolNames } | null
+}
+
+const NATIVE_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream', 'anthropic-version', '2023-06-01']
+const CHAT_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
+
+/** The Anthropic fields a request may set, by the OpenAI parameter an openai candidate must support for them. */
+const PARAMS: ReadonlyArray<readonly [string, number]> = [
+  ['temperature', paramBit('temperature')],
+  ['top_p', paramBit('top_p')],
+  ['top_k', paramBit('top_k')],
+  ['stop_sequences', paramBit('stop')],
+  ['tools', paramBit('tools')],
+  ['tool_choice', paramBit('tool_choice')],
+  ['thinking', paramBit('reasoning')],
+]
+
+const ROLES = new Set(['user', 'assistant'])
+const BLOCKS = new Set(['text', 'image', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', 'document'])
+const CHOICES = new Set(['auto', 'any', 'tool', 'none'])
+
+function invalid(message: string): RouterError {
+  return new RouterError('invalid_request', message)
+}
+
+function isObject(v: unknown): v is Record<string, any> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v)
+}
+
+function checkBlocks(content: unknown, where: string): RouterError | null {
+  if (typeof content === 'string') return null
+  if (!Array.isArray(content)) return invalid(`${where} must be a string or an array of content blocks`)
+  for (let j = 0; j < content.length; j++) {
+    const block = content[j]
+    if (!isObject(block) || typeof block.type !== 'string') return invalid(`${where}[${j}] must be an object with a type`)
+    if (!BLOCKS.has(block.type)) return invalid(`${where}[${j}].type ${JSON.stringify(block.type)} is not a supported content block`)
+    if (block.type === 'text' && typeof block.text !== 'string') return invalid(`${where}[${j}].text must be a string`)
+    if (block.type === 'tool_use' && (typeof block.id !== 'string' || typeof block.name !== 'string')) {
+      return invalid(`${where}[${j}]: a tool_use block needs a string id and name`)
+    }
+    if (block.type === 'tool_result' && typeof block.tool_use_id !== 'string') return invalid(`${where}[${j}].tool_use_id must be a string`)
+    if (block.type === 'image' && !isObject(block.source)) return invalid(`${where}[${j}].source must be an object`)
+  }
+  return null
+}
+
+/** Checks what the router and the translation rely on; the rest is the provider's to judge. */
+export function parseMessages(json: JsonBody): MessagesRequest | RouterError {
+  const body = json.value as Record<string, any>
+  const model = body.model
+  if (typeof model !== 'string' || model.length === 0) return invalid('model is required and must be a non-empty string')
+  const max = body.max_tokens
+  if (typeof max !== 'number' || !Number.isSafeInteger(max) || max <= 0) return invalid('max_tokens is required and must be a positive integer')
+  const messages = body.messages
+  if (!Array.isArray(messages) || messages.length === 0) return invalid('messages is required and must be a non-empty array')
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]
+    if (!isObject(m)) return invalid(`messages[${i}] must be an object`)
+    if (!ROLES.has(m.role)) return invalid(`messages[${i}].role must be "user" or "assistant"`)
+    const bad = checkBlocks(m.content, `messages[${i}].content`)
+    if (bad !== null) return bad
+  }
+  if (body.system !== undefined) {
+    const bad = checkBlocks(body.system, 'system')
+    if (bad !== null) return bad
+  }
+  if (body.stream !== undefined && typeof body.stream !== 'boolean') return invalid('stream must be a boolean')
+  if (body.tools !== undefined) {
+    if (!Array.isArray(body.tools)) return invalid('tools must be an array')
+    for (let i = 0; i < body.tools.length; i++) {
+      const t = body.tools[i]
+      if (!isObject(t) || typeof t.name !== 'string' || t.name === '') return invalid(`tools[${i}].name must be a non-empty string`)
+    }
+  }
+  const choice = body.tool_choice
+  if (choice !== undefined && (!isObject(choice) || !CHOICES.has(choice.type))) return invalid('tool_choice.type must be one of auto, any, tool, none')
+  if (choice?.type === 'tool' && typeof choice.name !== 'string') return invalid('tool_choice.name is required when tool_choice.type is "tool"')
+  if (body.stop_sequences !== undefined && !(Array.isArray(body.stop_sequences) && body.stop_sequences.every((s: unknown) => typeof s === 'string'))) {
+    return invalid('stop_sequences must be an array of strings')
+  }
+  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
+    if (body[key] !== undefined && typeof body[key] !== 'number') return invalid(`${key} must be a number`)
+  }
+  if (body.metadata !== undefined && !isObject(body.metadata)) return invalid('metadata must be an object')
+  let paramMask = 0
+  for (const [name, bit] of PARAMS) if (body[name] !== undefined && body[name] !== null) paramMask |= bit
+  const native = new BufferBody(body.provider === undefined ? json.raw : spliceMembers(json, ['provider'], {}))
+  return {
+    model,
+    stream: body.stream === true,
+    paramMask,
+    maxOutput: max,
+    provider: body.provider,
+    promptBytes: native.bytes.length,
+    body,
+    native,
+    translated: null,
+  }
+}
+
+function isNative(offer: Offer): boolean {
+  return offer.model.formats.includes('anthropic')
+}
+
+export const messages: Surface<MessagesRequest> = {
+  name: 'messages',
+  modelType: 'chatbot',
+  dimension: DIMENSION_CHAT,
+  parse: parseMessages,
+  plan(req: MessagesRequest, offer: Offer): AttemptPlan {
+    if (isNative(offer)) {
+      return {
+        path: '/v1/messages',
+        headers: NATIVE_HEADERS,
+        body: req.native,
+        codec: req.stream ? new AnthropicStreamCodec() : new AnthropicJsonCodec(),
+      }
+    }
+    if (req.translated === null) {
+      const { body, names } = toOpenAiChat(req.body)
+      req.translated = { body: new BufferBody(body), names }
+    }
+    const { body, names } = req.translated
+    return {
+      path: '/v1/chat/completions',
+      headers: CHAT_HEADERS,
+      body,
+      codec: req.stream ? new AnthropicTranslatedStreamCodec(req.model, names) : new AnthropicTranslatedJsonCodec(req.model, names),
+    }
+  },
+  worstCase(req, offer) {
+    return chatWorstCase(offer, req.promptBytes, req.maxOutput)
+  },
+  cost: chatCost,
+  renderError: renderAnthropicError,
+}
