@@ -27,6 +27,9 @@ import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
+import { startAccessLog } from './telemetry/access-log.js'
+import { startMetrics, type Metrics } from './telemetry/metrics.js'
+import { createOpsRoutes } from './telemetry/ops.js'
 
 /** Charges per group-commit transaction at most. */
 const CHARGE_BATCH = 256
@@ -34,6 +37,8 @@ const CHARGE_BATCH = 256
 export interface RunningRouter {
   readonly url: string
   readonly port: number
+  /** Where /healthz, /readyz and /metrics answer: `url` unless `ops.separate_port`. */
+  readonly opsUrl: string
   readonly table: RoutingTable
   readonly store: Store
   /** Issues and revokes keys with the router's cache kept in step (the test harness makes its keys here). */
@@ -94,7 +99,7 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
 }
 
 export async function serve(config: Config): Promise<RunningRouter> {
-  setLogLevel(config.log.level)
+  setLogLevel(config.log.level, config.log.format)
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
   const store = await openStore(config.store)
   const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute })
@@ -205,8 +210,16 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       { method, pattern: '/v1/management-keys/:id', handler: refuseManagementKeys },
     ]),
   ]
+  // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
+  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table) : null
+  const stopAccessLog = config.log.access_log ? startAccessLog() : null
+  const draining = false
+  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => draining })
+
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
+    metrics?.close()
+    stopAccessLog?.()
     watcher?.close()
     stopWatchingLedger()
     // Charges settled before the close are written before the store goes.
@@ -218,9 +231,13 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   }
 
   let app: Awaited<ReturnType<typeof listen>>
+  let opsApp: Awaited<ReturnType<typeof listen>> | null = null
   try {
+    if (config.ops.separate_port) opsApp = await listen(config.ops.host, config.ops.port, opsRoutes)
+    else routes.push(...opsRoutes)
     app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms })
   } catch (err) {
+    opsApp?.close()
     await stopServing()
     throw err
   }
@@ -228,6 +245,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   return {
     url: app.url,
     port: app.port,
+    opsUrl: opsApp === null ? app.url : opsApp.url,
     table,
     store,
     credentials,
@@ -235,6 +253,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     ledger,
     async close() {
       app.close()
+      opsApp?.close()
       await stopServing()
       stopWatchingStore()
       await store.close()

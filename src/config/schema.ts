@@ -73,6 +73,21 @@ const RoutingSchema = z.strictObject({
 
 const LogSchema = z.strictObject({
   level: z.enum(['error', 'warn', 'info', 'debug']).default('info'),
+  /** auto: pretty lines when stderr is a terminal, JSON lines otherwise. */
+  format: z.enum(['auto', 'json', 'pretty']).default('auto'),
+  /** One JSON line per answered inference request (telemetry/access-log.ts). */
+  access_log: z.boolean().default(true),
+})
+
+/** Operations endpoints (/healthz, /readyz, /metrics) and Prometheus metrics. */
+const OpsSchema = z.strictObject({
+  /** Prometheus metrics at GET /metrics (telemetry/metrics.ts); off: no subscriber, nothing counted. */
+  metrics: z.boolean().default(true),
+  /** true: the ops endpoints listen on ops.host:ops.port only, not beside the API. */
+  separate_port: z.boolean().default(false),
+  host: z.string().min(1).default('127.0.0.1'),
+  /** 0 asks the OS for an ephemeral port (tests). */
+  port: z.int().min(0).max(65535).default(9464),
 })
 
 // `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
@@ -84,6 +99,7 @@ export const ConfigSchema = z.strictObject({
   upstream: UpstreamSchema.prefault({}),
   routing: RoutingSchema.prefault({}),
   log: LogSchema.prefault({}),
+  ops: OpsSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })
 

@@ -68,6 +68,9 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   #lastKind = MissKind.Failure
   #lastRetryAfter = ''
   #finished = false
+  /** Telemetry only: set once the request's end was published, and what was billed (atto-USD). */
+  #ended = false
+  #billed = 0n
 
   constructor(ctx: EngineContext, req: EngineRequest<R>, sink: ResponseSink) {
     this.#ctx = ctx
@@ -185,10 +188,13 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const budget = this.#req.budget
     this.#finished = true
     this.#current = null
-    if (!budget.open) return
+    if (!budget.open) return this.#publishEnd(499, a, 'client_closed')
     // A provider that produced something (events relayed, or a whole answer) did the work: it is billed.
-    if (!produced) return budget.release()
-    this.#bill(a, a.plan.codec.usage(this.#req.request.promptBytes), () => {})
+    if (!produced) {
+      budget.release()
+      return this.#publishEnd(499, a, 'client_closed')
+    }
+    this.#bill(a, a.plan.codec.usage(this.#req.request.promptBytes), () => this.#publishEnd(499, a, 'client_closed'))
   }
 
   crashed(a: AttemptHandler, err: unknown): void {
@@ -235,12 +241,16 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   }
 
   #onReceiverGone(): void {
+    const wasFinished = this.#finished
     this.#finished = true
     const current = this.#current
     this.#current = null
     // The attempt under way settles or releases when its abort lands; with none, nothing was produced.
     if (current !== null) current.abort(new Error('client disconnected'))
-    else if (this.#req.budget.open) this.#req.budget.release()
+    else {
+      if (this.#req.budget.open) this.#req.budget.release()
+      if (!wasFinished) this.#publishEnd(499, null, 'client_closed')
+    }
   }
 
   #failAll(): void {
@@ -276,6 +286,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const req = this.#req
     const budget = req.budget
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
+      if (err === null) this.#billed = billed.input + billed.output
       if (settled.hasSubscribers) {
         settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null })
       }
@@ -336,6 +347,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   }
 
   #publishEnd(status: number, a: AttemptHandler | null, error: string | null): void {
+    if (this.#ended) return
+    this.#ended = true
     if (!requestEnd.hasSubscribers) return
     const req = this.#req
     requestEnd.publish({
@@ -347,6 +360,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       attempts: this.#attempts.length,
       durationMs: performance.now() - req.startedAt,
       error,
+      ttfbMs: a === null || a.ttfbMs < 0 ? null : a.ttfbMs,
+      cost: this.#billed,
     })
   }
 }

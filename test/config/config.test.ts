@@ -32,7 +32,8 @@ function defaultsWithPathsIn(dir: string): Config {
       latency_ewma_alpha: 0.2,
       max_attempts: 3,
     },
-    log: { level: 'info' },
+    log: { level: 'info', format: 'auto', access_log: true },
+    ops: { metrics: true, separate_port: false, host: '127.0.0.1', port: 9464 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }
 }
@@ -171,7 +172,7 @@ t.test('unknown keys are errors with a hint', async (t) => {
 
   t.test('no near key: the known keys are listed', async (t) => {
     t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'log: { zzzzzzzz: 1 }\n') })), [
-      'unknown key log.zzzzzzzz (known keys of log: level)',
+      'unknown key log.zzzzzzzz (known keys of log: level, format, access_log)',
     ])
   })
 })
