@@ -11,7 +11,8 @@ import { beginManagement } from './auth/management-stage.js'
 import { RateLimiter } from './auth/rate-limit.js'
 import type { Config } from './config/index.js'
 import { RouterError } from './errors.js'
-import { HealthBook } from './health/health.js'
+import { HealthBook, type HealthSettings } from './health/health.js'
+import { startProbes } from './health/probes.js'
 import { log, setLogLevel } from './log.js'
 import { loadRegistryFile, watchRegistryFile, type RegistryWatcher } from './registry/file-source.js'
 import type { RegistrySnapshot } from './registry/types.js'
@@ -27,9 +28,13 @@ import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
+import { InFlight } from './upstream/drain.js'
 import { startAccessLog } from './telemetry/access-log.js'
 import { startMetrics, type Metrics } from './telemetry/metrics.js'
 import { createOpsRoutes } from './telemetry/ops.js'
+
+/** How long requests ended at the drain's deadline get to bill and send their error events. */
+const CUT_GRACE_MS = 5000
 
 /** Charges per group-commit transaction at most. */
 const CHARGE_BATCH = 256
@@ -47,6 +52,14 @@ export interface RunningRouter {
   readonly devKeys: DevKeys | null
   /** Budgets and charges of in-flight requests. */
   readonly ledger: Ledger
+  /** Inference requests started and not yet answered. */
+  readonly inFlight: InFlight
+  /**
+   * Stops accepting (the API listener closes, /readyz turns 503, a request on a kept-alive connection gets
+   * 503), waits up to `deadlineMs` for the requests in flight, then ends what is left as failed: a stream with
+   * its error event, after billing what its provider produced. Resolves with how many were cut. close() next.
+   */
+  drain(deadlineMs: number): Promise<number>
   close(): Promise<void>
 }
 
@@ -145,6 +158,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     keepAliveTimeoutMs: config.upstream.keep_alive_timeout_ms,
     headersTimeoutMs: config.upstream.headers_timeout_ms,
     bodyTimeoutMs: config.upstream.body_timeout_ms,
+    totalTimeoutMs: config.upstream.total_timeout_ms,
   })
 
   let watcher: RegistryWatcher | null = null
@@ -165,6 +179,20 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     }, { firstVersion: snapshot.version })
   }
 
+  const healthSettings: HealthSettings = {
+    failureThreshold: config.routing.failure_threshold,
+    cooldownMs: config.routing.unhealthy_cooldown_ms,
+    maxCooldownMs: config.routing.max_unhealthy_cooldown_ms,
+    ewmaAlpha: config.routing.latency_ewma_alpha,
+  }
+  const stopProbes = config.health.probes
+    ? startProbes(table, book, pools, healthSettings, {
+        intervalMs: config.health.probe_interval_ms,
+        path: config.health.probe_path,
+        timeoutMs: config.health.probe_timeout_ms,
+      })
+    : null
+
   // Billing: charges go to the store by group commit; budgets live in the ledger's memory, rebuilt from the
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
   const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
@@ -178,11 +206,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     engine: {
       pools,
       book,
-      health: {
-        failureThreshold: config.routing.failure_threshold,
-        cooldownMs: config.routing.unhealthy_cooldown_ms,
-        ewmaAlpha: config.routing.latency_ewma_alpha,
-      },
+      health: healthSettings,
       maxAttempts: config.routing.max_attempts,
     },
     ledger,
@@ -190,12 +214,14 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
+  // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
+  const inFlight = new InFlight()
   const catalog = createCatalog(table)
   const apiKeys = createApiKeys({ authenticate: auth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
   const account = createAccount({ authenticate: auth.management, store, reserved: (accountId) => ledger.reserved(accountId) })
   const refuseManagementKeys = createManagementKeysRefusal(auth)
   const routes: Route[] = [
-    { method: 'post', pattern: '/v1/chat/completions', handler: createInferenceRoute(deps, chatCompletions) },
+    { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions)) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
@@ -213,11 +239,11 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
   const metrics: Metrics | null = config.ops.metrics ? startMetrics(table) : null
   const stopAccessLog = config.log.access_log ? startAccessLog() : null
-  const draining = false
-  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => draining })
+  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining })
 
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
+    stopProbes?.()
     metrics?.close()
     stopAccessLog?.()
     watcher?.close()
@@ -251,6 +277,19 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     credentials,
     devKeys,
     ledger,
+    inFlight,
+    async drain(deadlineMs) {
+      inFlight.draining = true
+      app.stopListening()
+      if (await inFlight.idle(deadlineMs)) return 0
+      const cut = inFlight.count
+      log.warn('drain deadline reached: ending the requests still in flight', { in_flight: cut })
+      pools.failAll()
+      // Their error events go out once what their providers produced is billed; a client still sending its
+      // body is cut by close().
+      await inFlight.idle(CUT_GRACE_MS)
+      return cut
+    },
     async close() {
       app.close()
       opsApp?.close()

@@ -114,7 +114,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     }
     this.#current = handler
     try {
-      handler.dispatch(req.requestId, body)
+      handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs)
     } catch (err) {
       // undici refuses some requests synchronously (a header it will not send): that candidate failed.
       this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
@@ -173,8 +173,9 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   broke(a: AttemptHandler, failure: UpstreamFailure): void {
     const req = this.#req
     this.#answeredBy(a, failure.reason)
-    const code = failure.timeout ? 'provider_timeout' : 'provider_error'
-    const message = failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
+    const down = failure.reason === 'shutting_down'
+    const code = down ? 'no_available_provider' : failure.timeout ? 'provider_timeout' : 'provider_error'
+    const message = down ? 'the router is shutting down' : failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
     // What the provider produced is billed (the codec's estimate), then the answer ends with the error event.
     const usage = a.plan.codec.usage(req.request.promptBytes)
     this.#bill(a, usage, (billed, err) => {

@@ -4,17 +4,28 @@
  */
 import { Pool } from 'undici'
 
+/** What the pools need of an attempt under way: a way to end it as failed (the drain's deadline). */
+export interface ActiveAttempt {
+  fail(err: Error): void
+}
+
 export interface PoolSettings {
   readonly connections: number
   readonly connectTimeoutMs: number
   readonly keepAliveTimeoutMs: number
   readonly headersTimeoutMs: number
   readonly bodyTimeoutMs: number
+  /** The most a request may spend upstream, across its attempts, from its arrival. */
+  readonly totalTimeoutMs: number
 }
 
 export class UpstreamPools {
   readonly #pools = new Map<string, Pool>()
   readonly #settings: PoolSettings
+  /** Attempts dispatched and not yet over (attempt.ts adds and removes itself). */
+  readonly active = new Set<ActiveAttempt>()
+  /** Set when the drain's deadline passed: every attempt under way and any new one fails with it. */
+  drainError: Error | null = null
 
   constructor(settings: PoolSettings) {
     this.#settings = settings
@@ -51,6 +62,12 @@ export class UpstreamPools {
         pool.close().catch(() => {})
       }
     }
+  }
+
+  /** Ends every attempt under way, and any started from now on, as failed: what is left at the drain's deadline. */
+  failAll(): void {
+    this.drainError = Object.assign(new Error('the router is shutting down'), { code: 'SVC_SHUTTING_DOWN' })
+    for (const a of [...this.active]) a.fail(this.drainError)
   }
 
   async close(): Promise<void> {

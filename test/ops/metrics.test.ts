@@ -11,7 +11,8 @@ const MODEL = 'm-chat'
 async function chat(stack: Stack, stream: boolean): Promise<number> {
   const res = await request(stack.url + '/v1/chat/completions', {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...stack.auth },
+    // Price sort: the cheaper provider is tried first whatever latency the other one shows.
+    headers: { 'content-type': 'application/json', 'x-svc-provider-sort': 'price', ...stack.auth },
     body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, stream }),
   })
   await res.body.text()
@@ -66,7 +67,7 @@ t.test('/metrics parses as Prometheus text and its counters match the requests s
     { address: addr('b'), models: [{ id: MODEL }] },
   ], { routing: { failure_threshold: 100 } })
   const statuses = []
-  // Price sort by default puts the cheaper, dead provider first: every request fails over once.
+  // Price sort puts the cheaper, dead provider first: every request fails over once.
   for (let i = 0; i < 3; i++) statuses.push(await chat(stack, false))
   for (let i = 0; i < 2; i++) statuses.push(await chat(stack, true))
   t.same(statuses, [200, 200, 200, 200, 200])
