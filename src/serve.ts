@@ -159,6 +159,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     headersTimeoutMs: config.upstream.headers_timeout_ms,
     bodyTimeoutMs: config.upstream.body_timeout_ms,
     totalTimeoutMs: config.upstream.total_timeout_ms,
+    maxConcurrent: config.upstream.max_concurrent_per_provider,
+    queue: config.upstream.queue_per_provider,
+    queueTimeoutMs: config.upstream.queue_timeout_ms,
   })
 
   let watcher: RegistryWatcher | null = null

@@ -62,6 +62,10 @@ const UpstreamSchema = z.strictObject({
   body_timeout_ms: timeoutMs(60_000),
   /** From a request's arrival to its last byte, across attempts; past it: 504, or an SSE error event. */
   total_timeout_ms: timeoutMs(900_000),
+  /** Concurrent attempts per provider; then up to queue_per_provider wait up to queue_timeout_ms; then the next candidate. */
+  max_concurrent_per_provider: z.int().positive().default(1024),
+  queue_per_provider: z.int().min(0).default(1024),
+  queue_timeout_ms: timeoutMs(30_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
 })

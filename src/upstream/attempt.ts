@@ -109,7 +109,6 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
   /** `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms). */
   dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number): void {
-    const provider = this.offer.provider
     const pools = this.#settings.pools
     this.#startedAt = performance.now()
     this.offer.stats.inflight++
@@ -117,6 +116,19 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     this.#totalTimer = setTimeout(this.#expire, Math.max(1, deadline - this.#startedAt))
     pools.active.add(this)
     if (pools.drainError !== null) this.fail(pools.drainError)
+    try {
+      this.#send(requestId, body)
+    } catch (err) {
+      // Refused synchronously (a header undici will not send): nothing is under way.
+      this.#phase = Phase.Done
+      this.#release()
+      throw err
+    }
+  }
+
+  #send(requestId: string, body: Dispatcher.DispatchOptions['body']): void {
+    const provider = this.offer.provider
+    const pools = this.#settings.pools
     pools.get(provider.url).dispatch(
       {
         path: basePath(provider.url) + this.plan.path,
@@ -328,6 +340,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
     if (!this.#inflight) return
     this.#settings.pools.active.delete(this)
+    this.#settings.pools.limiter.release(this.offer.provider.address)
     this.#inflight = false
     this.offer.stats.inflight--
   }

@@ -71,6 +71,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   /** Telemetry only: set once the request's end was published, and what was billed (atto-USD). */
   #ended = false
   #billed = 0n
+  /** Candidates skipped because their concurrency cap and queue were full. */
+  #busy = 0
 
   constructor(ctx: EngineContext, req: EngineRequest<R>, sink: ResponseSink) {
     this.#ctx = ctx
@@ -113,13 +115,21 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       return this.#crash(null, err)
     }
     this.#current = handler
-    try {
-      handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs)
-    } catch (err) {
-      // undici refuses some requests synchronously (a header it will not send): that candidate failed.
-      this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
-      log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
+    const run = (): void => {
+      try {
+        handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs)
+      } catch (err) {
+        // undici refuses some requests synchronously (a header it will not send): that candidate failed.
+        this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
+        log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
+      }
     }
+    // The per-provider cap (limiter.ts): run now, after a wait in its queue, or move on to the next candidate.
+    this.#ctx.pools.limiter.acquire(offer.provider.address, run, () => {
+      if (this.#current !== handler) return this.abandoned(handler, false)
+      this.#busy++
+      this.missed(handler, { provider: offer.provider.address, status: null, error: 'provider_busy' }, MissKind.Failure, '')
+    })
   }
 
   missed(a: AttemptHandler, attempt: Attempt, kind: MissKind, retryAfter: string): void {
@@ -260,6 +270,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const model = this.#req.request.model
     let err: RouterError
     if (tried === 0) err = new RouterError('no_available_provider', `no provider is available for model ${model}`)
+    else if (this.#busy === tried) err = new RouterError('no_available_provider', `every provider of model ${model} is at its concurrency limit (${tried} tried)`)
     else if (this.#lastKind === MissKind.RateLimited) {
       err = new RouterError('provider_rate_limited', `the provider is rate limiting requests (${tried} tried)`, {
         'Retry-After': retryAfterSeconds(this.#lastRetryAfter),

@@ -3,6 +3,7 @@
  * across registry reloads while the provider stays.
  */
 import { Pool } from 'undici'
+import { ProviderLimiter } from './limiter.js'
 
 /** What the pools need of an attempt under way: a way to end it as failed (the drain's deadline). */
 export interface ActiveAttempt {
@@ -17,6 +18,10 @@ export interface PoolSettings {
   readonly bodyTimeoutMs: number
   /** The most a request may spend upstream, across its attempts, from its arrival. */
   readonly totalTimeoutMs: number
+  /** Concurrent attempts per provider, then how many may wait and for how long (limiter.ts). */
+  readonly maxConcurrent: number
+  readonly queue: number
+  readonly queueTimeoutMs: number
 }
 
 export class UpstreamPools {
@@ -27,8 +32,11 @@ export class UpstreamPools {
   /** Set when the drain's deadline passed: every attempt under way and any new one fails with it. */
   drainError: Error | null = null
 
+  readonly limiter: ProviderLimiter
+
   constructor(settings: PoolSettings) {
     this.#settings = settings
+    this.limiter = new ProviderLimiter({ max: settings.maxConcurrent, queue: settings.queue, queueTimeoutMs: settings.queueTimeoutMs })
   }
 
   get settings(): PoolSettings {
