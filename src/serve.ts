@@ -240,7 +240,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     ]),
   ]
   // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
-  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table) : null
+  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued }) : null
   const stopAccessLog = config.log.access_log ? startAccessLog() : null
   const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining })
 

@@ -22,7 +22,13 @@ export interface Metrics {
   close(): void
 }
 
-export function startMetrics(table: RoutingTable): Metrics {
+/** Live state read at scrape time, beside the routing table. */
+export interface MetricsSources {
+  /** Charges waiting for, or inside, a group commit (ChargeWriter.queued). */
+  readonly chargesQueued: () => number
+}
+
+export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
   const registry = new Registry()
   // Event-loop lag, RSS, heap, GC, handles: prom-client's process collectors (nodejs_eventloop_lag_seconds,
   // process_resident_memory_bytes, …).
@@ -78,6 +84,14 @@ export function startMetrics(table: RoutingTable): Metrics {
     name: 'svc_billed_usd_total',
     help: 'USD billed by durable charges.',
     registers: [registry],
+  })
+  new Gauge({
+    name: 'svc_ledger_charges_queued',
+    help: 'Charges settled and not yet committed to the store (group-commit queue and the batch being written).',
+    registers: [registry],
+    collect() {
+      this.set(sources.chargesQueued())
+    },
   })
   const providersOf = (): Iterable<ProviderEntry> => table.providers()
   new Gauge({

@@ -87,6 +87,7 @@ t.test('/metrics parses as Prometheus text and its counters match the requests s
   t.ok(m.get('svc_billed_usd_total')! > 0)
   t.equal(m.get(`svc_provider_healthy{provider="${b}"}`), 1)
   t.ok(m.get(`svc_provider_latency_seconds{provider="${b}",model="${MODEL}"}`)! > 0)
+  t.equal(m.get('svc_ledger_charges_queued'), 0, 'every charge committed')
   t.ok(m.has('svc_nodejs_eventloop_lag_seconds'), 'event-loop lag')
   t.ok(m.get('svc_process_resident_memory_bytes')! > 0, 'RSS')
 })
