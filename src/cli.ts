@@ -7,6 +7,7 @@ import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
 import { SchemaTooNewError } from './store/store.js'
 import { installProcessNet } from './process-net.js'
+import { log } from './log.js'
 import { serve } from './serve.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 
@@ -50,14 +51,32 @@ async function serveCommand(argv: string[]): Promise<void> {
         '(new ones: svc-router mgmt-keys create <wallet> --scopes all --name <name> --config <file>)\n',
     )
   }
+  // SIGTERM/SIGINT: drain (finish what is in flight up to server.drain_timeout_ms, end the rest with an
+  // error), flush the charges, close the store, exit 0. A second signal exits at once.
   let closing = false
-  const shutdown = (): void => {
-    if (closing) return
+  const shutdown = (signal: NodeJS.Signals): void => {
+    if (closing) {
+      log.warn('second signal: exiting without waiting', { signal })
+      process.exit(1)
+    }
     closing = true
-    router.close().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    )
+    log.info('draining', { signal, in_flight: router.inFlight.count, deadline_ms: config.server.drain_timeout_ms })
+    router
+      .drain(config.server.drain_timeout_ms)
+      .then((cut) => {
+        if (cut > 0) log.warn('requests ended by the drain deadline', { count: cut })
+        return router.close()
+      })
+      .then(
+        () => {
+          log.info('drained and closed')
+          process.exit(0)
+        },
+        (err: unknown) => {
+          log.error('shutdown failed', { err: String((err as Error)?.stack ?? err) })
+          process.exit(1)
+        },
+      )
   }
   process.on('SIGINT', shutdown)
   process.on('SIGTERM', shutdown)

@@ -12,7 +12,8 @@ import { createSessionAuthenticators } from './auth/session-auth.js'
 import { createConsoleFiles } from './console/static-files.js'
 import { RateLimiter } from './auth/rate-limit.js'
 import type { Config } from './config/index.js'
-import { HealthBook } from './health/health.js'
+import { HealthBook, type HealthSettings } from './health/health.js'
+import { startProbes } from './health/probes.js'
 import { log, setLogLevel } from './log.js'
 import { loadRegistryFile, watchRegistryFile, type RegistryWatcher } from './registry/file-source.js'
 import type { RegistrySnapshot } from './registry/types.js'
@@ -31,6 +32,13 @@ import { chatCompletions } from './surfaces/chat-completions.js'
 import { messages } from './surfaces/messages.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
+import { InFlight } from './upstream/drain.js'
+import { startAccessLog } from './telemetry/access-log.js'
+import { startMetrics, type Metrics } from './telemetry/metrics.js'
+import { createOpsRoutes } from './telemetry/ops.js'
+
+/** How long requests ended at the drain's deadline get to bill and send their error events. */
+const CUT_GRACE_MS = 5000
 
 /** Charges per group-commit transaction at most. */
 const CHARGE_BATCH = 256
@@ -38,6 +46,8 @@ const CHARGE_BATCH = 256
 export interface RunningRouter {
   readonly url: string
   readonly port: number
+  /** Where /healthz, /readyz and /metrics answer: `url` unless `ops.separate_port`. */
+  readonly opsUrl: string
   readonly table: RoutingTable
   readonly store: Store
   /** Issues and revokes keys with the router's cache kept in step (the test harness makes its keys here). */
@@ -48,6 +58,14 @@ export interface RunningRouter {
   readonly ledger: Ledger
   /** The console's wallet sessions and sign-in nonces (in memory: auth/session.ts says why). */
   readonly sessions: SessionBook
+  /** Inference requests started and not yet answered. */
+  readonly inFlight: InFlight
+  /**
+   * Stops accepting (the API listener closes, /readyz turns 503, a request on a kept-alive connection gets
+   * 503), waits up to `deadlineMs` for the requests in flight, then ends what is left as failed: a stream with
+   * its error event, after billing what its provider produced. Resolves with how many were cut. close() next.
+   */
+  drain(deadlineMs: number): Promise<number>
   close(): Promise<void>
 }
 
@@ -79,7 +97,7 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
 }
 
 export async function serve(config: Config): Promise<RunningRouter> {
-  setLogLevel(config.log.level)
+  setLogLevel(config.log.level, config.log.format)
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
   const store = await openStore(config.store)
   const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute })
@@ -125,6 +143,10 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     keepAliveTimeoutMs: config.upstream.keep_alive_timeout_ms,
     headersTimeoutMs: config.upstream.headers_timeout_ms,
     bodyTimeoutMs: config.upstream.body_timeout_ms,
+    totalTimeoutMs: config.upstream.total_timeout_ms,
+    maxConcurrent: config.upstream.max_concurrent_per_provider,
+    queue: config.upstream.queue_per_provider,
+    queueTimeoutMs: config.upstream.queue_timeout_ms,
   })
 
   let watcher: RegistryWatcher | null = null
@@ -145,6 +167,20 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     }, { firstVersion: snapshot.version })
   }
 
+  const healthSettings: HealthSettings = {
+    failureThreshold: config.routing.failure_threshold,
+    cooldownMs: config.routing.unhealthy_cooldown_ms,
+    maxCooldownMs: config.routing.max_unhealthy_cooldown_ms,
+    ewmaAlpha: config.routing.latency_ewma_alpha,
+  }
+  const stopProbes = config.health.probes
+    ? startProbes(table, book, pools, healthSettings, {
+        intervalMs: config.health.probe_interval_ms,
+        path: config.health.probe_path,
+        timeoutMs: config.health.probe_timeout_ms,
+      })
+    : null
+
   // Billing: charges go to the store by group commit; budgets live in the ledger's memory, rebuilt from the
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
   const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
@@ -158,11 +194,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     engine: {
       pools,
       book,
-      health: {
-        failureThreshold: config.routing.failure_threshold,
-        cooldownMs: config.routing.unhealthy_cooldown_ms,
-        ewmaAlpha: config.routing.latency_ewma_alpha,
-      },
+      health: healthSettings,
       maxAttempts: config.routing.max_attempts,
     },
     ledger,
@@ -170,6 +202,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
+  // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
+  const inFlight = new InFlight()
   const catalog = createCatalog(table)
   const sessions = new SessionBook()
   // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
@@ -180,8 +214,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const signIn = createAuthSession({ sessions, store })
   const consoleFiles = createConsoleFiles()
   const routes: Route[] = [
-    { method: 'post', pattern: '/v1/chat/completions', handler: createInferenceRoute(deps, chatCompletions) },
-    { method: 'post', pattern: '/v1/messages', handler: createInferenceRoute(deps, messages) },
+    { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions)) },
+    { method: 'post', pattern: '/v1/messages', handler: inFlight.track(createInferenceRoute(deps, messages)) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
@@ -202,8 +236,16 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     { method: 'get', pattern: '/console', handler: consoleFiles },
     { method: 'get', pattern: '/console/*', handler: consoleFiles },
   ]
+  // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
+  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued }) : null
+  const stopAccessLog = config.log.access_log ? startAccessLog() : null
+  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining })
+
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
+    stopProbes?.()
+    metrics?.close()
+    stopAccessLog?.()
     watcher?.close()
     stopWatchingLedger()
     // Charges settled before the close are written before the store goes.
@@ -215,9 +257,13 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   }
 
   let app: Awaited<ReturnType<typeof listen>>
+  let opsApp: Awaited<ReturnType<typeof listen>> | null = null
   try {
+    if (config.ops.separate_port) opsApp = await listen(config.ops.host, config.ops.port, opsRoutes)
+    else routes.push(...opsRoutes)
     app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms })
   } catch (err) {
+    opsApp?.close()
     await stopServing()
     throw err
   }
@@ -225,14 +271,29 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   return {
     url: app.url,
     port: app.port,
+    opsUrl: opsApp === null ? app.url : opsApp.url,
     table,
     store,
     credentials,
     devKeys,
     ledger,
     sessions,
+    inFlight,
+    async drain(deadlineMs) {
+      inFlight.draining = true
+      app.stopListening()
+      if (await inFlight.idle(deadlineMs)) return 0
+      const cut = inFlight.count
+      log.warn('drain deadline reached: ending the requests still in flight', { in_flight: cut })
+      pools.failAll()
+      // Their error events go out once what their providers produced is billed; a client still sending its
+      // body is cut by close().
+      await inFlight.idle(CUT_GRACE_MS)
+      return cut
+    },
     async close() {
       app.close()
+      opsApp?.close()
       await stopServing()
       stopWatchingStore()
       await store.close()

@@ -19,6 +19,8 @@ const ServerSchema = z.strictObject({
   max_json_body_bytes: byteSize(10 * 1024 * 1024),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */
   send_timeout_ms: timeoutMs(60_000),
+  /** On SIGTERM/SIGINT: how long requests in flight may take to finish before they are ended. */
+  drain_timeout_ms: timeoutMs(30_000),
 })
 
 const RegistrySchema = z.strictObject({
@@ -63,6 +65,12 @@ const UpstreamSchema = z.strictObject({
   connect_timeout_ms: timeoutMs(10_000),
   headers_timeout_ms: timeoutMs(120_000),
   body_timeout_ms: timeoutMs(60_000),
+  /** From a request's arrival to its last byte, across attempts; past it: 504, or an SSE error event. */
+  total_timeout_ms: timeoutMs(900_000),
+  /** Concurrent attempts per provider; then up to queue_per_provider wait up to queue_timeout_ms; then the next candidate. */
+  max_concurrent_per_provider: z.int().positive().default(1024),
+  queue_per_provider: z.int().min(0).default(1024),
+  queue_timeout_ms: timeoutMs(30_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
 })
@@ -72,12 +80,38 @@ const RoutingSchema = z.strictObject({
   stats_rebuild_ms: z.int().min(0).max(MAX_TIMER_MS).default(1000),
   failure_threshold: z.int().positive().default(3),
   unhealthy_cooldown_ms: timeoutMs(10_000),
+  /** Each ejection in a row doubles the cooldown, up to this. */
+  max_unhealthy_cooldown_ms: timeoutMs(300_000),
   latency_ewma_alpha: z.number().gt(0).lte(1).default(0.2),
   max_attempts: z.int().min(1).max(16).default(3),
 })
 
 const LogSchema = z.strictObject({
   level: z.enum(['error', 'warn', 'info', 'debug']).default('info'),
+  /** auto: pretty lines when stderr is a terminal, JSON lines otherwise. */
+  format: z.enum(['auto', 'json', 'pretty']).default('auto'),
+  /** One JSON line per answered inference request (telemetry/access-log.ts). */
+  access_log: z.boolean().default(true),
+})
+
+/** Operations endpoints (/healthz, /readyz, /metrics) and Prometheus metrics. */
+const OpsSchema = z.strictObject({
+  /** Prometheus metrics at GET /metrics (telemetry/metrics.ts); off: no subscriber, nothing counted. */
+  metrics: z.boolean().default(true),
+  /** true: the ops endpoints listen on ops.host:ops.port only, not beside the API. */
+  separate_port: z.boolean().default(false),
+  host: z.string().min(1).default('127.0.0.1'),
+  /** 0 asks the OS for an ephemeral port (tests). */
+  port: z.int().min(0).max(65535).default(9464),
+})
+
+/** Active health probes (health/probes.ts). */
+const HealthSchema = z.strictObject({
+  probes: z.boolean().default(true),
+  probe_interval_ms: timeoutMs(10_000),
+  /** Relative to each provider's base URL. */
+  probe_path: z.string().startsWith('/').default('/v1/models'),
+  probe_timeout_ms: timeoutMs(2_000),
 })
 
 // `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
@@ -88,7 +122,9 @@ export const ConfigSchema = z.strictObject({
   limits: LimitsSchema.prefault({}),
   upstream: UpstreamSchema.prefault({}),
   routing: RoutingSchema.prefault({}),
+  health: HealthSchema.prefault({}),
   log: LogSchema.prefault({}),
+  ops: OpsSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })
 

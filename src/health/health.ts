@@ -6,8 +6,11 @@
 
 export interface HealthSettings {
   readonly failureThreshold: number
+  /** The first ejection's length; each further ejection in a row doubles it, up to maxCooldownMs. */
   readonly cooldownMs: number
   readonly ewmaAlpha: number
+  /** Longest ejection (default 32 × cooldownMs). */
+  readonly maxCooldownMs?: number
 }
 
 /** Connection-level health of one provider origin. */
@@ -29,22 +32,31 @@ export class ProviderHealth {
     return this.unhealthyUntil <= now
   }
 
-  /** Returns true when the provider just turned unhealthy (the index owner may want to know). */
+  /** Ejections in a row without a success between them: the next backoff is cooldown × 2^ejections. */
+  ejections = 0
+
+  /**
+   * Outlier ejection: `failureThreshold` failures in a row (connect errors, 5xx, timeouts, broken answers) eject
+   * the provider for a backoff that doubles with each ejection in a row. Once the backoff ends the provider is
+   * half-open: it is routed to again, one more failure ejects it at once for the next, longer backoff, and one
+   * success closes the breaker and resets the backoff. Failures of tries already under way while it is ejected
+   * do not lengthen the ejection. Returns true when the provider just turned unhealthy.
+   */
   recordFailure(now: number, settings: HealthSettings): boolean {
     this.failedCount++
     this.consecutiveFailures++
-    if (this.consecutiveFailures >= settings.failureThreshold) {
-      const wasHealthy = this.unhealthyUntil <= now
-      this.unhealthyUntil = now + settings.cooldownMs
-      return wasHealthy
-    }
-    return false
+    if (this.consecutiveFailures < settings.failureThreshold || this.unhealthyUntil > now) return false
+    const max = settings.maxCooldownMs ?? settings.cooldownMs * 32
+    this.unhealthyUntil = now + Math.min(settings.cooldownMs * 2 ** Math.min(this.ejections, 30), max)
+    this.ejections++
+    return true
   }
 
   recordSuccess(): void {
     this.okCount++
     this.consecutiveFailures = 0
     this.unhealthyUntil = 0
+    this.ejections = 0
   }
 }
 

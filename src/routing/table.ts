@@ -104,6 +104,11 @@ export class RoutingTable {
     return this.#state.models
   }
 
+  /** Every provider of the current registry, healthy or not. */
+  providers(): Iterable<ProviderEntry> {
+    return this.#state.offers.providers.values()
+  }
+
   provider(address: string): ProviderEntry | undefined {
     return this.#state.offers.providers.get(address)
   }

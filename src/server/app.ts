@@ -178,6 +178,8 @@ class UwsRequestHead implements RequestHead {
 export interface AppHandle {
   readonly port: number
   readonly url: string
+  /** Closes the listening socket only: open connections and their requests carry on (the drain). */
+  stopListening(): void
   close(): void
 }
 
@@ -280,11 +282,17 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
         return
       }
       const bound = uWS.us_socket_local_port(token as unknown as uWS.us_socket)
+      let listening = true
       resolve({
         port: bound,
         url: `http://${host.includes(':') ? `[${host}]` : host}:${bound}`,
+        stopListening() {
+          if (listening) uWS.us_listen_socket_close(token)
+          listening = false
+        },
         close() {
-          uWS.us_listen_socket_close(token)
+          if (listening) uWS.us_listen_socket_close(token)
+          listening = false
           const closable = app as unknown as { close?: () => void }
           if (typeof closable.close === 'function') closable.close()
         },

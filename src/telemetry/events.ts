@@ -33,7 +33,10 @@ export interface SettleEvent {
   readonly durable: boolean
 }
 
-/** A request's answer ended: what the client got. */
+/**
+ * A request's answer ended: what the client got. Published once per started request; a client that went away
+ * ends it with status 499 and error 'client_closed'.
+ */
 export interface RequestEndEvent {
   readonly requestId: string
   readonly surface: string
@@ -45,6 +48,10 @@ export interface RequestEndEvent {
   readonly durationMs: number
   /** The error code when the answer was an error (before or after its first byte). */
   readonly error: string | null
+  /** Time to the answering attempt's first byte in ms, null when no provider answered. */
+  readonly ttfbMs: number | null
+  /** atto-USD recorded for this request, 0n when nothing was billed. */
+  readonly cost: bigint
 }
 
 export const requestStart = channel('svc-router:request:start')

@@ -86,6 +86,9 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #size = 0
   #contentType = ''
   #abortReason: Error | null = null
+  /** The request's total time ran out: a provider failure (a timeout), unlike #abortReason (we gave up). */
+  #expired: Error | null = null
+  #totalTimer: NodeJS.Timeout | null = null
   #inflight = false
   #crashed = false
   /** False once a write to the receiver reported backpressure, until it drains. */
@@ -104,12 +107,28 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     return this.#ttfbMs
   }
 
-  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body']): void {
-    const provider = this.offer.provider
+  /** `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms). */
+  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number): void {
     const pools = this.#settings.pools
     this.#startedAt = performance.now()
     this.offer.stats.inflight++
     this.#inflight = true
+    this.#totalTimer = setTimeout(this.#expire, Math.max(1, deadline - this.#startedAt))
+    pools.active.add(this)
+    if (pools.drainError !== null) this.fail(pools.drainError)
+    try {
+      this.#send(requestId, body)
+    } catch (err) {
+      // Refused synchronously (a header undici will not send): nothing is under way.
+      this.#phase = Phase.Done
+      this.#release()
+      throw err
+    }
+  }
+
+  #send(requestId: string, body: Dispatcher.DispatchOptions['body']): void {
+    const provider = this.offer.provider
+    const pools = this.#settings.pools
     pools.get(provider.url).dispatch(
       {
         path: basePath(provider.url) + this.plan.path,
@@ -131,6 +150,19 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller
     if (this.#abortReason !== null) controller.abort(this.#abortReason)
+    else if (this.#expired !== null) controller.abort(this.#expired)
+  }
+
+  readonly #expire = (): void => {
+    this.#totalTimer = null
+    this.fail(Object.assign(new Error('the request ran past upstream.total_timeout_ms'), { code: 'SVC_TOTAL_TIMEOUT' }))
+  }
+
+  /** Ends the attempt as a provider failure (`err.code` as failures.ts classifies it), unlike abort(). */
+  fail(err: Error): void {
+    if (this.#phase === Phase.Done || this.#expired !== null) return
+    this.#expired = err
+    this.#controller?.abort(err)
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
@@ -302,7 +334,13 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   }
 
   #release(): void {
+    if (this.#totalTimer !== null) {
+      clearTimeout(this.#totalTimer)
+      this.#totalTimer = null
+    }
     if (!this.#inflight) return
+    this.#settings.pools.active.delete(this)
+    this.#settings.pools.limiter.release(this.offer.provider.address)
     this.#inflight = false
     this.offer.stats.inflight--
   }

@@ -69,6 +69,11 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   #lastKind = MissKind.Failure
   #lastRetryAfter = ''
   #finished = false
+  /** Telemetry only: set once the request's end was published, and what was billed (atto-USD). */
+  #ended = false
+  #billed = 0n
+  /** Candidates skipped because their concurrency cap and queue were full. */
+  #busy = 0
 
   constructor(ctx: EngineContext, req: EngineRequest<R>, sink: ResponseSink) {
     this.#ctx = ctx
@@ -134,13 +139,21 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       return this.#crash(null, err)
     }
     this.#current = handler
-    try {
-      handler.dispatch(req.requestId, body)
-    } catch (err) {
-      // undici refuses some requests synchronously (a header it will not send): that candidate failed.
-      this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
-      log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
+    const run = (): void => {
+      try {
+        handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs)
+      } catch (err) {
+        // undici refuses some requests synchronously (a header it will not send): that candidate failed.
+        this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
+        log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
+      }
     }
+    // The per-provider cap (limiter.ts): run now, after a wait in its queue, or move on to the next candidate.
+    this.#ctx.pools.limiter.acquire(offer.provider.address, run, () => {
+      if (this.#current !== handler) return this.abandoned(handler, false)
+      this.#busy++
+      this.missed(handler, { provider: offer.provider.address, status: null, error: 'provider_busy' }, MissKind.Failure, '')
+    })
   }
 
   missed(a: AttemptHandler, attempt: Attempt, kind: MissKind, retryAfter: string): void {
@@ -194,8 +207,9 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   broke(a: AttemptHandler, failure: UpstreamFailure): void {
     const req = this.#req
     this.#answeredBy(a, failure.reason)
-    const code = failure.timeout ? 'provider_timeout' : 'provider_error'
-    const message = failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
+    const down = failure.reason === 'shutting_down'
+    const code = down ? 'no_available_provider' : failure.timeout ? 'provider_timeout' : 'provider_error'
+    const message = down ? 'the router is shutting down' : failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
     // What the provider produced is billed (the codec's estimate), then the answer ends with the error event.
     const usage = a.plan.codec.usage(req.request.promptBytes)
     this.#bill(a, usage, (billed, err) => {
@@ -209,10 +223,13 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const budget = this.#req.budget
     this.#finished = true
     this.#current = null
-    if (!budget.open) return
+    if (!budget.open) return this.#publishEnd(499, a, 'client_closed')
     // A provider that produced something (events relayed, or a whole answer) did the work: it is billed.
-    if (!produced) return budget.release()
-    this.#bill(a, a.plan.codec.usage(this.#req.request.promptBytes), () => {})
+    if (!produced) {
+      budget.release()
+      return this.#publishEnd(499, a, 'client_closed')
+    }
+    this.#bill(a, a.plan.codec.usage(this.#req.request.promptBytes), () => this.#publishEnd(499, a, 'client_closed'))
   }
 
   crashed(a: AttemptHandler, err: unknown): void {
@@ -259,12 +276,16 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   }
 
   #onReceiverGone(): void {
+    const wasFinished = this.#finished
     this.#finished = true
     const current = this.#current
     this.#current = null
     // The attempt under way settles or releases when its abort lands; with none, nothing was produced.
     if (current !== null) current.abort(new Error('client disconnected'))
-    else if (this.#req.budget.open) this.#req.budget.release()
+    else {
+      if (this.#req.budget.open) this.#req.budget.release()
+      if (!wasFinished) this.#publishEnd(499, null, 'client_closed')
+    }
   }
 
   #failAll(): void {
@@ -273,6 +294,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const model = this.#req.request.model
     let err: RouterError
     if (tried === 0) err = new RouterError('no_available_provider', `no provider is available for model ${model}`)
+    else if (this.#busy === tried) err = new RouterError('no_available_provider', `every provider of model ${model} is at its concurrency limit (${tried} tried)`)
     else if (this.#lastKind === MissKind.RateLimited) {
       err = new RouterError('provider_rate_limited', `the provider is rate limiting requests (${tried} tried)`, {
         'Retry-After': retryAfterSeconds(this.#lastRetryAfter),
@@ -300,6 +322,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const req = this.#req
     const budget = req.budget
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
+      if (err === null) this.#billed = billed.input + billed.output
       if (settled.hasSubscribers) {
         settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null })
       }
@@ -360,6 +383,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   }
 
   #publishEnd(status: number, a: AttemptHandler | null, error: string | null): void {
+    if (this.#ended) return
+    this.#ended = true
     if (!requestEnd.hasSubscribers) return
     const req = this.#req
     requestEnd.publish({
@@ -371,6 +396,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       attempts: this.#attempts.length,
       durationMs: performance.now() - req.startedAt,
       error,
+      ttfbMs: a === null || a.ttfbMs < 0 ? null : a.ttfbMs,
+      cost: this.#billed,
     })
   }
 }

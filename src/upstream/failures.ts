@@ -14,6 +14,10 @@ const BY_CODE: Readonly<Record<string, UpstreamFailure>> = {
   UND_ERR_CONNECT_TIMEOUT: { reason: 'connect_timeout', timeout: true },
   UND_ERR_HEADERS_TIMEOUT: { reason: 'headers_timeout', timeout: true },
   UND_ERR_BODY_TIMEOUT: { reason: 'body_timeout', timeout: true },
+  /** Set by attempt.ts when the request's upstream.total_timeout_ms runs out. */
+  SVC_TOTAL_TIMEOUT: { reason: 'total_timeout', timeout: true },
+  /** Set by pools.ts at the drain's deadline. */
+  SVC_SHUTTING_DOWN: { reason: 'shutting_down', timeout: false },
   UND_ERR_SOCKET: { reason: 'connection_reset', timeout: false },
   UND_ERR_CLOSED: { reason: 'connection_closed', timeout: false },
   UND_ERR_DESTROYED: { reason: 'connection_closed', timeout: false },

@@ -3,6 +3,12 @@
  * across registry reloads while the provider stays.
  */
 import { Pool } from 'undici'
+import { ProviderLimiter } from './limiter.js'
+
+/** What the pools need of an attempt under way: a way to end it as failed (the drain's deadline). */
+export interface ActiveAttempt {
+  fail(err: Error): void
+}
 
 export interface PoolSettings {
   readonly connections: number
@@ -10,14 +16,27 @@ export interface PoolSettings {
   readonly keepAliveTimeoutMs: number
   readonly headersTimeoutMs: number
   readonly bodyTimeoutMs: number
+  /** The most a request may spend upstream, across its attempts, from its arrival. */
+  readonly totalTimeoutMs: number
+  /** Concurrent attempts per provider, then how many may wait and for how long (limiter.ts). */
+  readonly maxConcurrent: number
+  readonly queue: number
+  readonly queueTimeoutMs: number
 }
 
 export class UpstreamPools {
   readonly #pools = new Map<string, Pool>()
   readonly #settings: PoolSettings
+  /** Attempts dispatched and not yet over (attempt.ts adds and removes itself). */
+  readonly active = new Set<ActiveAttempt>()
+  /** Set when the drain's deadline passed: every attempt under way and any new one fails with it. */
+  drainError: Error | null = null
+
+  readonly limiter: ProviderLimiter
 
   constructor(settings: PoolSettings) {
     this.#settings = settings
+    this.limiter = new ProviderLimiter({ max: settings.maxConcurrent, queue: settings.queue, queueTimeoutMs: settings.queueTimeoutMs })
   }
 
   get settings(): PoolSettings {
@@ -51,6 +70,12 @@ export class UpstreamPools {
         pool.close().catch(() => {})
       }
     }
+  }
+
+  /** Ends every attempt under way, and any started from now on, as failed: what is left at the drain's deadline. */
+  failAll(): void {
+    this.drainError = Object.assign(new Error('the router is shutting down'), { code: 'SVC_SHUTTING_DOWN' })
+    for (const a of [...this.active]) a.fail(this.drainError)
   }
 
   async close(): Promise<void> {

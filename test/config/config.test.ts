@@ -13,7 +13,7 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 
 function defaultsWithPathsIn(dir: string): Config {
   return {
-    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, send_timeout_ms: 60000 },
+    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, send_timeout_ms: 60000, drain_timeout_ms: 30000 },
     registry: { source: 'file', path: join(dir, 'providers.yaml'), watch: true },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full' },
     limits: { requests_per_minute: 600, budget_wait_ms: 10000 },
@@ -21,6 +21,10 @@ function defaultsWithPathsIn(dir: string): Config {
       connect_timeout_ms: 10000,
       headers_timeout_ms: 120000,
       body_timeout_ms: 60000,
+      total_timeout_ms: 900000,
+      max_concurrent_per_provider: 1024,
+      queue_per_provider: 1024,
+      queue_timeout_ms: 30000,
       connections_per_provider: 128,
       keep_alive_timeout_ms: 60000,
     },
@@ -29,10 +33,13 @@ function defaultsWithPathsIn(dir: string): Config {
       stats_rebuild_ms: 1000,
       failure_threshold: 3,
       unhealthy_cooldown_ms: 10000,
+      max_unhealthy_cooldown_ms: 300000,
       latency_ewma_alpha: 0.2,
       max_attempts: 3,
     },
-    log: { level: 'info' },
+    health: { probes: true, probe_interval_ms: 10000, probe_path: '/v1/models', probe_timeout_ms: 2000 },
+    log: { level: 'info', format: 'auto', access_log: true },
+    ops: { metrics: true, separate_port: false, host: '127.0.0.1', port: 9464 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }
 }
@@ -171,7 +178,7 @@ t.test('unknown keys are errors with a hint', async (t) => {
 
   t.test('no near key: the known keys are listed', async (t) => {
     t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'log: { zzzzzzzz: 1 }\n') })), [
-      'unknown key log.zzzzzzzz (known keys of log: level)',
+      'unknown key log.zzzzzzzz (known keys of log: level, format, access_log)',
     ])
   })
 })

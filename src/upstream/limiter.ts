@@ -1,0 +1,76 @@
+/**
+ * A cap on concurrent upstream requests per provider (issue #13 §3): at most `max` attempts run against one
+ * provider; the next `queue` wait their turn for up to `queueTimeoutMs`; beyond that, or past the wait, the
+ * attempt is refused and the failover loop moves on (every candidate busy: 503 no_available_provider).
+ */
+
+interface Waiter {
+  run: () => void
+  refuse: () => void
+  timer: NodeJS.Timeout
+}
+
+interface Slot {
+  active: number
+  readonly waiting: Waiter[]
+}
+
+export interface LimiterSettings {
+  readonly max: number
+  readonly queue: number
+  readonly queueTimeoutMs: number
+}
+
+export class ProviderLimiter {
+  readonly #slots = new Map<string, Slot>()
+  readonly #settings: LimiterSettings
+
+  constructor(settings: LimiterSettings) {
+    this.#settings = settings
+  }
+
+  /** Calls `run` now or once a slot frees, or `refuse` when the queue is full or the wait ran out. */
+  acquire(provider: string, run: () => void, refuse: () => void): void {
+    let slot = this.#slots.get(provider)
+    if (slot === undefined) {
+      slot = { active: 0, waiting: [] }
+      this.#slots.set(provider, slot)
+    }
+    if (slot.active < this.#settings.max) {
+      slot.active++
+      return run()
+    }
+    if (slot.waiting.length >= this.#settings.queue) return refuse()
+    const s = slot
+    const waiter: Waiter = {
+      run,
+      refuse,
+      timer: setTimeout(() => {
+        const i = s.waiting.indexOf(waiter)
+        if (i >= 0) s.waiting.splice(i, 1)
+        refuse()
+      }, this.#settings.queueTimeoutMs),
+    }
+    slot.waiting.push(waiter)
+  }
+
+  /** One attempt against `provider` is over: the next waiter runs. */
+  release(provider: string): void {
+    const slot = this.#slots.get(provider)
+    if (slot === undefined) return
+    const next = slot.waiting.shift()
+    if (next !== undefined) {
+      clearTimeout(next.timer)
+      next.run()
+      return
+    }
+    slot.active--
+    if (slot.active === 0) this.#slots.delete(provider)
+  }
+
+  /** Attempts running and waiting against `provider`. */
+  load(provider: string): { active: number; waiting: number } {
+    const slot = this.#slots.get(provider)
+    return { active: slot?.active ?? 0, waiting: slot?.waiting.length ?? 0 }
+  }
+}
