@@ -27,7 +27,7 @@ export interface AccountTotals {
   readonly spent: bigint
 }
 
-/** One billed request: the usage record, its journal charge and the daily roll-up, written together. */
+/** One billed request: its journal charge and the usage it pays for. */
 export interface Charge {
   readonly requestId: string
   readonly accountId: string
@@ -70,8 +70,10 @@ export interface LedgerStore {
   /** Appends a deposit or credit to the journal and the account's totals (creating the account if needed). */
   addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry>
   /**
-   * Bills one request: usage record, journal charge, daily roll-up and totals in one transaction. A request id
-   * already billed throws StoreConflictError and changes nothing (no double charge).
+   * Bills one request: its journal charge with its usage, durably. The totals and the daily roll-up that
+   * totals(), spendByKey() and usage() read include it from then on (an implementation may add it to them
+   * later, as long as every reader sees it). A request id already billed throws StoreConflictError and changes
+   * nothing (no double charge).
    */
   recordCharge(charge: Charge): Promise<JournalEntry>
   /**

@@ -209,3 +209,68 @@ t.test('no trigger runs on the charge path; deposits and key writes do run one',
   t.ok(firesTrigger('UPDATE api_keys SET revoked_at = ? WHERE id = ?'), 'keys')
   t.notOk(firesTrigger('UPDATE mgmt_keys SET last_used_at = ?, last_source_ip = ? WHERE id = ?'), 'the audit write')
 })
+
+t.test('a database of schema 2 is migrated to lean charges: every charge, usage row and total kept exactly', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const old = new Database(path)
+  old.pragma('journal_mode = WAL')
+  migrate(old, T0, MIGRATIONS.slice(0, 2))
+  const day = new Date(T0).toISOString().slice(0, 10)
+  old.prepare("INSERT INTO accounts (id, deposited, spent, created_at) VALUES (?, '1000', '30', ?)").run(A, T0)
+  old.prepare("INSERT INTO journal (account_id, kind, amount, created_at) VALUES (?, 'deposit', '1000', ?)").run(A, T0)
+  for (const [req, cost] of [['r1', '10'], ['r2', '20']] as const) {
+    old.prepare("INSERT INTO journal (account_id, kind, amount, request_id, key_id, created_at) VALUES (?, 'charge', ?, ?, 'k', ?)").run(A, cost, req, T0)
+    old.prepare(`INSERT INTO usage_records (request_id, account_id, key_id, model, provider, day, created_at, prompt_tokens,
+      completion_tokens, images, audio_ms, cost) VALUES (?, ?, 'k', 'm', 'p', ?, ?, 5, 7, 0, 0, ?)`).run(req, A, day, T0, cost)
+  }
+  old.prepare(`INSERT INTO usage_daily (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens, images,
+    audio_ms, cost) VALUES (?, ?, 'm', 'k', 2, 10, 14, 0, 0, '30')`).run(A, day)
+  old.close()
+
+  const store = await openSqliteStore({ path })
+  t.teardown(() => store.close())
+  t.strictSame(await store.ledger.totals(A), { deposited: 1000n, credited: 0n, spent: 30n }, 'totals are not folded twice')
+  t.same((await store.ledger.journal(A)).map((e) => [e.kind, e.amount, e.requestId]), [['deposit', 1000n, null], ['charge', 10n, 'r1'], ['charge', 20n, 'r2']])
+  const raw = new Database(path, { readonly: true })
+  t.teardown(() => raw.close())
+  t.same(raw.prepare("SELECT request_id, model, provider, prompt_tokens, completion_tokens FROM journal WHERE kind = 'charge' ORDER BY seq").all(), [
+    { request_id: 'r1', model: 'm', provider: 'p', prompt_tokens: 5, completion_tokens: 7 },
+    { request_id: 'r2', model: 'm', provider: 'p', prompt_tokens: 5, completion_tokens: 7 },
+  ], 'the usage of each charge moved onto its journal row')
+  await t.rejects(store.ledger.recordCharge({ requestId: 'r1', accountId: A, keyId: 'k', model: 'm', provider: 'p', at: T0, promptTokens: 1, completionTokens: 1, images: 0, audioMs: 0, cost: 1n }), { name: 'StoreConflictError' }, 'a request billed before the migration cannot be billed again')
+  const [row] = await store.ledger.usage(A, { fromDay: day, toDay: day })
+  t.equal(row?.requests, 2)
+  t.equal(row?.cost, 30n)
+})
+
+t.test('charges a crash left unfolded are in the totals and the roll-up of the next open, exactly once', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const day = new Date(T0).toISOString().slice(0, 10)
+  const store = await openSqliteStore({ path })
+  await store.ledger.addFunds(A, 'deposit', 10n ** 18n, '', T0)
+  const charge = (i: number) => ({ requestId: `req_${i}`, accountId: A, keyId: `k${i % 2}`, model: 'm', provider: 'p', at: T0, promptTokens: 3, completionTokens: 4, images: 0, audioMs: 0, cost: BigInt(i + 1) })
+  // More than one fold's worth, in batches, then a few the writer has not folded yet.
+  const n = 1000
+  for (let i = 0; i < n; i += 100) await store.ledger.recordCharges(Array.from({ length: 100 }, (_, j) => charge(i + j)))
+  // A crash: the process dies without closing (and so without the fold that close() does). A second
+  // connection reads the file as the next process would see it.
+  const raw = new Database(path, { readonly: true })
+  const folded = raw.prepare('SELECT folded_seq FROM ledger_fold').pluck().get() as number
+  const last = raw.prepare('SELECT max(seq) FROM journal').pluck().get() as number
+  raw.close()
+  t.ok(folded > 0 && folded < last, `some charges are folded (to ${folded}) and some are not (up to ${last})`)
+
+  const next = await openSqliteStore({ path })
+  t.teardown(() => next.close())
+  const expected = BigInt((n * (n + 1)) / 2)
+  t.equal((await next.ledger.totals(A)).spent, expected, 'spent is every charge once')
+  const byKey = await next.ledger.spendByKey(A, null)
+  t.equal((byKey.get('k0') ?? 0n) + (byKey.get('k1') ?? 0n), expected)
+  const rows = await next.ledger.usage(A, { fromDay: day, toDay: day })
+  t.equal(rows.reduce((s, r) => s + r.requests, 0), n)
+  t.equal(rows.reduce((s, r) => s + r.promptTokens, 0), 3 * n)
+  // Folding again (the first process coming back to life, or a second reader) adds nothing.
+  t.equal((await store.ledger.totals(A)).spent, expected, 'a second fold by another connection adds nothing')
+  await store.close()
+  t.equal((await next.ledger.totals(A)).spent, expected)
+})

@@ -1,8 +1,10 @@
 /**
- * The LedgerStore on SQLite: the append-only `journal`, each account's running totals (columns of
- * `accounts`), `usage_records` and the `usage_daily` roll-up. Money is TEXT holding integer atto-USD, added up
- * here with BigInt, never by SQL.
+ * The LedgerStore on SQLite: the append-only `journal` (a charge is one row carrying its usage), each
+ * account's running totals (columns of `accounts`) and the `usage_daily` roll-up, both folded in from the
+ * journal behind a watermark (fold()). Money is TEXT holding integer atto-USD, added up here with BigInt,
+ * never by SQL.
  */
+import type { Transaction } from 'better-sqlite3'
 import { utcDay } from '../days.js'
 import type { AccountTotals, Charge, JournalEntry, JournalKind, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
 import { StoreConflictError } from '../store.js'
@@ -33,22 +35,52 @@ interface UsageDailyRow {
 }
 
 /**
- * Every statement a batch of charges runs. None may start a trigger (the change triggers of migration 2 stay
- * off this path): the totals update names `spent` only, and test/store/sqlite.test.ts checks each one's plan.
+ * Every statement a batch of charges runs: an existence check and one journal append per charge. None may
+ * start a trigger (the change triggers of migration 2 stay off this path); test/store/sqlite.test.ts checks
+ * each one's plan. The totals and the daily roll-up are not on this path: fold() adds charges into them later.
  */
 export const CHARGE_SQL = {
-  account: ACCOUNT_BY_ID,
-  insertJournal: 'INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
-  insertUsage: `INSERT INTO usage_records (request_id, account_id, key_id, model, provider, day, created_at,
-      prompt_tokens, completion_tokens, images, audio_ms, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  account: 'SELECT 1 FROM accounts WHERE id = ?',
+  insertCharge: `INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at,
+      model, provider, prompt_tokens, completion_tokens, images, audio_ms)
+      VALUES (?, 'charge', ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)`,
+} as const
+
+/** Statements of fold(), which moves charges past the watermark into accounts.spent and usage_daily. */
+export const FOLD_SQL = {
+  watermark: 'SELECT folded_seq FROM ledger_fold WHERE id = 1',
+  charges: `SELECT seq, account_id, key_id, model, created_at, prompt_tokens, completion_tokens, images, audio_ms,
+      amount FROM journal WHERE seq > ? AND kind = 'charge' ORDER BY seq LIMIT ?`,
+  spent: 'SELECT spent FROM accounts WHERE id = ?',
+  setSpent: 'UPDATE accounts SET spent = ? WHERE id = ?',
   dailyRow: 'SELECT * FROM usage_daily WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?',
   insertDailySum: `INSERT INTO usage_daily (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
       images, audio_ms, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   addDailySum: `UPDATE usage_daily SET requests = requests + ?, prompt_tokens = prompt_tokens + ?,
       completion_tokens = completion_tokens + ?, images = images + ?, audio_ms = audio_ms + ?, cost = ?
       WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?`,
-  setSpent: 'UPDATE accounts SET spent = ? WHERE id = ?',
+  setWatermark: 'UPDATE ledger_fold SET folded_seq = ? WHERE id = 1',
 } as const
+
+/**
+ * Charges appended since the last fold that make the writer fold right after its batch. A fold reads these
+ * rows back and writes a few roll-up pages: at this size it costs a few hundred microseconds, once per this
+ * many charges, against the eight or so pages each charge used to write itself.
+ */
+export const FOLD_EVERY = 256
+
+interface ChargeRow {
+  seq: number
+  account_id: string
+  key_id: string
+  model: string
+  created_at: number
+  prompt_tokens: number
+  completion_tokens: number
+  images: number
+  audio_ms: number
+  amount: string
+}
 
 function toJournal(row: JournalRow): JournalEntry {
   return {
@@ -96,17 +128,28 @@ function prepareStatements(conn: SqliteConnection) {
   const db = conn.db
   return {
     insertAccount: db.prepare<[string, number]>(INSERT_ACCOUNT),
-    account: db.prepare<[string], AccountRow>(CHARGE_SQL.account),
+    accountRow: db.prepare<[string], AccountRow>(ACCOUNT_BY_ID),
+    accountExists: db.prepare<[string], { 1: number }>(CHARGE_SQL.account).pluck(),
     // Deposits and credits name these two columns, which is what reports them as funds changes (migration 2).
     setFunds: db.prepare<[string, string, string]>('UPDATE accounts SET deposited = ?, credited = ? WHERE id = ?'),
-    setSpent: db.prepare<[string, string]>(CHARGE_SQL.setSpent),
-    insertJournal: db.prepare<[string, JournalKind, string, string | null, string | null, string, number]>(CHARGE_SQL.insertJournal),
-    journalEntry: db.prepare<[number | bigint], JournalRow>('SELECT * FROM journal WHERE seq = ?'),
-    journal: db.prepare<[string], JournalRow>('SELECT * FROM journal WHERE account_id = ? ORDER BY seq'),
-    insertUsage: db.prepare(CHARGE_SQL.insertUsage),
-    dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(CHARGE_SQL.dailyRow),
-    insertDailySum: db.prepare(CHARGE_SQL.insertDailySum),
-    addDailySum: db.prepare(CHARGE_SQL.addDailySum),
+    insertFunds: db.prepare<[string, JournalKind, string, string, number]>(
+      'INSERT INTO journal (account_id, kind, amount, memo, created_at) VALUES (?, ?, ?, ?, ?)',
+    ),
+    insertCharge: db.prepare(CHARGE_SQL.insertCharge),
+    journalEntry: db.prepare<[number | bigint], JournalRow>(
+      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE seq = ?',
+    ),
+    journal: db.prepare<[string], JournalRow>(
+      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE account_id = ? ORDER BY seq',
+    ),
+    watermark: db.prepare<[], number>(FOLD_SQL.watermark).pluck(),
+    unfolded: db.prepare<[number, number], ChargeRow>(FOLD_SQL.charges),
+    spent: db.prepare<[string], string>(FOLD_SQL.spent).pluck(),
+    setSpent: db.prepare<[string, string]>(FOLD_SQL.setSpent),
+    dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(FOLD_SQL.dailyRow),
+    insertDailySum: db.prepare(FOLD_SQL.insertDailySum),
+    addDailySum: db.prepare(FOLD_SQL.addDailySum),
+    setWatermark: db.prepare<[number]>(FOLD_SQL.setWatermark),
     spendSince: db.prepare<[string, string], { key_id: string; cost: string }>(
       'SELECT key_id, cost FROM usage_daily WHERE account_id = ? AND day >= ?',
     ),
@@ -121,10 +164,14 @@ function prepareStatements(conn: SqliteConnection) {
 export class SqliteLedger implements LedgerStore {
   readonly #conn: SqliteConnection
   readonly #q: ReturnType<typeof prepareStatements>
+  /** Charges this connection appended since its last fold (other writers' are found by the fold itself). */
+  #unfolded = 0
+  readonly #foldBatch: Transaction<() => number>
 
   constructor(conn: SqliteConnection) {
     this.#conn = conn
     this.#q = prepareStatements(conn)
+    this.#foldBatch = conn.db.transaction((): number => this.#foldRows(FOLD_EVERY * 4))
   }
 
   async addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry> {
@@ -132,11 +179,11 @@ export class SqliteLedger implements LedgerStore {
     if (amount <= 0n) throw new RangeError(`a ${kind} must be positive (got ${amount})`)
     const add = this.#conn.db.transaction((): JournalEntry => {
       this.#q.insertAccount.run(wallet, now)
-      const row = this.#q.account.get(wallet)!
+      const row = this.#q.accountRow.get(wallet)!
       const deposited = BigInt(row.deposited) + (kind === 'deposit' ? amount : 0n)
       const credited = BigInt(row.credited) + (kind === 'credit' ? amount : 0n)
       this.#q.setFunds.run(deposited.toString(), credited.toString(), wallet)
-      const { lastInsertRowid } = this.#q.insertJournal.run(wallet, kind, amount.toString(), null, null, memo, now)
+      const { lastInsertRowid } = this.#q.insertFunds.run(wallet, kind, amount.toString(), memo, now)
       return toJournal(this.#q.journalEntry.get(lastInsertRowid)!)
     })
     return this.#conn.flushed(add.immediate())
@@ -151,11 +198,9 @@ export class SqliteLedger implements LedgerStore {
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
     this.#conn.check()
     const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
+    let appended = 0
     const write = this.#conn.db.transaction((): void => {
-      // Totals and roll-up rows are added up here with BigInt and written once per batch: a batch of 256
-      // charges on one account is one accounts UPDATE, not 256.
-      const accounts = new Map<string, { spent: bigint }>()
-      const daily = new Map<string, DailySum>()
+      let known = ''
       for (let i = 0; i < charges.length; i++) {
         const c = charges[i]!
         const invalid = invalidCharge(c)
@@ -163,63 +208,90 @@ export class SqliteLedger implements LedgerStore {
           out[i] = invalid
           continue
         }
-        let account = accounts.get(c.accountId)
-        if (account === undefined) {
-          const row = this.#q.account.get(c.accountId)
-          if (row === undefined) {
+        if (c.accountId !== known) {
+          if (this.#q.accountExists.get(c.accountId) === undefined) {
             out[i] = new Error(`no account ${c.accountId}`)
             continue
           }
-          account = { spent: BigInt(row.spent) }
-          accounts.set(c.accountId, account)
+          known = c.accountId
         }
-        const day = utcDay(c.at)
         const cost = c.cost.toString()
         let seq: number | bigint
         try {
           // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
-          seq = this.#q.insertJournal.run(c.accountId, 'charge', cost, c.requestId, c.keyId, '', c.at).lastInsertRowid
+          seq = this.#q.insertCharge.run(
+            c.accountId, cost, c.requestId, c.keyId, c.at, c.model, c.provider, c.promptTokens, c.completionTokens, c.images, c.audioMs,
+          ).lastInsertRowid
         } catch (err) {
           if (!isUniqueViolation(err)) throw err
           out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
           continue
         }
-        this.#q.insertUsage.run(c.requestId, c.accountId, c.keyId, c.model, c.provider, day, c.at, c.promptTokens, c.completionTokens, c.images, c.audioMs, cost)
-        account.spent += c.cost
-        const dk = `${c.accountId}\u0000${day}\u0000${c.model}\u0000${c.keyId}`
-        let sum = daily.get(dk)
-        if (sum === undefined) {
-          sum = { accountId: c.accountId, day, model: c.model, keyId: c.keyId, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
-          daily.set(dk, sum)
-        }
-        sum.requests++
-        sum.prompt += c.promptTokens
-        sum.completion += c.completionTokens
-        sum.images += c.images
-        sum.audioMs += c.audioMs
-        sum.cost += c.cost
+        appended++
         out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
       }
-      for (const d of daily.values()) {
-        const row = this.#q.dailyRow.get(d.accountId, d.day, d.model, d.keyId)
-        if (row === undefined) {
-          this.#q.insertDailySum.run(d.accountId, d.day, d.model, d.keyId, d.requests, d.prompt, d.completion, d.images, d.audioMs, d.cost.toString())
-        } else {
-          const cost = (BigInt(row.cost) + d.cost).toString()
-          this.#q.addDailySum.run(d.requests, d.prompt, d.completion, d.images, d.audioMs, cost, d.accountId, d.day, d.model, d.keyId)
-        }
-      }
-      for (const [id, a] of accounts) this.#q.setSpent.run(a.spent.toString(), id)
     })
     write.immediate()
+    this.#unfolded += appended
+    // The fold rides the same flush as this batch (it runs before durable() is asked for): nothing waits longer.
+    if (this.#unfolded >= FOLD_EVERY) this.fold()
     // The transaction ran on the event loop without a disk flush; the flush, when 'full', runs on the thread
     // pool, and the batch's charges are acknowledged (their responses' last bytes released) only after it.
     return this.#conn.flushed(out)
   }
 
-  async totals(accountId: string): Promise<AccountTotals> {
+  /**
+   * Adds every charge past the watermark into accounts.spent and usage_daily and moves the watermark, in
+   * transactions of at most 1,024 charges, so the totals equal the journal. Idempotent and safe with other
+   * processes writing (each step re-reads the watermark under the write lock). Readers call it first; the
+   * writer calls it every FOLD_EVERY charges. Never needs its own flush: a fold lost in a crash is redone.
+   */
+  fold(): void {
     this.#conn.check()
-    const row = this.#q.account.get(accountId)
+    this.#unfolded = 0
+    while (this.#foldBatch.immediate() === FOLD_EVERY * 4);
+  }
+
+  /** One step of fold(): up to `limit` charges; returns how many it folded. Runs inside a transaction. */
+  #foldRows(limit: number): number {
+    const rows = this.#q.unfolded.all(this.#q.watermark.get()!, limit)
+    if (rows.length === 0) return 0
+    const spent = new Map<string, bigint>()
+    const daily = new Map<string, DailySum>()
+    for (const r of rows) {
+      const cost = BigInt(r.amount)
+      spent.set(r.account_id, (spent.get(r.account_id) ?? 0n) + cost)
+      const day = utcDay(r.created_at)
+      const dk = `${r.account_id}\u0000${day}\u0000${r.model}\u0000${r.key_id}`
+      let sum = daily.get(dk)
+      if (sum === undefined) {
+        sum = { accountId: r.account_id, day, model: r.model, keyId: r.key_id, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
+        daily.set(dk, sum)
+      }
+      sum.requests++
+      sum.prompt += r.prompt_tokens
+      sum.completion += r.completion_tokens
+      sum.images += r.images
+      sum.audioMs += r.audio_ms
+      sum.cost += cost
+    }
+    for (const d of daily.values()) {
+      const row = this.#q.dailyRow.get(d.accountId, d.day, d.model, d.keyId)
+      if (row === undefined) {
+        this.#q.insertDailySum.run(d.accountId, d.day, d.model, d.keyId, d.requests, d.prompt, d.completion, d.images, d.audioMs, d.cost.toString())
+      } else {
+        const cost = (BigInt(row.cost) + d.cost).toString()
+        this.#q.addDailySum.run(d.requests, d.prompt, d.completion, d.images, d.audioMs, cost, d.accountId, d.day, d.model, d.keyId)
+      }
+    }
+    for (const [id, add] of spent) this.#q.setSpent.run((BigInt(this.#q.spent.get(id)!) + add).toString(), id)
+    this.#q.setWatermark.run(rows[rows.length - 1]!.seq)
+    return rows.length
+  }
+
+  async totals(accountId: string): Promise<AccountTotals> {
+    this.fold()
+    const row = this.#q.accountRow.get(accountId)
     if (row === undefined) return { deposited: 0n, credited: 0n, spent: 0n }
     return { deposited: BigInt(row.deposited), credited: BigInt(row.credited), spent: BigInt(row.spent) }
   }
@@ -230,7 +302,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async spendByKey(accountId: string, sinceDay: string | null): Promise<Map<string, bigint>> {
-    this.#conn.check()
+    this.fold()
     const out = new Map<string, bigint>()
     for (const row of this.#q.spendSince.all(accountId, sinceDay ?? '')) {
       out.set(row.key_id, (out.get(row.key_id) ?? 0n) + BigInt(row.cost))
@@ -239,7 +311,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]> {
-    this.#conn.check()
+    this.fold()
     const params = { account: accountId, from: filter.fromDay, to: filter.toDay, key: filter.keyId ?? null, model: filter.model ?? null }
     return this.#q.usage.all(params).map((r) => ({
       day: r.day,

@@ -173,4 +173,53 @@ export const MIGRATIONS: readonly Migration[] = [
       END;
     `,
   },
+  {
+    version: 3,
+    name: 'lean charges: one journal row per charge, totals folded in behind it',
+    // Before: a charge wrote a journal row (AUTOINCREMENT: sqlite_sequence too; two indexes), a usage_records
+    // row (its text key and an index), a usage_daily row and accounts.spent: about ten pages per commit. Now it
+    // appends one journal row carrying its usage, plus one entry of the request_id uniqueness index (request
+    // ids of one process increase, so both land on the last page). accounts.spent and usage_daily are folded in
+    // from the journal behind a watermark (sqlite/ledger.ts fold()); every reader folds first, so what it reads
+    // is exact, and a crash between a charge and its fold loses nothing: the next fold picks it up.
+    sql: `
+      CREATE TABLE journal_lean (
+        seq                INTEGER PRIMARY KEY,  -- rows are never deleted, so max(seq) + 1 never reuses one
+        account_id         TEXT NOT NULL REFERENCES accounts(id),
+        kind               TEXT NOT NULL CHECK (kind IN ('deposit', 'credit', 'charge')),
+        amount             TEXT NOT NULL ${money('amount')},
+        request_id         TEXT CHECK ((kind = 'charge') = (request_id IS NOT NULL)),
+        key_id             TEXT,
+        memo               TEXT NOT NULL DEFAULT '',
+        created_at         INTEGER NOT NULL,
+        -- Charges only (NULL on deposits and credits): what usage_records held.
+        model              TEXT CHECK ((kind = 'charge') = (model IS NOT NULL)),
+        provider           TEXT,
+        prompt_tokens      INTEGER,
+        completion_tokens  INTEGER,
+        images             INTEGER,
+        audio_ms           INTEGER
+      ) STRICT;
+      INSERT INTO journal_lean
+        SELECT j.seq, j.account_id, j.kind, j.amount, j.request_id, j.key_id, j.memo, j.created_at,
+          CASE WHEN j.kind = 'charge' THEN coalesce(u.model, '') END, u.provider,
+          u.prompt_tokens, u.completion_tokens, u.images, u.audio_ms
+        FROM journal j LEFT JOIN usage_records u ON j.kind = 'charge' AND u.request_id = j.request_id;
+      DROP TABLE journal;
+      DROP TABLE usage_records;
+      ALTER TABLE journal_lean RENAME TO journal;
+      CREATE UNIQUE INDEX journal_charge_per_request ON journal (request_id) WHERE kind = 'charge';
+      -- Deposits and credits by account; an account's charges are an audit read that scans (no request path).
+      CREATE INDEX journal_funds_by_account ON journal (account_id, seq) WHERE kind <> 'charge';
+      CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal BEGIN SELECT RAISE(ABORT, 'journal is append-only'); END;
+      CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal BEGIN SELECT RAISE(ABORT, 'journal is append-only'); END;
+
+      -- Charges with seq <= folded_seq are in accounts.spent and usage_daily; the ones after are not yet.
+      CREATE TABLE ledger_fold (
+        id          INTEGER PRIMARY KEY CHECK (id = 1),
+        folded_seq  INTEGER NOT NULL
+      ) STRICT;
+      INSERT INTO ledger_fold (id, folded_seq) VALUES (1, coalesce((SELECT max(seq) FROM journal), 0));
+    `,
+  },
 ]

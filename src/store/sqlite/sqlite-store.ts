@@ -34,6 +34,10 @@ export class SqliteStore implements Store {
   async close(): Promise<void> {
     if (this.#conn.closed) return
     this.changes.close()
+    // Leaves the totals folded for whoever opens the file next (a fold not done here is done by the next reader).
+    try {
+      this.ledger.fold()
+    } catch {}
     this.#conn.close()
   }
 }
