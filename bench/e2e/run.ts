@@ -15,7 +15,9 @@ import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
 import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
-import { writeReport, type Measurement, type RunData, type WorkloadId } from './report.js'
+import { bareFsync } from './fsync-probe.js'
+import { writeReport, type Measurement, type RunData, type StageRun, type WorkloadId } from './report.js'
+import { readProfile, stageBreakdown, type Stage } from './stages.js'
 import {
   directTarget,
   floorTarget,
@@ -57,6 +59,7 @@ const PLAN = quick
       open: { durationMs: 2_000, drainMs: 1_000, warmup: 200 },
       ttft: { count: 40, warmup: 4, maxMs: 4_000 },
       concurrent: { maxMs: 15_000 },
+      stages: { warmup: 500, count: 1_000 },
     }
   : {
       warm: { ms: 3_000, streams: 40 },
@@ -65,6 +68,7 @@ const PLAN = quick
       open: { durationMs: 10_000, drainMs: 5_000, warmup: 300 },
       ttft: { count: 200, warmup: 10, maxMs: 30_000 },
       concurrent: { maxMs: 30_000 },
+      stages: { warmup: 1_000, count: 5_000 },
     }
 /**
  * The machine is shared: a burst of outside load during one target's turn would decide a comparison of tails.
@@ -73,7 +77,9 @@ const PLAN = quick
  */
 const ROUNDS = quick ? 1 : 2
 const CONNECTIONS = 64
-const TTFT_CONCURRENCY = 4
+/** fdatasync calls of the bare-flush reference, per measurement. */
+const FSYNC_COUNT = quick ? 500 : 2_000
+const TTFT_CONCURRENCY = 8
 const STREAMS = 500
 
 interface Workload {
@@ -91,23 +97,29 @@ interface Workload {
 }
 
 const json = (t: Target): RequestSpec => t.request('fast', false)
-/** The floor relay is measured where it answers a question (what the stack adds per request and per first token). */
-const WITH_FLOOR: readonly TargetId[] = TARGET_IDS
-const WITHOUT_FLOOR: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'floor')
+/**
+ * Who runs where. The floor relay is the reference of every latency, throughput and stream target; svc-router
+ * with synchronous=normal runs where a target compares the two commit modes (latency) or names normal, and in
+ * throughput to show what the flush costs there. The 500-stream workload is about memory: the proxies only.
+ */
+const ALL: readonly TargetId[] = TARGET_IDS
+const BUT_NORMAL: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'router-normal')
+const PROXIES_ONLY: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'floor' && id !== 'router-normal')
 
 const WORKLOADS: readonly Workload[] = [
-  { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: WITH_FLOOR, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
-  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, sim: 'fast', spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
+  { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: ALL, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
+  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, sim: 'fast', targets: ALL, spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
   ...[1000, 2000].map((rate): Workload => ({
     id: rate === 1000 ? 'open1000' : 'open2000',
     label: `open loop, ${rate} req/s`,
     sim: 'fast',
     repeat: true,
+    targets: BUT_NORMAL,
     spec: (t) => ({ mode: 'open', request: json(t), rate, connections: CONNECTIONS, ...PLAN.open }),
     boundMs: PLAN.open.durationMs + PLAN.open.drainMs + 30_000,
   })),
-  { id: 'ttft', label: 'streams: time to first token', sim: 'paced', targets: WITH_FLOOR, spec: (t) => ({ mode: 'ttft', request: t.request('paced', true), concurrency: TTFT_CONCURRENCY, ...PLAN.ttft }), boundMs: PLAN.ttft.maxMs + 30_000 },
-  { id: 'streams', label: `${STREAMS} concurrent streams`, sim: 'slow', spec: (t) => ({ mode: 'streams', request: t.request('slow', true), streams: STREAMS, ...PLAN.concurrent }), boundMs: PLAN.concurrent.maxMs + 30_000 },
+  { id: 'ttft', label: `streams: time to first token, ${TTFT_CONCURRENCY} at a time`, sim: 'paced', repeat: true, targets: BUT_NORMAL, spec: (t) => ({ mode: 'ttft', request: t.request('paced', true), concurrency: TTFT_CONCURRENCY, ...PLAN.ttft }), boundMs: PLAN.ttft.maxMs + 30_000 },
+  { id: 'streams', label: `${STREAMS} concurrent streams`, sim: 'slow', targets: PROXIES_ONLY, spec: (t) => ({ mode: 'streams', request: t.request('slow', true), streams: STREAMS, ...PLAN.concurrent }), boundMs: PLAN.concurrent.maxMs + 30_000 },
 ]
 
 function runLoad(spec: LoadSpec, boundMs: number): Promise<LoadResult> {
@@ -167,6 +179,10 @@ async function startTargets(workDir: string): Promise<{ targets: Target[]; sims:
     progress('starting svc-router')
     targets.push(await guard('router', () => routerTarget(root, sims, workDir)))
   }
+  if (wanted('router-normal')) {
+    progress(`starting ${TARGET_NAMES['router-normal']}`)
+    targets.push(await guard('router-normal', () => routerTarget(root, sims, workDir, 'router-normal')))
+  }
   if (wanted('floor')) {
     progress(`starting the ${TARGET_NAMES.floor} (one per simulator)`)
     targets.push(await guard('floor', () => floorTarget(root, sims)))
@@ -211,11 +227,46 @@ async function measure(w: Workload, t: Target): Promise<Measurement> {
   }
 }
 
+/**
+ * The stage breakdown (stages.ts): svc-router (synchronous full) and the floor relay, each started again under
+ * `node --cpu-prof`, serve the latency workload alone; only the samples taken while it ran are counted (the
+ * profile's clock is the monotonic clock this process reads too), so start-up is left out.
+ */
+async function profileStages(sims: Awaited<ReturnType<typeof startSimulators>>, workDir: string): Promise<StageRun | null> {
+  const out: { -readonly [K in keyof StageRun]?: StageRun[K] } = {}
+  for (const id of ['router', 'floor'] as const) {
+    const dir = join(workDir, `profile-${id}`)
+    mkdirSync(dir, { recursive: true })
+    const nodeArgs = ['--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=100']
+    progress(`stage breakdown: ${TARGET_NAMES[id]} under --cpu-prof …`)
+    let target: Target
+    try {
+      target = id === 'router' ? await routerTarget(root, sims, workDir, 'router', { synchronous: 'full', nodeArgs }) : await floorTarget(root, sims, nodeArgs)
+    } catch (err) {
+      progress(`stage breakdown: ${TARGET_NAMES[id]} did not start: ${(err as Error).message}`)
+      return null
+    }
+    const spec: LoadSpec = { mode: 'latency', request: json(target), warmup: PLAN.stages.warmup, count: PLAN.stages.count, maxMs: PLAN.latency.maxMs }
+    await runLoad({ ...spec, warmup: 0, count: PLAN.stages.warmup }, PLAN.latency.maxMs + 30_000) // JIT warm-up, outside the window
+    const from = Number(process.hrtime.bigint() / 1000n)
+    const load = await runLoad(spec, PLAN.latency.maxMs + 30_000)
+    const to = Number(process.hrtime.bigint() / 1000n)
+    await target.stop()
+    const { byStage, windowed } = stageBreakdown(readProfile(dir), from, to)
+    // `sent` counts the load's warm-up too; outside the window the earlier JIT warm-up was served as well.
+    const requests = load.sent + (windowed ? 0 : PLAN.stages.warmup)
+    out[id] = { requests, windowed, us: Object.fromEntries(byStage) as Record<Stage, number> }
+    const perRequest = [...byStage].sort((a, b) => b[1] - a[1]).map(([stage, us]) => `${stage.split(' (')[0]} ${(us / out[id]!.requests).toFixed(1)}`)
+    progress(`stage breakdown: ${TARGET_NAMES[id]}, CPU µs per request${windowed ? '' : ' (whole process life: the window was not found)'}: ${perRequest.join(', ')}`)
+  }
+  return out as StageRun
+}
+
 /** Of two rounds of one target, the one with the lower p99 (outside load only ever adds latency). */
 function better(a: Measurement | undefined, b: Measurement): Measurement {
   if (a === undefined) return b
   const rounds = a.rounds + 1
-  const p99 = (m: Measurement): number => m.load?.latency?.p99 ?? Number.POSITIVE_INFINITY
+  const p99 = (m: Measurement): number => m.load?.latency?.p99 ?? m.load?.ttft?.p99 ?? Number.POSITIVE_INFINITY
   return { ...(p99(b) < p99(a) ? b : a), rounds }
 }
 
@@ -236,13 +287,15 @@ async function main(): Promise<void> {
     await warmUp(t).catch((err: unknown) => progress(`warm-up of ${TARGET_NAMES[t.id]} failed: ${(err as Error).message}`))
   }
 
+  // The disk's bare flush, twice (before and after the workloads); the lower p50 is the reference.
+  const fsyncRuns = [bareFsync(workDir, FSYNC_COUNT)]
   const results: Partial<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>> = {}
   for (const w of WORKLOADS) {
     if (onlyWorkloads !== null && !onlyWorkloads.includes(w.id)) continue
     const row: Partial<Record<TargetId, Measurement>> = {}
     results[w.id] = row
     const rounds = w.repeat ? ROUNDS : 1
-    const included = w.targets ?? WITHOUT_FLOOR
+    const included = w.targets ?? PROXIES_ONLY
     for (let round = 1; round <= rounds; round++) {
       for (const t of targets) {
         if (t.unavailable !== null || !included.includes(t.id)) continue
@@ -259,8 +312,14 @@ async function main(): Promise<void> {
     }
   }
 
-  progress('stopping everything')
+  fsyncRuns.push(bareFsync(workDir, FSYNC_COUNT))
+  const fsync = fsyncRuns.reduce((a, b) => (b.p50 < a.p50 ? b : a))
+  progress(`bare fdatasync of one WAL frame: p50 ${(fsync.p50 * 1000).toFixed(0)} µs, p99 ${(fsync.p99 * 1000).toFixed(0)} µs`)
+
+  progress('stopping the measured targets')
   await Promise.all(targets.map((t) => t.stop()))
+  const stages = onlyWorkloads === null || onlyWorkloads.includes('stages') ? await profileStages(sims, workDir) : null
+  progress('stopping the simulators')
   await Promise.all(Object.values(sims).map((s) => s.child.stop()))
   rmSync(workDir, { recursive: true, force: true })
 
@@ -292,6 +351,8 @@ async function main(): Promise<void> {
     ) as RunData['targets'],
     plan: { ...PLAN, connections: CONNECTIONS, ttftConcurrency: TTFT_CONCURRENCY, streams: STREAMS, rounds: ROUNDS },
     results: results as RunData['results'],
+    fsync,
+    stages,
   }
   mkdirSync(dirname(LAST_RUN), { recursive: true })
   writeFileSync(LAST_RUN, JSON.stringify(data, null, 1) + '\n')

@@ -29,13 +29,14 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'floor'
-export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'floor']
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor']
 export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   direct: 'direct',
   nginx: 'nginx',
   portkey: 'Portkey',
   router: 'svc-router',
+  'router-normal': 'svc-router, synchronous normal',
   floor: 'uWS + undici relay',
 }
 
@@ -131,14 +132,28 @@ function routerRegistry(sims: SimSet): string {
   return lines.join('\n') + '\n'
 }
 
+/** How a svc-router target is configured beyond the shared bench config. */
+export interface RouterVariant {
+  /** `store.synchronous`: full (the default, durable charges) or normal (survive a process crash only). */
+  readonly synchronous: 'full' | 'normal'
+  /** Extra node flags (e.g. --cpu-prof for the stage breakdown). */
+  readonly nodeArgs?: readonly string[]
+}
+
 /**
  * svc-router as `svc-router serve` runs it, on a config and a fresh store written for the run: errors-only
  * log, a rate limit no workload reaches, the dev bootstrap for a funded account and key, and the upstream pool
  * widened to 1,024 connections (at the default 128, 500 concurrent streams to one provider would queue in the
- * pool instead of overlapping).
+ * pool instead of overlapping). `id` 'router' is the default (`full`); 'router-normal' commits without the flush.
  */
-export async function routerTarget(root: string, sims: SimSet, workDir: string): Promise<Target> {
-  const dir = join(workDir, 'router')
+export async function routerTarget(
+  root: string,
+  sims: SimSet,
+  workDir: string,
+  id: 'router' | 'router-normal' = 'router',
+  variant: RouterVariant = { synchronous: id === 'router' ? 'full' : 'normal' },
+): Promise<Target> {
+  const dir = join(workDir, `${id}-${variant.synchronous}${variant.nodeArgs === undefined ? '' : '-profiled'}`)
   mkdirSync(dir, { recursive: true })
   writeFileSync(join(dir, 'providers.yaml'), routerRegistry(sims))
   const configFile = join(dir, 'config.yaml')
@@ -147,7 +162,7 @@ export async function routerTarget(root: string, sims: SimSet, workDir: string):
     [
       'server: { host: 127.0.0.1, port: 0 }',
       'registry: { source: file, path: providers.yaml, watch: false }',
-      `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))} }`,
+      `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))}, synchronous: ${variant.synchronous} }`,
       'limits: { requests_per_minute: 100000000 }',
       'upstream: { connections_per_provider: 1024 }',
       'log: { level: error }',
@@ -157,14 +172,15 @@ export async function routerTarget(root: string, sims: SimSet, workDir: string):
     ].join('\n'),
   )
   const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version
-  const { child, match } = await startChild('svc-router', process.execPath, [join(root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile], {
+  const args = [...(variant.nodeArgs ?? []), join(root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile]
+  const { child, match } = await startChild(TARGET_NAMES[id], process.execPath, args, {
     cwd: root,
     ready: /svc-router listening on (http:\/\/[^\s]+)/,
   })
   const url = match![1]!
   const key = await createBenchKey({ url, configFile, output: () => child.output() })
   return {
-    id: 'router',
+    id,
     version,
     unavailable: null,
     pid: child.pid,
@@ -185,13 +201,16 @@ export async function routerTarget(root: string, sims: SimSet, workDir: string):
  * undici Pool of 1,024 connections behind), with no routing, auth, trace or billing. It relays to one origin,
  * so there is one process per simulator; the request is direct's, addressed to the relay of that simulator.
  * `pid` is the `fast` relay's (the one the request/response workloads use); `pids` has each simulator's, so the
- * CPU and RSS of a workload are read from the relay it went through.
+ * CPU and RSS of a workload are read from the relay it went through. `fastNodeArgs` are node flags for the
+ * `fast` relay only.
  */
-export async function floorTarget(root: string, sims: SimSet): Promise<Target> {
+export async function floorTarget(root: string, sims: SimSet, fastNodeArgs: readonly string[] = []): Promise<Target> {
   const script = join(root, 'dist', 'bench', 'e2e', 'floor-relay.js')
   const started = await Promise.allSettled(
     SIM_KINDS.map(async (kind) => {
-      const { child, match } = await startChild(`floor relay (${kind})`, process.execPath, [script, sims[kind].url, '0'], {
+      // Node flags (the stage breakdown's --cpu-prof) go to the `fast` relay only: the one the latency workload uses.
+      const args = [...(kind === 'fast' ? fastNodeArgs : []), script, sims[kind].url, '0']
+      const { child, match } = await startChild(`floor relay (${kind})`, process.execPath, args, {
         cwd: root,
         ready: /floor relay listening on (http:\/\/[^\s]+)/,
       })
