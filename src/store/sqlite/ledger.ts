@@ -167,11 +167,14 @@ export class SqliteLedger implements LedgerStore {
   /** Charges this connection appended since its last fold (other writers' are found by the fold itself). */
   #unfolded = 0
   readonly #foldBatch: Transaction<() => number>
+  /** The charge transaction, built once (better-sqlite3 wraps a function in four variants per transaction()). */
+  readonly #appendCharges: Transaction<(charges: readonly Charge[], out: (JournalEntry | Error)[]) => number>
 
   constructor(conn: SqliteConnection) {
     this.#conn = conn
     this.#q = prepareStatements(conn)
     this.#foldBatch = conn.db.transaction((): number => this.#foldRows(FOLD_EVERY * 4))
+    this.#appendCharges = conn.db.transaction((charges: readonly Charge[], out: (JournalEntry | Error)[]): number => this.#append(charges, out))
   }
 
   async addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry> {
@@ -198,46 +201,49 @@ export class SqliteLedger implements LedgerStore {
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
     this.#conn.check()
     const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
-    let appended = 0
-    const write = this.#conn.db.transaction((): void => {
-      let known = ''
-      for (let i = 0; i < charges.length; i++) {
-        const c = charges[i]!
-        const invalid = invalidCharge(c)
-        if (invalid !== null) {
-          out[i] = invalid
-          continue
-        }
-        if (c.accountId !== known) {
-          if (this.#q.accountExists.get(c.accountId) === undefined) {
-            out[i] = new Error(`no account ${c.accountId}`)
-            continue
-          }
-          known = c.accountId
-        }
-        const cost = c.cost.toString()
-        let seq: number | bigint
-        try {
-          // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
-          seq = this.#q.insertCharge.run(
-            c.accountId, cost, c.requestId, c.keyId, c.at, c.model, c.provider, c.promptTokens, c.completionTokens, c.images, c.audioMs,
-          ).lastInsertRowid
-        } catch (err) {
-          if (!isUniqueViolation(err)) throw err
-          out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
-          continue
-        }
-        appended++
-        out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
-      }
-    })
-    write.immediate()
+    const appended = this.#appendCharges.immediate(charges, out)
     this.#unfolded += appended
     // The fold rides the same flush as this batch (it runs before durable() is asked for): nothing waits longer.
     if (this.#unfolded >= FOLD_EVERY) this.fold()
     // The transaction ran on the event loop without a disk flush; the flush, when 'full', runs on the thread
     // pool, and the batch's charges are acknowledged (their responses' last bytes released) only after it.
     return this.#conn.flushed(out)
+  }
+
+  /** Appends each valid charge of the batch, filling `out`; returns how many were appended. In a transaction. */
+  #append(charges: readonly Charge[], out: (JournalEntry | Error)[]): number {
+    let appended = 0
+    let known = ''
+    for (let i = 0; i < charges.length; i++) {
+      const c = charges[i]!
+      const invalid = invalidCharge(c)
+      if (invalid !== null) {
+        out[i] = invalid
+        continue
+      }
+      if (c.accountId !== known) {
+        if (this.#q.accountExists.get(c.accountId) === undefined) {
+          out[i] = new Error(`no account ${c.accountId}`)
+          continue
+        }
+        known = c.accountId
+      }
+      const cost = c.cost.toString()
+      let seq: number | bigint
+      try {
+        // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
+        seq = this.#q.insertCharge.run(
+          c.accountId, cost, c.requestId, c.keyId, c.at, c.model, c.provider, c.promptTokens, c.completionTokens, c.images, c.audioMs,
+        ).lastInsertRowid
+      } catch (err) {
+        if (!isUniqueViolation(err)) throw err
+        out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+        continue
+      }
+      appended++
+      out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+    }
+    return appended
   }
 
   /**
