@@ -18,6 +18,7 @@ import { RESET_PERIODS, type ApiKeyPatch, type ApiKeyRecord, type ResetPeriod, t
 import { isAddress } from '../vocabulary/address.js'
 import { isTrustMode, TRUST_MODES, type TrustMode } from '../vocabulary/trust.js'
 import { parseJsonObject } from '../codecs/json-body.js'
+import { invalidField, keyIdOf, parseKeyName } from './key-fields.js'
 
 export interface ApiKeysDeps {
   readonly authenticate: MgmtAuthenticator
@@ -34,25 +35,13 @@ export interface ApiKeysDeps {
 type Handler = (head: RequestHead, reply: Reply) => void
 
 export const CURRENCY = 'USD'
-const MAX_NAME = 200
 const MAX_LIST = 1000
 const MAX_MODEL_ID = 256
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** ISO 8601 date or date-time; a date-time must say its offset (no local-time guessing). */
 const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/
 const FIELDS = new Set(['name', 'trust_mode', 'credit_limit', 'reset_period', 'expires_at', 'allowed_models', 'allowed_providers'])
 
-function bad(message: string): RouterError {
-  return new RouterError('invalid_request', message)
-}
-
-function parseName(value: unknown): string {
-  if (typeof value !== 'string') throw bad('name must be a string')
-  const name = value.trim()
-  if (name.length === 0) throw bad('name must not be empty')
-  if (name.length > MAX_NAME) throw bad(`name must be at most ${MAX_NAME} characters`)
-  return name
-}
+const bad = invalidField
 
 function parseTrustMode(value: unknown): TrustMode | null {
   if (value === null || value === '') return null
@@ -116,7 +105,7 @@ export function parseKeyFields(body: Record<string, unknown>, now: number): ApiK
   }
   const has = (f: string): boolean => body[f] !== undefined
   return {
-    ...(has('name') && { name: parseName(body.name) }),
+    ...(has('name') && { name: parseKeyName(body.name) }),
     ...(has('trust_mode') && { trustMode: parseTrustMode(body.trust_mode) }),
     ...(has('credit_limit') && { creditLimit: parseCreditLimit(body.credit_limit) }),
     ...(has('reset_period') && { resetPeriod: parseResetPeriod(body.reset_period) }),
@@ -175,13 +164,6 @@ async function usedByKey(deps: ApiKeysDeps, accountId: string, keys: readonly Ap
   return used
 }
 
-function keyIdOf(head: RequestHead): string {
-  const id = head.params?.[0] ?? ''
-  // Not a UUID: it cannot name a key, so it is an unknown key, not a malformed request.
-  if (!UUID.test(id)) throw notFound(id)
-  return id
-}
-
 function notFound(id: string): RouterError {
   return new RouterError('api_key_not_found', `no API key ${JSON.stringify(id)} in this account`)
 }
@@ -225,7 +207,7 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
   }
 
   async function update(start: ManagementStart): Promise<void> {
-    const id = keyIdOf(start.head)
+    const id = keyIdOf(start.head, notFound)
     const fields = parseKeyFields(body(start), now())
     if (Object.keys(fields).length === 0) throw bad(`nothing to update: send at least one of ${[...FIELDS].join(', ')}`)
     const record = await deps.credentials.updateApiKey(start.principal.accountId, id, fields)
@@ -234,7 +216,7 @@ export function createApiKeys(deps: ApiKeysDeps): ApiKeysSurface {
   }
 
   async function revoke(start: ManagementStart): Promise<void> {
-    const id = keyIdOf(start.head)
+    const id = keyIdOf(start.head, notFound)
     const before = await deps.store.keys.getApiKey(start.principal.accountId, id)
     if (before === null) throw notFound(id)
     const record = await deps.credentials.revokeApiKey(start.principal.accountId, id)

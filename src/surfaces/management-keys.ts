@@ -15,6 +15,7 @@ import type { Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendJson } from '../server/respond.js'
 import { SCOPES, type MgmtKeyPatch, type MgmtKeyRecord, type Scope, type Store } from '../store/store.js'
+import { invalidField, keyIdOf, parseKeyName } from './key-fields.js'
 
 export interface ManagementKeysDeps {
   /** The session-only authenticator. */
@@ -25,21 +26,9 @@ export interface ManagementKeysDeps {
 
 type Handler = (head: RequestHead, reply: Reply) => void
 
-const MAX_NAME = 200
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const FIELDS = new Set(['name', 'scopes'])
 
-function bad(message: string): RouterError {
-  return new RouterError('invalid_request', message)
-}
-
-function parseName(value: unknown): string {
-  if (typeof value !== 'string') throw bad('name must be a string')
-  const name = value.trim()
-  if (name.length === 0) throw bad('name must not be empty')
-  if (name.length > MAX_NAME) throw bad(`name must be at most ${MAX_NAME} characters`)
-  return name
-}
+const bad = invalidField
 
 function parseScopes(value: unknown): Scope[] {
   if (!Array.isArray(value)) throw bad(`scopes must be an array of ${SCOPES.join(', ')}`)
@@ -57,7 +46,7 @@ export function parseMgmtKeyFields(body: Record<string, unknown>): MgmtKeyPatch 
     if (!FIELDS.has(field)) throw bad(`unknown field ${JSON.stringify(field)}; settable fields: ${[...FIELDS].join(', ')}`)
   }
   return {
-    ...(body.name !== undefined && { name: parseName(body.name) }),
+    ...(body.name !== undefined && { name: parseKeyName(body.name) }),
     ...(body.scopes !== undefined && { scopes: parseScopes(body.scopes) }),
   }
 }
@@ -80,12 +69,6 @@ export function mgmtKeyJson(key: MgmtKeyRecord): Record<string, unknown> {
 
 function notFound(id: string): RouterError {
   return new RouterError('api_key_not_found', `no management key ${JSON.stringify(id)} in this account`)
-}
-
-function keyIdOf(head: RequestHead): string {
-  const id = head.params?.[0] ?? ''
-  if (!UUID.test(id)) throw notFound(id)
-  return id
 }
 
 function body(start: ManagementStart): Record<string, unknown> {
@@ -117,7 +100,7 @@ export function createManagementKeys(deps: ManagementKeysDeps): ManagementKeysSu
   }
 
   async function update(start: ManagementStart): Promise<void> {
-    const id = keyIdOf(start.head)
+    const id = keyIdOf(start.head, notFound)
     const fields = parseMgmtKeyFields(body(start))
     if (Object.keys(fields).length === 0) throw bad(`nothing to update: send at least one of ${[...FIELDS].join(', ')}`)
     const record = await deps.credentials.updateMgmtKey(start.principal.accountId, id, fields)
@@ -126,7 +109,7 @@ export function createManagementKeys(deps: ManagementKeysDeps): ManagementKeysSu
   }
 
   async function revoke(start: ManagementStart): Promise<void> {
-    const id = keyIdOf(start.head)
+    const id = keyIdOf(start.head, notFound)
     const before = await deps.store.keys.getMgmtKey(start.principal.accountId, id)
     if (before === null) throw notFound(id)
     const record = await deps.credentials.revokeMgmtKey(id)

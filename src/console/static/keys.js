@@ -1,7 +1,7 @@
 // API keys (sk-): create with name, trust mode, credit limit and reset period, allowed models and providers,
 // expiry; list; edit; revoke after a confirmation. Calls /v1/api-keys with the console session.
 import { api, h, iso, table } from './api.js'
-import { clearError, confirmAction, secretPanel, showError } from './ui.js'
+import { clearError, keyRowActions, secretPanel, showError } from './ui.js'
 
 const TRUST = [['', 'None (any tier)'], ['standard', 'standard'], ['verified', 'verified'], ['private', 'private']]
 const RESETS = ['never', 'daily', 'weekly', 'monthly']
@@ -88,30 +88,16 @@ export async function renderApiKeys(view) {
     }
   }
 
-  function edit(key) {
-    clearError()
-    const form = keyForm(models, key, async (body) => {
-      try {
-        await api('PATCH', `/v1/api-keys/${key.key_id}`, body)
-        await reload(`[data-edit="${key.key_id}"]`)
-      } catch (err) {
-        showError(err)
-      }
-    }, () => { editor.replaceChildren(); view.querySelector(`[data-edit="${key.key_id}"]`)?.focus() })
-    editor.replaceChildren(h('section', { class: 'card', 'aria-label': `Edit ${key.name}` }, h('h2', {}, `Edit "${key.name}"`), form))
-    form.querySelector('input').focus()
-  }
-
-  async function revoke(key) {
-    clearError()
-    if (!(await confirmAction(`Revoke the API key "${key.name}" (${key.key_preview})? Requests with it are refused from the next one on. This cannot be undone.`))) return
-    try {
-      await api('DELETE', `/v1/api-keys/${key.key_id}`)
-      await reload('#new-key-name')
-    } catch (err) {
-      showError(err)
-    }
-  }
+  const actions = keyRowActions({
+    view,
+    editor,
+    path: '/v1/api-keys',
+    what: 'API key',
+    consequence: 'Requests with it are refused from the next one on.',
+    form: (key, onSubmit, onCancel) => keyForm(models, key, onSubmit, onCancel),
+    reload,
+    focusAfterRevoke: '#new-key-name',
+  })
 
   const rows = keys.data.map((k) => h('tr', { 'data-key-id': k.key_id },
     h('td', {}, k.name), h('td', { class: 'mono' }, k.key_preview),
@@ -123,9 +109,7 @@ export async function renderApiKeys(view) {
     h('td', { class: 'mono' }, k.allowed_providers ? k.allowed_providers.join(', ') : 'all'),
     h('td', {}, iso(k.expires_at)),
     h('td', {}, iso(k.created_at)),
-    h('td', {}, k.revoked ? '' : h('div', { class: 'actions' },
-      h('button', { type: 'button', 'data-edit': k.key_id, onclick: () => edit(k) }, 'Edit', h('span', { class: 'sr-only' }, ` ${k.name}`)),
-      h('button', { type: 'button', class: 'danger', 'data-revoke': k.key_id, onclick: () => revoke(k) }, 'Revoke', h('span', { class: 'sr-only' }, ` ${k.name}`))))))
+    h('td', {}, actions(k))))
 
   view.replaceChildren(
     h('section', { class: 'card', 'aria-labelledby': 'new-key-title' },

@@ -1,7 +1,7 @@
 // Management keys (mk-): create with a name and scopes (secret shown once), rename, change scopes, revoke after
 // a confirmation; each with when and from where it was last used. Calls /v1/management-keys (session only).
 import { api, h, iso, table } from './api.js'
-import { clearError, confirmAction, secretPanel, showError } from './ui.js'
+import { clearError, keyRowActions, secretPanel, showError } from './ui.js'
 
 const SCOPES = [
   ['account:read', 'read balance, funds and usage'],
@@ -52,30 +52,16 @@ export async function renderManagementKeys(view) {
     }
   }
 
-  function edit(key) {
-    clearError()
-    const form = mkForm(key, async (body) => {
-      try {
-        await api('PATCH', `/v1/management-keys/${key.key_id}`, body)
-        await reload(`[data-edit="${key.key_id}"]`)
-      } catch (err) {
-        showError(err)
-      }
-    }, () => { editor.replaceChildren(); view.querySelector(`[data-edit="${key.key_id}"]`)?.focus() })
-    editor.replaceChildren(h('section', { class: 'card', 'aria-label': `Edit ${key.name}` }, h('h2', {}, `Edit "${key.name}"`), form))
-    form.querySelector('input').focus()
-  }
-
-  async function revoke(key) {
-    clearError()
-    if (!(await confirmAction(`Revoke the management key "${key.name}" (${key.key_preview})? Calls with it are refused from the next one on. This cannot be undone.`))) return
-    try {
-      await api('DELETE', `/v1/management-keys/${key.key_id}`)
-      await reload('#new-mk-name')
-    } catch (err) {
-      showError(err)
-    }
-  }
+  const actions = keyRowActions({
+    view,
+    editor,
+    path: '/v1/management-keys',
+    what: 'management key',
+    consequence: 'Calls with it are refused from the next one on.',
+    form: mkForm,
+    reload,
+    focusAfterRevoke: '#new-mk-name',
+  })
 
   const rows = keys.data.map((k) => h('tr', { 'data-key-id': k.key_id },
     h('td', {}, k.name), h('td', { class: 'mono' }, k.key_preview),
@@ -84,9 +70,7 @@ export async function renderManagementKeys(view) {
     h('td', {}, iso(k.created_at)),
     h('td', {}, iso(k.last_used_at)),
     h('td', { class: 'mono' }, k.last_source_ip ?? '–'),
-    h('td', {}, k.revoked ? '' : h('div', { class: 'actions' },
-      h('button', { type: 'button', 'data-edit': k.key_id, onclick: () => edit(k) }, 'Edit', h('span', { class: 'sr-only' }, ` ${k.name}`)),
-      h('button', { type: 'button', class: 'danger', 'data-revoke': k.key_id, onclick: () => revoke(k) }, 'Revoke', h('span', { class: 'sr-only' }, ` ${k.name}`))))))
+    h('td', {}, actions(k))))
 
   view.replaceChildren(
     h('section', { class: 'card', 'aria-labelledby': 'new-mk-title' },

@@ -1,5 +1,5 @@
 // What every view shares: the one error area, the confirmation dialog and the show-once secret panel.
-import { h } from './api.js'
+import { api, h } from './api.js'
 
 const $ = (id) => document.getElementById(id)
 let sessionLost = () => {}
@@ -61,3 +61,39 @@ export function secretPanel(label, secret) {
   return panel
 }
 
+
+/**
+ * The Edit and Revoke buttons of a key row, as both key pages have them. `path` is the collection's API path
+ * (e.g. /v1/api-keys); `form(key, onSubmit, onCancel)` builds the edit form; `what` names the kind of key and
+ * `consequence` what revoking it does, in the confirmation; `reload(focusSelector)` renders the page again.
+ */
+export function keyRowActions({ view, editor, path, what, consequence, form, reload, focusAfterRevoke }) {
+  function edit(key) {
+    clearError()
+    const f = form(key, async (body) => {
+      try {
+        await api('PATCH', `${path}/${key.key_id}`, body)
+        await reload(`[data-edit="${key.key_id}"]`)
+      } catch (err) {
+        showError(err)
+      }
+    }, () => { editor.replaceChildren(); view.querySelector(`[data-edit="${key.key_id}"]`)?.focus() })
+    editor.replaceChildren(h('section', { class: 'card', 'aria-label': `Edit ${key.name}` }, h('h2', {}, `Edit "${key.name}"`), f))
+    f.querySelector('input').focus()
+  }
+
+  async function revoke(key) {
+    clearError()
+    if (!(await confirmAction(`Revoke the ${what} "${key.name}" (${key.key_preview})? ${consequence} This cannot be undone.`))) return
+    try {
+      await api('DELETE', `${path}/${key.key_id}`)
+      await reload(focusAfterRevoke)
+    } catch (err) {
+      showError(err)
+    }
+  }
+
+  return (k) => (k.revoked ? '' : h('div', { class: 'actions' },
+    h('button', { type: 'button', 'data-edit': k.key_id, onclick: () => edit(k) }, 'Edit', h('span', { class: 'sr-only' }, ` ${k.name}`)),
+    h('button', { type: 'button', class: 'danger', 'data-revoke': k.key_id, onclick: () => revoke(k) }, 'Revoke', h('span', { class: 'sr-only' }, ` ${k.name}`))))
+}
