@@ -6,9 +6,18 @@ import type { ResetPeriod } from './store.js'
 
 const DAY_MS = 86_400_000
 
+/** The last day utcDay formatted, and the epoch-ms range it covers: a run of charges mostly shares one day. */
+let lastDay = ''
+let lastStart = 0
+let lastEnd = -1
+
 /** The UTC day of an epoch-ms instant. */
 export function utcDay(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 10)
+  if (ms >= lastStart && ms <= lastEnd) return lastDay
+  lastDay = new Date(ms).toISOString().slice(0, 10)
+  lastStart = Math.floor(ms / DAY_MS) * DAY_MS
+  lastEnd = lastStart + DAY_MS - 1
+  return lastDay
 }
 
 /** A YYYY-MM-DD string that names a real calendar day, as epoch ms of its 00:00 UTC; null otherwise. */
