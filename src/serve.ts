@@ -132,7 +132,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const simulators = new Map<string, SimulatorHandle>()
   await reconcileSimulators(snapshot, simulators)
 
-  const book = new HealthBook()
+  const book = new HealthBook(config.health.uptime_window_ms)
   const table = new RoutingTable(snapshot, book, {
     indexThreads: config.routing.index_threads,
     statsRebuildMs: config.routing.stats_rebuild_ms,

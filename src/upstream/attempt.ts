@@ -90,6 +90,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #expired: Error | null = null
   #totalTimer: NodeJS.Timeout | null = null
   #inflight = false
+  /** This try is its provider's half-open trial (health.ts): released with the attempt. */
+  #trial = false
   #crashed = false
   /** False once a write to the receiver reported backpressure, until it drains. */
   #writable = true
@@ -111,6 +113,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number): void {
     const pools = this.#settings.pools
     this.#startedAt = performance.now()
+    this.#trial = this.offer.provider.health.claimTrial(this.#startedAt)
     this.offer.stats.inflight++
     this.#inflight = true
     this.#totalTimer = setTimeout(this.#expire, Math.max(1, deadline - this.#startedAt))
@@ -218,14 +221,14 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const address = this.offer.provider.address
     if (isRetryableStatus(statusCode)) {
       this.#phase = Phase.Draining
-      if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health)
+      if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       const retryAfter = headers['retry-after']
       const kind = statusCode === 429 ? MissKind.RateLimited : MissKind.Failure
       this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, typeof retryAfter === 'string' ? retryAfter : '')
       return
     }
     if (statusCode >= 300) {
-      health.recordSuccess()
+      health.recordSuccess(performance.now(), this.#trial)
       this.#phase = Phase.Passthrough
       return
     }
@@ -233,12 +236,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       // A success that is not what was asked for (HTML, JSON for a stream): never relayed as if it were.
       this.#phase = Phase.Rejected
       this.#release()
-      health.recordFailure(performance.now(), this.#settings.health)
+      health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       controller.abort(new Error('unexpected content type'))
       this.#owner.missed(this, { provider: address, status: statusCode, error: 'unexpected_content_type' }, MissKind.Failure, '')
       return
     }
-    health.recordSuccess()
+    health.recordSuccess(performance.now(), this.#trial)
     this.#phase = Phase.Relaying
   }
 
@@ -308,7 +311,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const valid = codec.read(this.#body())
     if (owner.sink.aborted) return owner.abandoned(this, valid)
     if (!valid) {
-      this.offer.provider.health.recordFailure(performance.now(), this.#settings.health)
+      this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       return owner.missed(this, { ...this.#record(), error: 'invalid_json' }, MissKind.Failure, '')
     }
     owner.answered(this)
@@ -325,7 +328,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       return owner.abandoned(this, phase === Phase.Relaying && codec.streaming && codec.produced)
     }
     const failure = classifyUpstreamError(err)
-    this.offer.provider.health.recordFailure(performance.now(), this.#settings.health)
+    this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
     if (!owner.sink.started) {
       return owner.missed(this, { ...this.#record(), error: failure.reason }, failure.timeout ? MissKind.Timeout : MissKind.Failure, '')
     }
@@ -339,6 +342,10 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       this.#totalTimer = null
     }
     if (!this.#inflight) return
+    if (this.#trial) {
+      this.#trial = false
+      this.offer.provider.health.endTrial()
+    }
     this.#settings.pools.active.delete(this)
     this.#settings.pools.limiter.release(this.offer.provider.address)
     this.#inflight = false
