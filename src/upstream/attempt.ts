@@ -11,6 +11,8 @@ import type { Dispatcher } from 'undici'
 import type { Attempt } from '../billing/trace.js'
 import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
+import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
+import type { ClientTrace } from '../telemetry/trace-context.js'
 import { classifyUpstreamError, isRetryableStatus, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import { basePath, type UpstreamPools } from './pools.js'
@@ -109,8 +111,11 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     return this.#ttfbMs
   }
 
-  /** `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms). */
-  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number): void {
+  /**
+   * `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms).
+   * `trace`: the client's trace context, sent on as is unless a subscriber of attempt:start replaces it.
+   */
+  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number, trace: ClientTrace): void {
     const pools = this.#settings.pools
     this.#startedAt = performance.now()
     this.#trial = this.offer.provider.health.claimTrial(this.#startedAt)
@@ -120,7 +125,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     pools.active.add(this)
     if (pools.drainError !== null) this.fail(pools.drainError)
     try {
-      this.#send(requestId, body)
+      this.#send(requestId, body, trace)
     } catch (err) {
       // Refused synchronously (a header undici will not send): nothing is under way.
       this.#phase = Phase.Done
@@ -129,14 +134,28 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
   }
 
-  #send(requestId: string, body: Dispatcher.DispatchOptions['body']): void {
+  #send(requestId: string, body: Dispatcher.DispatchOptions['body'], trace: ClientTrace): void {
     const provider = this.offer.provider
     const pools = this.#settings.pools
+    let traceparent = trace.traceparent
+    let tracestate = trace.tracestate
+    if (attemptStart.hasSubscribers) {
+      const e: AttemptStartEvent = { requestId, provider: provider.address, traceparent, tracestate }
+      attemptStart.publish(e)
+      traceparent = e.traceparent
+      tracestate = e.tracestate
+    }
+    const headers =
+      traceparent === ''
+        ? [...this.plan.headers, 'x-request-id', requestId]
+        : tracestate === ''
+          ? [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent]
+          : [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
     pools.get(provider.url).dispatch(
       {
         path: basePath(provider.url) + this.plan.path,
         method: 'POST',
-        headers: [...this.plan.headers, 'x-request-id', requestId],
+        headers,
         body,
         headersTimeout: pools.settings.headersTimeoutMs,
         bodyTimeout: pools.settings.bodyTimeoutMs,
