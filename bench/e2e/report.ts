@@ -73,7 +73,7 @@ const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router']
 /** The workloads the floor relay runs in (run.ts); every other table leaves it out. */
 const FLOOR_WORKLOADS: readonly WorkloadId[] = ['latency', 'ttft']
-const COLORS: Readonly<Record<TargetId, string>> = { direct: '#999999', nginx: '#4e79a7', portkey: '#e15759', router: '#59a14f', floor: '#b07aa1' }
+const COLORS: Readonly<Record<TargetId, string>> = { direct: '#999999', nginx: '#4e79a7', portkey: '#e15759', router: '#59a14f', floor: '#b07aa1', 'router-logged': '#8cd17d', 'router-quiet': '#3b7a2f' }
 
 class View {
   constructor(readonly data: RunData) {}

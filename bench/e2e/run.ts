@@ -24,6 +24,7 @@ import {
   startSimulators,
   TARGET_IDS,
   TARGET_NAMES,
+  TELEMETRY_VARIANTS,
   unavailable,
   type SimKind,
   type Target,
@@ -96,7 +97,7 @@ const WITH_FLOOR: readonly TargetId[] = TARGET_IDS
 const WITHOUT_FLOOR: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'floor')
 
 const WORKLOADS: readonly Workload[] = [
-  { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: WITH_FLOOR, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
+  { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: [...WITH_FLOOR, ...TELEMETRY_VARIANTS], spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
   { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, sim: 'fast', spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
   ...[1000, 2000].map((rate): Workload => ({
     id: rate === 1000 ? 'open1000' : 'open2000',
@@ -166,6 +167,12 @@ async function startTargets(workDir: string): Promise<{ targets: Target[]; sims:
   if (wanted('router')) {
     progress('starting svc-router')
     targets.push(await guard('router', () => routerTarget(root, sims, workDir)))
+  }
+  // The cost of telemetry: two more routers, measured in the latency workload only.
+  for (const id of TELEMETRY_VARIANTS) {
+    if (!wanted(id)) continue
+    progress(`starting ${TARGET_NAMES[id]}`)
+    targets.push(await guard(id, () => routerTarget(root, sims, workDir, id)))
   }
   if (wanted('floor')) {
     progress(`starting the ${TARGET_NAMES.floor} (one per simulator)`)
@@ -284,7 +291,7 @@ async function main(): Promise<void> {
       loadEnd: loadavg(),
     },
     targets: Object.fromEntries(
-      TARGET_IDS.map((id) => {
+      [...TARGET_IDS, ...TELEMETRY_VARIANTS].map((id) => {
         const t = targets.find((x) => x.id === id)
         if (t === undefined) return [id, { version: 'n/a', unavailable: 'not started', idleRssMb: null }]
         return [id, { version: t.version, unavailable: t.unavailable, idleRssMb: idle[id] ?? null }]

@@ -29,14 +29,28 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'floor'
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'floor' | RouterVariant
 export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'floor']
+/**
+ * The cost of telemetry (issue #13): svc-router with every access line written (level info) and metrics on,
+ * and with both off. Extra targets of the latency workload only, outside TARGET_IDS (the report's rows).
+ */
+export type RouterVariant = 'router-logged' | 'router-quiet'
+export const TELEMETRY_VARIANTS: readonly RouterVariant[] = ['router-logged', 'router-quiet']
 export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   direct: 'direct',
   nginx: 'nginx',
   portkey: 'Portkey',
   router: 'svc-router',
   floor: 'uWS + undici relay',
+  'router-logged': 'svc-router, access log written + metrics',
+  'router-quiet': 'svc-router, no access log, no metrics',
+}
+/** What each router variant changes in the run's router config. */
+const VARIANT_CONFIG: Readonly<Record<'router' | RouterVariant, readonly string[]>> = {
+  router: ['log: { level: error }'],
+  'router-logged': ['log: { level: info, format: json, access_log: true }', 'ops: { metrics: true }'],
+  'router-quiet': ['log: { level: error, access_log: false }', 'ops: { metrics: false }'],
 }
 
 export interface Target {
@@ -137,8 +151,8 @@ function routerRegistry(sims: SimSet): string {
  * widened to 1,024 connections (at the default 128, 500 concurrent streams to one provider would queue in the
  * pool instead of overlapping).
  */
-export async function routerTarget(root: string, sims: SimSet, workDir: string): Promise<Target> {
-  const dir = join(workDir, 'router')
+export async function routerTarget(root: string, sims: SimSet, workDir: string, id: 'router' | RouterVariant = 'router'): Promise<Target> {
+  const dir = join(workDir, id)
   mkdirSync(dir, { recursive: true })
   writeFileSync(join(dir, 'providers.yaml'), routerRegistry(sims))
   const configFile = join(dir, 'config.yaml')
@@ -150,7 +164,7 @@ export async function routerTarget(root: string, sims: SimSet, workDir: string):
       `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))} }`,
       'limits: { requests_per_minute: 100000000 }',
       'upstream: { connections_per_provider: 1024 }',
-      'log: { level: error }',
+      ...VARIANT_CONFIG[id],
       '# A fresh store per run: the dev bootstrap mints the account and the sk- key the run uses (bench-key.ts).',
       'dev: { bootstrap: true, deposit_usd: 1000000 }',
       '',
@@ -164,7 +178,7 @@ export async function routerTarget(root: string, sims: SimSet, workDir: string):
   const url = match![1]!
   const key = await createBenchKey({ url, configFile, output: () => child.output() })
   return {
-    id: 'router',
+    id,
     version,
     unavailable: null,
     pid: child.pid,
@@ -231,7 +245,7 @@ export async function smokeCheck(target: Target): Promise<string | null> {
     if (res.status !== 200) return `HTTP ${res.status} on a chat completion: ${text.slice(0, 200)}`
     const body = JSON.parse(text) as { choices?: { message?: { content?: unknown } }[]; x_svc_trace?: unknown }
     if (typeof body.choices?.[0]?.message?.content !== 'string') return `no choices[0].message.content in ${text.slice(0, 200)}`
-    if (target.id === 'router' && body.x_svc_trace === undefined) return 'svc-router answered without x_svc_trace'
+    if (target.id.startsWith('router') && body.x_svc_trace === undefined) return 'svc-router answered without x_svc_trace'
 
     const sse = target.request('paced', true)
     const streamed = await fetch(sse.origin + sse.path, { method: 'POST', headers: sse.headers, body: sse.body, signal: AbortSignal.timeout(10_000) })

@@ -3,19 +3,14 @@
  * (refused ones included) with its identifiers, outcome, timings and cost, never a key, an x-api-key or a
  * cookie, and a prompt only when the operator sets both log.level debug and log.prompts.
  */
-import { spawn } from 'node:child_process'
-import { writeFileSync } from 'node:fs'
-import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { stringify } from 'yaml'
 import { startSimulator } from '../../src/simulator/simulator.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
 import { addr } from '../helpers/stack.js'
 
-const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 const MODEL = 'm-chat'
 const PROMPT = 'a-secret-prompt-that-must-never-be-logged'
-
 const COOKIE = 'svc_session=a-session-cookie-value-that-must-never-be-logged'
 
 interface Logged {
@@ -30,44 +25,15 @@ interface Logged {
 async function spawnLogged(t: Test, log: Record<string, unknown>): Promise<Logged> {
   const sim = await startSimulator({ name: 'acc' })
   t.teardown(() => sim.close())
-  const dir = t.testdir()
-  writeFileSync(
-    join(dir, 'providers.yaml'),
-    stringify({ providers: [{ address: addr('a'), url: sim.url, trust_mode: 'standard', verifiability: '', models: [{ id: MODEL, type: 'chatbot', price: { prompt: 0.1, completion: 0.3 } }] }] }),
-  )
-  writeFileSync(
-    join(dir, 'config.yaml'),
-    stringify({
-      server: { host: '127.0.0.1', port: 0 },
-      registry: { path: 'providers.yaml', watch: false },
-      store: { path: join(dir, 'svc.db') },
-      health: { probes: false },
-      log: { format: 'json', ...log },
-      dev: { bootstrap: true },
-    }),
-  )
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'pipe', 'pipe'] })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
-  let stderr = ''
-  child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
-  const [url, key] = await new Promise<[string, string]>((resolve, reject) => {
-    let out = ''
-    child.stdout!.on('data', (b: Buffer) => {
-      out += b.toString()
-      const listening = /listening on (http:\/\/\S+)/.exec(out)
-      const devKey = /(sk-[A-Za-z0-9_-]{43})/.exec(out)
-      if (listening && devKey) resolve([listening[1]!, devKey[1]!])
-    })
-    child.once('exit', (code) => reject(new Error(`router exited with ${code}: ${out}`)))
-  })
+  const provider = { address: addr('a'), url: sim.url, trust_mode: 'standard', verifiability: '', models: [{ id: MODEL, type: 'chatbot', price: { prompt: 0.1, completion: 0.3 } }] }
+  const router = await spawnRouter(t, [provider], { health: { probes: false }, log: { format: 'json', ...log } }, { captureStderr: true })
   return {
-    url,
-    key,
-    raw: () => stderr,
+    url: router.url,
+    key: router.key,
+    raw: router.stderr,
     lines: () =>
-      stderr
+      router
+        .stderr()
         .split('\n')
         .filter((l) => l !== '')
         .map((l) => JSON.parse(l) as Record<string, unknown>),
