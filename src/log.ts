@@ -11,8 +11,15 @@ export type LogLevel = 'error' | 'warn' | 'info' | 'debug'
 export type LogFormat = 'auto' | 'json' | 'pretty'
 
 /** Field names that must never reach a log line, wherever they appear one level deep. */
-const REDACTED = ['authorization', 'key', 'api_key', 'secret', 'password', 'token']
-const REDACT_PATHS = [...REDACTED, ...REDACTED.map((k) => `*.${k}`)]
+const REDACTED = ['authorization', 'key', 'api_key', 'xApiKey', 'secret', 'password', 'token', 'cookie', 'headers']
+/** The same for names that are not identifiers (bracket notation, as pino's redact paths want them). */
+const REDACTED_QUOTED = ['x-api-key', 'set-cookie']
+const REDACT_PATHS = [
+  ...REDACTED,
+  ...REDACTED.map((k) => `*.${k}`),
+  ...REDACTED_QUOTED.map((k) => `["${k}"]`),
+  ...REDACTED_QUOTED.map((k) => `*["${k}"]`),
+]
 
 function build(level: LogLevel, format: LogFormat): Logger {
   const options: pino.LoggerOptions = {

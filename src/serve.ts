@@ -33,9 +33,10 @@ import { messages } from './surfaces/messages.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
 import { InFlight } from './upstream/drain.js'
-import { startAccessLog } from './telemetry/access-log.js'
+import { startAccessLog, startPromptLog } from './telemetry/access-log.js'
 import { startMetrics, type Metrics } from './telemetry/metrics.js'
 import { createOpsRoutes } from './telemetry/ops.js'
+import type { Tracing } from './telemetry/tracing.js'
 
 /** How long requests ended at the drain's deadline get to bill and send their error events. */
 const CUT_GRACE_MS = 5000
@@ -132,7 +133,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const simulators = new Map<string, SimulatorHandle>()
   await reconcileSimulators(snapshot, simulators)
 
-  const book = new HealthBook()
+  const book = new HealthBook(config.health.uptime_window_ms)
   const table = new RoutingTable(snapshot, book, {
     indexThreads: config.routing.index_threads,
     statsRebuildMs: config.routing.stats_rebuild_ms,
@@ -214,8 +215,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const signIn = createAuthSession({ sessions, store })
   const consoleFiles = createConsoleFiles()
   const routes: Route[] = [
-    { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions)) },
-    { method: 'post', pattern: '/v1/messages', handler: inFlight.track(createInferenceRoute(deps, messages)) },
+    { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions), chatCompletions.name) },
+    { method: 'post', pattern: '/v1/messages', handler: inFlight.track(createInferenceRoute(deps, messages), messages.name) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
@@ -239,6 +240,14 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
   const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued }) : null
   const stopAccessLog = config.log.access_log ? startAccessLog() : null
+  // Prompts only when the operator asked for both (telemetry/access-log.ts).
+  const stopPromptLog = config.log.prompts && config.log.level === 'debug' ? startPromptLog() : null
+  // Tracing only with an endpoint: the OpenTelemetry SDK is not even loaded otherwise (telemetry/tracing.ts).
+  let tracing: Tracing | null = null
+  if (config.tracing.otlp_endpoint !== '') {
+    const { startTracing } = await import('./telemetry/tracing.js')
+    tracing = await startTracing({ endpoint: config.tracing.otlp_endpoint, serviceName: config.tracing.service_name })
+  }
   const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining })
 
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
@@ -246,6 +255,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     stopProbes?.()
     metrics?.close()
     stopAccessLog?.()
+    stopPromptLog?.()
+    await tracing?.close()
     watcher?.close()
     stopWatchingLedger()
     // Charges settled before the close are written before the store goes.

@@ -91,8 +91,17 @@ const END = '<!-- micro:end -->'
 const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router', 'router-normal', 'floor']
 /** Targets that run in some workloads only (run.ts): a table lists them where they have a result. */
-const PARTIAL: readonly TargetId[] = ['floor', 'router-normal']
-const COLORS: Readonly<Record<TargetId, string>> = { direct: '#999999', nginx: '#4e79a7', portkey: '#e15759', router: '#59a14f', 'router-normal': '#8cd17d', floor: '#b07aa1' }
+const PARTIAL: readonly TargetId[] = ['floor', 'router-normal', 'router-logged', 'router-quiet']
+const COLORS: Readonly<Record<TargetId, string>> = {
+  direct: '#999999',
+  nginx: '#4e79a7',
+  portkey: '#e15759',
+  router: '#59a14f',
+  'router-normal': '#8cd17d',
+  floor: '#b07aa1',
+  'router-logged': '#f28e2b',
+  'router-quiet': '#76b7b2',
+}
 
 class View {
   constructor(readonly data: RunData) {}
@@ -209,6 +218,13 @@ function targetsSection(v: View): string[] {
     `${v.data.plan.streams} concurrent streams < 150 MB RSS`,
     s === null ? 'n/a' : `${s.ok}/${v.data.plan.streams} complete, peak RSS ${mb(rss)}`,
     verdict(s === null || rss === null ? null : s.ok === v.data.plan.streams && rss < 150),
+  ])
+  const logged = v.added('latency', 'router-logged', 'p50')
+  const quiet = v.added('latency', 'router-quiet', 'p50')
+  rows.push([
+    'cost of telemetry (issue #13): added p50 with metrics and access log on ≤ 1.05× off',
+    `${ms(logged)} vs ${ms(quiet)} = ${formatRatio(logged, quiet)}`,
+    verdict(finite(logged, quiet) && quiet > 0 ? logged <= 1.05 * quiet : null),
   ])
   rows.push(ratioRow('moonshot: added p50 (`full`) within 1.1× the floor\'s', v.added('latency', 'router', 'p50'), floorP50, 1.1, ''))
   const reference: string[][] = []

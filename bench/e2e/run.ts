@@ -26,6 +26,7 @@ import {
   startSimulators,
   TARGET_IDS,
   TARGET_NAMES,
+  TELEMETRY_VARIANTS,
   unavailable,
   type SimKind,
   type Target,
@@ -103,12 +104,14 @@ const json = (t: Target): RequestSpec => t.request('fast', false)
  * throughput to show what the flush costs there. The 500-stream workload is about memory: the proxies only.
  */
 const ALL: readonly TargetId[] = TARGET_IDS
-const BUT_NORMAL: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'router-normal')
-const PROXIES_ONLY: readonly TargetId[] = TARGET_IDS.filter((id) => id !== 'floor' && id !== 'router-normal')
+/** All but the two svc-routers of the cost of telemetry, which run in the latency workload only. */
+const MAIN: readonly TargetId[] = TARGET_IDS.filter((id) => !TELEMETRY_VARIANTS.includes(id))
+const BUT_NORMAL: readonly TargetId[] = MAIN.filter((id) => id !== 'router-normal')
+const PROXIES_ONLY: readonly TargetId[] = MAIN.filter((id) => id !== 'floor' && id !== 'router-normal')
 
 const WORKLOADS: readonly Workload[] = [
   { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: ALL, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
-  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, sim: 'fast', targets: ALL, spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
+  { id: 'throughput', label: `throughput, ${CONNECTIONS} connections`, sim: 'fast', targets: MAIN, spec: (t) => ({ mode: 'throughput', request: json(t), connections: CONNECTIONS, ...PLAN.throughput }), boundMs: PLAN.throughput.warmupMs + PLAN.throughput.durationMs + 30_000 },
   ...[1000, 2000].map((rate): Workload => ({
     id: rate === 1000 ? 'open1000' : 'open2000',
     label: `open loop, ${rate} req/s`,
@@ -182,6 +185,12 @@ async function startTargets(workDir: string): Promise<{ targets: Target[]; sims:
   if (wanted('router-normal')) {
     progress(`starting ${TARGET_NAMES['router-normal']}`)
     targets.push(await guard('router-normal', () => routerTarget(root, sims, workDir, 'router-normal')))
+  }
+  // The cost of telemetry: two more routers, measured in the latency workload only.
+  for (const id of TELEMETRY_VARIANTS) {
+    if (!wanted(id)) continue
+    progress(`starting ${TARGET_NAMES[id]}`)
+    targets.push(await guard(id, () => routerTarget(root, sims, workDir, id)))
   }
   if (wanted('floor')) {
     progress(`starting the ${TARGET_NAMES.floor} (one per simulator)`)
@@ -343,7 +352,7 @@ async function main(): Promise<void> {
       loadEnd: loadavg(),
     },
     targets: Object.fromEntries(
-      TARGET_IDS.map((id) => {
+      [...TARGET_IDS, ...TELEMETRY_VARIANTS].map((id) => {
         const t = targets.find((x) => x.id === id)
         if (t === undefined) return [id, { version: 'n/a', unavailable: 'not started', idleRssMb: null }]
         return [id, { version: t.version, unavailable: t.unavailable, idleRssMb: idle[id] ?? null }]

@@ -29,8 +29,15 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor'
-export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor']
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor' | 'router-logged' | 'router-quiet'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'router-logged', 'router-quiet']
+/** The svc-router targets: the default (`full`), `normal` commits, and the two of the cost of telemetry (issue #13). */
+export type RouterId = 'router' | 'router-normal' | 'router-logged' | 'router-quiet'
+/**
+ * The cost of telemetry: svc-router with every access line written (level info) and metrics on, and with both
+ * off. Extra targets of the latency workload only.
+ */
+export const TELEMETRY_VARIANTS: readonly TargetId[] & readonly RouterId[] = ['router-logged', 'router-quiet']
 export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   direct: 'direct',
   nginx: 'nginx',
@@ -38,6 +45,15 @@ export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   router: 'svc-router',
   'router-normal': 'svc-router, synchronous normal',
   floor: 'uWS + undici relay',
+  'router-logged': 'svc-router, access log written + metrics',
+  'router-quiet': 'svc-router, no access log, no metrics',
+}
+/** What each router variant changes in the run's router config. */
+const VARIANT_CONFIG: Readonly<Record<RouterId, readonly string[]>> = {
+  router: ['log: { level: error }'],
+  'router-normal': ['log: { level: error }'],
+  'router-logged': ['log: { level: info, format: json, access_log: true }', 'ops: { metrics: true }'],
+  'router-quiet': ['log: { level: error, access_log: false }', 'ops: { metrics: false }'],
 }
 
 export interface Target {
@@ -150,10 +166,10 @@ export async function routerTarget(
   root: string,
   sims: SimSet,
   workDir: string,
-  id: 'router' | 'router-normal' = 'router',
-  variant: RouterVariant = { synchronous: id === 'router' ? 'full' : 'normal' },
+  id: RouterId = 'router',
+  variant: RouterVariant = { synchronous: id === 'router-normal' ? 'normal' : 'full' },
 ): Promise<Target> {
-  const dir = join(workDir, `${id}-${variant.synchronous}${variant.nodeArgs === undefined ? '' : '-profiled'}`)
+  const dir = join(workDir, `${id}${variant.nodeArgs === undefined ? '' : '-profiled'}`)
   mkdirSync(dir, { recursive: true })
   writeFileSync(join(dir, 'providers.yaml'), routerRegistry(sims))
   const configFile = join(dir, 'config.yaml')
@@ -165,7 +181,7 @@ export async function routerTarget(
       `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))}, synchronous: ${variant.synchronous} }`,
       'limits: { requests_per_minute: 100000000 }',
       'upstream: { connections_per_provider: 1024 }',
-      'log: { level: error }',
+      ...VARIANT_CONFIG[id],
       '# A fresh store per run: the dev bootstrap mints the account and the sk- key the run uses (bench-key.ts).',
       'dev: { bootstrap: true, deposit_usd: 1000000 }',
       '',
@@ -250,7 +266,7 @@ export async function smokeCheck(target: Target): Promise<string | null> {
     if (res.status !== 200) return `HTTP ${res.status} on a chat completion: ${text.slice(0, 200)}`
     const body = JSON.parse(text) as { choices?: { message?: { content?: unknown } }[]; x_svc_trace?: unknown }
     if (typeof body.choices?.[0]?.message?.content !== 'string') return `no choices[0].message.content in ${text.slice(0, 200)}`
-    if (target.id === 'router' && body.x_svc_trace === undefined) return 'svc-router answered without x_svc_trace'
+    if (target.id.startsWith('router') && body.x_svc_trace === undefined) return 'svc-router answered without x_svc_trace'
 
     const sse = target.request('paced', true)
     const streamed = await fetch(sse.origin + sse.path, { method: 'POST', headers: sse.headers, body: sse.body, signal: AbortSignal.timeout(10_000) })

@@ -9,6 +9,7 @@
  * the store's totals and this queue together account for every settled charge exactly once.
  */
 import type { Charge, JournalEntry, LedgerStore } from '../store/store.js'
+import { ledgerCommit } from '../telemetry/events.js'
 
 /** The journal entry of the charge, or why it was not written. */
 export type ChargeDone = (outcome: JournalEntry | Error) => void
@@ -111,6 +112,7 @@ export class ChargeWriter {
     this.#done = done === this.#done ? [] : this.#done.slice(done.length)
     this.#writing = true
     this.#inflight = batch
+    const started = performance.now()
     let written: Promise<(JournalEntry | Error)[]>
     try {
       written = this.#store.recordCharges(batch)
@@ -121,10 +123,12 @@ export class ChargeWriter {
       (outcomes) => {
         this.batches++
         this.written += batch.length
+        if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: batch.length, durationMs: performance.now() - started, ok: true })
         this.#finish(done, (i) => outcomes[i] ?? new Error('the store returned no outcome for this charge'))
       },
       (err: unknown) => {
         const failure = err instanceof Error ? err : new Error(String(err))
+        if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: batch.length, durationMs: performance.now() - started, ok: false })
         this.#finish(done, () => failure)
       },
     )

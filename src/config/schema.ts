@@ -92,6 +92,18 @@ const LogSchema = z.strictObject({
   format: z.enum(['auto', 'json', 'pretty']).default('auto'),
   /** One JSON line per answered inference request (telemetry/access-log.ts). */
   access_log: z.boolean().default(true),
+  /** Each inference request's body (the prompt) as a debug line; only with level debug, never otherwise. */
+  prompts: z.boolean().default(false),
+})
+
+/** OpenTelemetry traces (telemetry/tracing.ts); with no endpoint nothing is loaded and nothing is traced. */
+const TracingSchema = z.strictObject({
+  /** OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces; '' turns tracing off. */
+  otlp_endpoint: z
+    .string()
+    .refine((v) => v === '' || ((v.startsWith('http://') || v.startsWith('https://')) && URL.canParse(v)), 'must be an http(s) URL, or "" for off')
+    .default(''),
+  service_name: z.string().min(1).default('svc-router'),
 })
 
 /** Operations endpoints (/healthz, /readyz, /metrics) and Prometheus metrics. */
@@ -112,6 +124,8 @@ const HealthSchema = z.strictObject({
   /** Relative to each provider's base URL. */
   probe_path: z.string().startsWith('/').default('/v1/models'),
   probe_timeout_ms: timeoutMs(2_000),
+  /** `uptime` in /v1/providers: the share of successful requests and probes over this rolling window. */
+  uptime_window_ms: timeoutMs(300_000),
 })
 
 // `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
@@ -125,6 +139,7 @@ export const ConfigSchema = z.strictObject({
   health: HealthSchema.prefault({}),
   log: LogSchema.prefault({}),
   ops: OpsSchema.prefault({}),
+  tracing: TracingSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })
 

@@ -13,50 +13,130 @@ export interface HealthSettings {
   readonly maxCooldownMs?: number
 }
 
-/** Connection-level health of one provider origin. */
+/** `health.uptime_window_ms`'s default. */
+export const DEFAULT_UPTIME_WINDOW_MS = 300_000
+/** The rolling window is kept as this many buckets of window / BUCKETS each. */
+const BUCKETS = 12
+
+/**
+ * Successes and failures over a rolling window, in BUCKETS time buckets: a record is two array writes, and the
+ * share covers the current bucket and the BUCKETS - 1 before it (between 11/12 of the window and all of it).
+ */
+export class UptimeWindow {
+  readonly #width: number
+  readonly #ok = new Uint32Array(BUCKETS)
+  readonly #failed = new Uint32Array(BUCKETS)
+  /** The bucket number (now / width) each slot counts for; -1: never used. */
+  readonly #bucket = new Float64Array(BUCKETS).fill(-1)
+
+  constructor(windowMs: number) {
+    this.#width = Math.max(1, windowMs / BUCKETS)
+  }
+
+  record(now: number, ok: boolean): void {
+    const b = Math.floor(now / this.#width)
+    const i = b % BUCKETS
+    if (this.#bucket[i] !== b) {
+      this.#bucket[i] = b
+      this.#ok[i] = 0
+      this.#failed[i] = 0
+    }
+    if (ok) this.#ok[i]!++
+    else this.#failed[i]!++
+  }
+
+  /** Percentage of successes within the window, 3 decimals; 100 when nothing was recorded in it. */
+  share(now: number): number {
+    const oldest = Math.floor(now / this.#width) - BUCKETS + 1
+    let ok = 0
+    let failed = 0
+    for (let i = 0; i < BUCKETS; i++) {
+      if (this.#bucket[i]! < oldest) continue
+      ok += this.#ok[i]!
+      failed += this.#failed[i]!
+    }
+    const total = ok + failed
+    return total === 0 ? 100 : Math.round((ok / total) * 100_000) / 1000
+  }
+}
+
+/**
+ * Connection-level health of one provider origin: a circuit breaker with three states. Closed
+ * (`unhealthyUntil` 0): routed to. Open (`unhealthyUntil` > now): skipped. Half-open (the backoff is over,
+ * `unhealthyUntil` ≤ now): exactly one try, the trial (a request's attempt or a probe, whichever claims it
+ * first), goes to the provider while every other request keeps skipping it; its success closes the breaker,
+ * its failure opens it again for twice as long.
+ */
 export class ProviderHealth {
   consecutiveFailures = 0
-  /** performance.now() until which the provider is skipped; 0 = healthy. */
+  /** performance.now() until which the provider is skipped; 0 = closed (healthy). */
   unhealthyUntil = 0
-  /** Answers and failures since start, for the catalog's uptime figure. */
-  okCount = 0
-  failedCount = 0
-
-  /** Percentage of tries that got an answer (100 before any try). */
-  uptime(): number {
-    const total = this.okCount + this.failedCount
-    return total === 0 ? 100 : Math.round((this.okCount / total) * 100_000) / 1000
-  }
-
-  isHealthy(now: number): boolean {
-    return this.unhealthyUntil <= now
-  }
-
   /** Ejections in a row without a success between them: the next backoff is cooldown × 2^ejections. */
   ejections = 0
+  /** Half-open only: the one trial is under way. */
+  trialTaken = false
+  readonly #uptime: UptimeWindow
+
+  constructor(uptimeWindowMs = DEFAULT_UPTIME_WINDOW_MS) {
+    this.#uptime = new UptimeWindow(uptimeWindowMs)
+  }
+
+  /** Percentage of successful requests and probes over the rolling window (100 when there was none). */
+  uptime(now = performance.now()): number {
+    return this.#uptime.share(now)
+  }
+
+  /** Whether a request may be routed here: closed, or half-open with its trial not yet taken. */
+  isHealthy(now: number): boolean {
+    return this.unhealthyUntil <= now && !this.trialTaken
+  }
 
   /**
-   * Outlier ejection: `failureThreshold` failures in a row (connect errors, 5xx, timeouts, broken answers) eject
-   * the provider for a backoff that doubles with each ejection in a row. Once the backoff ends the provider is
-   * half-open: it is routed to again, one more failure ejects it at once for the next, longer backoff, and one
-   * success closes the breaker and resets the backoff. Failures of tries already under way while it is ejected
-   * do not lengthen the ejection. Returns true when the provider just turned unhealthy.
+   * Half-open and nobody took the trial: the caller's try is the trial (it must call endTrial() when that try
+   * is over). False in any other state: the try, if made, is an ordinary one.
    */
-  recordFailure(now: number, settings: HealthSettings): boolean {
-    this.failedCount++
-    this.consecutiveFailures++
-    if (this.consecutiveFailures < settings.failureThreshold || this.unhealthyUntil > now) return false
-    const max = settings.maxCooldownMs ?? settings.cooldownMs * 32
-    this.unhealthyUntil = now + Math.min(settings.cooldownMs * 2 ** Math.min(this.ejections, 30), max)
-    this.ejections++
+  claimTrial(now: number): boolean {
+    if (this.unhealthyUntil === 0 || this.unhealthyUntil > now || this.trialTaken) return false
+    this.trialTaken = true
     return true
   }
 
-  recordSuccess(): void {
-    this.okCount++
+  /** The trial is over; if it neither succeeded nor failed (a 429, a client gone), the next try is the trial. */
+  endTrial(): void {
+    this.trialTaken = false
+  }
+
+  /**
+   * Outlier ejection: `failureThreshold` failures in a row (connect errors, 5xx, timeouts, broken answers) eject
+   * the provider for a backoff that doubles with each ejection in a row. In half-open one more failure ejects
+   * it at once for the next, longer backoff. Failures of tries already under way while it is ejected do not
+   * lengthen the ejection, nor do those of other tries while the half-open trial is under way (`trial`: this
+   * is the trial's own outcome). Returns true when the provider just turned unhealthy.
+   */
+  recordFailure(now: number, settings: HealthSettings, trial = false): boolean {
+    this.#uptime.record(now, false)
+    this.consecutiveFailures++
+    if (this.consecutiveFailures < settings.failureThreshold || this.unhealthyUntil > now) return false
+    if (this.trialTaken && !trial) return false
+    const max = settings.maxCooldownMs ?? settings.cooldownMs * 32
+    this.unhealthyUntil = now + Math.min(settings.cooldownMs * 2 ** Math.min(this.ejections, 30), max)
+    this.ejections++
+    this.trialTaken = false
+    return true
+  }
+
+  /**
+   * An answer. While ejected it only counts for uptime (a try under way when the provider was ejected, or a
+   * probe, does not cut the backoff short), and so while another try holds the half-open trial; otherwise it
+   * closes the breaker and resets the backoff. `trial`: this is the trial's own outcome.
+   */
+  recordSuccess(now: number, trial = false): void {
+    this.#uptime.record(now, true)
+    if (this.unhealthyUntil > now || (this.trialTaken && !trial)) return
     this.consecutiveFailures = 0
     this.unhealthyUntil = 0
     this.ejections = 0
+    this.trialTaken = false
   }
 }
 
@@ -77,13 +157,18 @@ export class OfferStats {
 export class HealthBook {
   readonly #providers = new Map<string, ProviderHealth>()
   readonly #offers = new Map<string, OfferStats>()
+  readonly #uptimeWindowMs: number
   /** Bumped on each latency observation; the index rebuilds when it moved. */
   latencyEpoch = 0
+
+  constructor(uptimeWindowMs = DEFAULT_UPTIME_WINDOW_MS) {
+    this.#uptimeWindowMs = uptimeWindowMs
+  }
 
   provider(address: string): ProviderHealth {
     let h = this.#providers.get(address)
     if (h === undefined) {
-      h = new ProviderHealth()
+      h = new ProviderHealth(this.#uptimeWindowMs)
       this.#providers.set(address, h)
     }
     return h

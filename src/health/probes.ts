@@ -23,6 +23,8 @@ export function startProbes(table: RoutingTable, book: HealthBook, pools: Upstre
     const entry = table.provider(address)
     if (entry === undefined) return
     const started = performance.now()
+    // In half-open, a probe may be the one trial (health.ts); otherwise its outcome still counts.
+    const trial = entry.health.claimTrial(started)
     let ok = false
     try {
       const res = await pools.get(url).request({
@@ -45,12 +47,11 @@ export function startProbes(table: RoutingTable, book: HealthBook, pools: Upstre
       ok = false
     }
     const now = performance.now()
-    // A probe that answers does not cut an ejection short (a provider may list its models and still fail
+    // An answer while ejected only counts for uptime (a provider may list its models and still fail
     // completions): it closes the breaker only once the backoff is over, as the half-open trial.
-    if (ok) {
-      if (entry.health.isHealthy(now)) entry.health.recordSuccess()
-      else entry.health.okCount++
-    } else if (entry.health.recordFailure(now, health)) log.warn('provider ejected by its health probe', { provider: address })
+    if (ok) entry.health.recordSuccess(now, trial)
+    else if (entry.health.recordFailure(now, health, trial)) log.warn('provider ejected by its health probe', { provider: address })
+    if (trial) entry.health.endTrial()
   }
 
   const tick = (): void => {

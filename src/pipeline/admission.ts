@@ -23,6 +23,8 @@ import type { HeaderList, Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendError } from '../server/respond.js'
 import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
+import { publishRefused, requestBody } from '../telemetry/events.js'
+import { clientTrace } from '../telemetry/trace-context.js'
 import { Failover, type EngineContext } from '../upstream/failover.js'
 import { applyKeyPolicy } from './key-policy.js'
 
@@ -51,11 +53,17 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
 
   function onBody(head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer): void {
     const { principal, prefs, headers } = admitted
-    const fail = (err: RouterError): void => sendError(reply, err, head.requestId, headers, render)
+    if (requestBody.hasSubscribers) requestBody.publish({ requestId: head.requestId, surface: surface.name, body: raw })
+    let model = ''
+    const fail = (err: RouterError): void => {
+      sendError(reply, err, head.requestId, headers, render)
+      publishRefused(head, surface.name, model, err.status, err.code)
+    }
     const body = readJsonBody(raw)
     if (body instanceof RouterError) return fail(body)
     const req = surface.parse(body)
     if (req instanceof RouterError) return fail(req)
+    model = req.model
     try {
       mergeBodyPreferences(req.provider, prefs)
     } catch (err) {
@@ -90,7 +98,16 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
       const budget: Budget = principal.keyId === null ? new FreeBudget() : ledger.open(principal, head.requestId)
       new Failover(
         deps.engine,
-        { requestId: head.requestId, startedAt: head.startedAt, surface, request: req, baseHeaders: headers, selection, budget },
+        {
+          requestId: head.requestId,
+          startedAt: head.startedAt,
+          surface,
+          request: req,
+          baseHeaders: headers,
+          selection,
+          budget,
+          trace: clientTrace(head.traceparent, head.tracestate),
+        },
         reply,
       ).start()
     }
@@ -112,6 +129,7 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
       if (refused) return
       refused = true
       sendError(reply, err, head.requestId, headers, render)
+      publishRefused(head, surface.name, '', err.status, err.code)
     }
     const proceed = (): void => {
       if (refused || raw === null || admitted === null) return
@@ -119,6 +137,7 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
         onBody(head, reply, admitted, raw)
       } catch (err) {
         crashed(head, reply, admitted.headers, render, err)
+        publishRefused(head, surface.name, '', 500, 'server_error')
       }
     }
     reply.readBody(

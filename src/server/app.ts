@@ -13,7 +13,7 @@ import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
-import { HEADER, SESSION_HEADER, type RequestHead } from './request-head.js'
+import { HEADER, SESSION_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
@@ -41,10 +41,10 @@ const decoder = new TextDecoder()
 export const MAX_HEADER_BYTES = 4096
 
 /**
- * The header names of HEADER then SESSION_HEADER, each at its slot in `scan.values`, and each field's slot.
- * Only HEADER's slots (the first CONFLICT_CHECKED) are checked for conflicting repeats.
+ * The header names of HEADER, SESSION_HEADER then TRACE_HEADER, each at its slot in `scan.values`, and each
+ * field's slot. Only HEADER's slots (the first CONFLICT_CHECKED) are checked for conflicting repeats.
  */
-const COPY = { ...HEADER, ...SESSION_HEADER }
+const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER }
 const COPIED: readonly string[] = Object.values(COPY)
 const SLOT = Object.fromEntries(Object.keys(COPY).map((key, slot) => [key, slot])) as Record<keyof typeof COPY, number>
 const CONFLICT_CHECKED = Object.keys(HEADER).length
@@ -120,6 +120,8 @@ class UwsRequestHead implements RequestHead {
   readonly origin: string
   readonly host: string
   readonly secFetchSite: string
+  readonly traceparent: string
+  readonly tracestate: string
   readonly conflictingHeader: string
   /** The head's size as MAX_HEADER_BYTES counts it. */
   readonly headBytes: number
@@ -155,6 +157,8 @@ class UwsRequestHead implements RequestHead {
     this.origin = v[SLOT.origin]!
     this.host = v[SLOT.host]!
     this.secFetchSite = v[SLOT.secFetchSite]!
+    this.traceparent = v[SLOT.traceparent]!
+    this.tracestate = v[SLOT.tracestate]!
     this.conflictingHeader = scan.conflict
     // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
     const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)

@@ -40,6 +40,9 @@ export interface RequestHead {
   readonly origin?: string
   readonly host?: string
   readonly secFetchSite?: string
+  /** W3C trace context (telemetry/trace-context.ts validates it); first occurrence, '' when absent. Optional like cookie. */
+  readonly traceparent?: string
+  readonly tracestate?: string
   /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
   readonly params?: readonly string[]
   /** Resolved lazily: only the auth audit needs it. */
@@ -71,4 +74,10 @@ export const SESSION_HEADER = {
   origin: 'origin',
   host: 'host',
   secFetchSite: 'sec-fetch-site',
+} as const
+
+/** Lower-case names of the W3C trace context headers: copied like SESSION_HEADER's, never judged a conflict. */
+export const TRACE_HEADER = {
+  traceparent: 'traceparent',
+  tracestate: 'tracestate',
 } as const

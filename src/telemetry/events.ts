@@ -4,6 +4,8 @@
  * only built behind that check. Metrics and access logs subscribe from their own folder.
  */
 import { channel } from 'node:diagnostics_channel'
+import type { RequestHead } from '../server/request-head.js'
+import { clientTrace } from './trace-context.js'
 
 /** An inference request passed admission and its first candidate is about to be tried. */
 export interface RequestStartEvent {
@@ -11,6 +13,24 @@ export interface RequestStartEvent {
   readonly surface: string
   readonly model: string
   readonly stream: boolean
+  /** performance.now() at arrival. */
+  readonly startedAt: number
+  /** The client's W3C traceparent, validated (trace-context.ts); '' when absent or malformed. */
+  readonly traceparent: string
+  /** The client's tracestate, '' when absent, malformed, or without a valid traceparent. */
+  readonly tracestate: string
+}
+
+/**
+ * One try against one provider is about to be sent. Published synchronously before the request leaves: a
+ * subscriber may replace `traceparent` / `tracestate` (the client's, or '') with what the provider must get,
+ * e.g. a trace context naming its own span (tracing.ts).
+ */
+export interface AttemptStartEvent {
+  readonly requestId: string
+  readonly provider: string
+  traceparent: string
+  tracestate: string
 }
 
 /** One try against one provider ended (answered, failed over, or broke). */
@@ -35,10 +55,13 @@ export interface SettleEvent {
 
 /**
  * A request's answer ended: what the client got. Published once per started request; a client that went away
- * ends it with status 499 and error 'client_closed'.
+ * ends it with status 499 and error 'client_closed'. Also published, with `admitted` false and no start before
+ * it, for an inference request refused before the failover loop (401, 429, 400, 404, 413, …).
  */
 export interface RequestEndEvent {
   readonly requestId: string
+  /** False: refused by admission, no start event was published for it. */
+  readonly admitted: boolean
   readonly surface: string
   readonly model: string
   readonly provider: string | null
@@ -52,9 +75,60 @@ export interface RequestEndEvent {
   readonly ttfbMs: number | null
   /** atto-USD recorded for this request, 0n when nothing was billed. */
   readonly cost: bigint
+  /** As in RequestStartEvent (a refused request has no start event to carry them). */
+  readonly traceparent: string
+  readonly tracestate: string
 }
 
+/** One group-commit transaction of the charge writer (billing/charge-writer.ts) ended. */
+export interface LedgerCommitEvent {
+  /** Charges in the transaction. */
+  readonly charges: number
+  /** From the store call to its outcome, in ms. */
+  readonly durationMs: number
+  /** False: the transaction failed and its charges were not recorded. */
+  readonly ok: boolean
+}
+
+/**
+ * An inference request's body as it arrived (the prompt), published before it is parsed. Only the prompt
+ * logger subscribes, and only when the operator asked for it (log.prompts with log.level debug).
+ */
+export interface RequestBodyEvent {
+  readonly requestId: string
+  readonly surface: string
+  readonly body: Buffer
+}
+
+export const requestBody = channel('svc-router:request:body')
 export const requestStart = channel('svc-router:request:start')
+export const attemptStart = channel('svc-router:attempt:start')
 export const attemptEnd = channel('svc-router:attempt:end')
 export const settled = channel('svc-router:settle')
 export const requestEnd = channel('svc-router:request:end')
+export const ledgerCommit = channel('svc-router:ledger:commit')
+
+/**
+ * Publishes the end of an inference request refused before the failover loop (no start event): `model` is
+ * '' when the body was not read as far as the model. Nothing is computed when nobody listens.
+ */
+export function publishRefused(head: RequestHead, surface: string, model: string, status: number, error: string): void {
+  if (!requestEnd.hasSubscribers) return
+  const trace = clientTrace(head.traceparent, head.tracestate)
+  const e: RequestEndEvent = {
+    requestId: head.requestId,
+    admitted: false,
+    surface,
+    model,
+    provider: null,
+    status,
+    attempts: 0,
+    durationMs: performance.now() - head.startedAt,
+    error,
+    ttfbMs: null,
+    cost: 0n,
+    traceparent: trace.traceparent,
+    tracestate: trace.tracestate,
+  }
+  requestEnd.publish(e)
+}

@@ -8,8 +8,10 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import type { ProviderEntry } from '../routing/offers.js'
 import type { RoutingTable } from '../routing/table.js'
-import type { AttemptEvent, RequestEndEvent, SettleEvent } from './events.js'
+import type { AttemptEvent, LedgerCommitEvent, RequestEndEvent, SettleEvent } from './events.js'
 
+/** Ledger commits are fsyncs: finer at the low end than request latencies. */
+const COMMIT_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 const ATTO_PER_USD = 10n ** 18n
 
@@ -85,6 +87,19 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     help: 'USD billed by durable charges.',
     registers: [registry],
   })
+  const commits = new Histogram({
+    name: 'svc_ledger_commit_seconds',
+    help: 'Group-commit transactions of charges: time from the store call to its outcome, by outcome.',
+    labelNames: ['ok'] as const,
+    buckets: COMMIT_BUCKETS,
+    registers: [registry],
+  })
+  const committed = new Counter({
+    name: 'svc_ledger_committed_charges_total',
+    help: 'Charges in group-commit transactions, by outcome (ok=false: the transaction failed).',
+    labelNames: ['ok'] as const,
+    registers: [registry],
+  })
   new Gauge({
     name: 'svc_ledger_charges_queued',
     help: 'Charges settled and not yet committed to the store (group-commit queue and the batch being written).',
@@ -107,7 +122,7 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   })
   new Gauge({
     name: 'svc_provider_uptime_ratio',
-    help: 'Share of successful tries of the provider, 0..1.',
+    help: 'Share of successful requests and probes of the provider over the rolling window (health.uptime_window_ms), 0..1.',
     labelNames: ['provider'] as const,
     registers: [registry],
     collect() {
@@ -133,6 +148,12 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   const onStart = (_m: unknown): void => {
     inflightCount++
   }
+  const onCommit = (m: unknown): void => {
+    const e = m as LedgerCommitEvent
+    const ok = e.ok ? 'true' : 'false'
+    commits.observe({ ok }, e.durationMs / 1000)
+    committed.inc({ ok }, e.charges)
+  }
   const onAttempt = (m: unknown): void => {
     const e = m as AttemptEvent
     attempts.inc({ provider: e.provider, outcome: e.error ?? 'ok' })
@@ -144,7 +165,8 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   }
   const onEnd = (m: unknown): void => {
     const e = m as RequestEndEvent
-    inflightCount--
+    // A request refused by admission had no start event.
+    if (e.admitted) inflightCount--
     requests.inc({ surface: e.surface, status: String(e.status), provider: e.provider ?? '', model: e.model })
     duration.observe({ surface: e.surface, model: e.model }, e.durationMs / 1000)
     if (e.ttfbMs !== null && e.provider !== null) ttfb.observe({ provider: e.provider }, e.ttfbMs / 1000)
@@ -155,6 +177,7 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     ['svc-router:attempt:end', onAttempt],
     ['svc-router:settle', onSettle],
     ['svc-router:request:end', onEnd],
+    ['svc-router:ledger:commit', onCommit],
   ]
   for (const [name, fn] of subs) subscribe(name, fn)
 

@@ -11,6 +11,8 @@ import type { Dispatcher } from 'undici'
 import type { Attempt } from '../billing/trace.js'
 import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
+import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
+import type { ClientTrace } from '../telemetry/trace-context.js'
 import { classifyUpstreamError, isRetryableStatus, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import { basePath, type UpstreamPools } from './pools.js'
@@ -90,6 +92,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #expired: Error | null = null
   #totalTimer: NodeJS.Timeout | null = null
   #inflight = false
+  /** This try is its provider's half-open trial (health.ts): released with the attempt. */
+  #trial = false
   #crashed = false
   /** False once a write to the receiver reported backpressure, until it drains. */
   #writable = true
@@ -107,17 +111,21 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     return this.#ttfbMs
   }
 
-  /** `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms). */
-  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number): void {
+  /**
+   * `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms).
+   * `trace`: the client's trace context, sent on as is unless a subscriber of attempt:start replaces it.
+   */
+  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number, trace: ClientTrace): void {
     const pools = this.#settings.pools
     this.#startedAt = performance.now()
+    this.#trial = this.offer.provider.health.claimTrial(this.#startedAt)
     this.offer.stats.inflight++
     this.#inflight = true
     this.#totalTimer = setTimeout(this.#expire, Math.max(1, deadline - this.#startedAt))
     pools.active.add(this)
     if (pools.drainError !== null) this.fail(pools.drainError)
     try {
-      this.#send(requestId, body)
+      this.#send(requestId, body, trace)
     } catch (err) {
       // Refused synchronously (a header undici will not send): nothing is under way.
       this.#phase = Phase.Done
@@ -126,14 +134,28 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
   }
 
-  #send(requestId: string, body: Dispatcher.DispatchOptions['body']): void {
+  #send(requestId: string, body: Dispatcher.DispatchOptions['body'], trace: ClientTrace): void {
     const provider = this.offer.provider
     const pools = this.#settings.pools
+    let traceparent = trace.traceparent
+    let tracestate = trace.tracestate
+    if (attemptStart.hasSubscribers) {
+      const e: AttemptStartEvent = { requestId, provider: provider.address, traceparent, tracestate }
+      attemptStart.publish(e)
+      traceparent = e.traceparent
+      tracestate = e.tracestate
+    }
+    const headers =
+      traceparent === ''
+        ? [...this.plan.headers, 'x-request-id', requestId]
+        : tracestate === ''
+          ? [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent]
+          : [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
     pools.get(provider.url).dispatch(
       {
         path: basePath(provider.url) + this.plan.path,
         method: 'POST',
-        headers: [...this.plan.headers, 'x-request-id', requestId],
+        headers,
         body,
         headersTimeout: pools.settings.headersTimeoutMs,
         bodyTimeout: pools.settings.bodyTimeoutMs,
@@ -218,14 +240,14 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const address = this.offer.provider.address
     if (isRetryableStatus(statusCode)) {
       this.#phase = Phase.Draining
-      if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health)
+      if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       const retryAfter = headers['retry-after']
       const kind = statusCode === 429 ? MissKind.RateLimited : MissKind.Failure
       this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, typeof retryAfter === 'string' ? retryAfter : '')
       return
     }
     if (statusCode >= 300) {
-      health.recordSuccess()
+      health.recordSuccess(performance.now(), this.#trial)
       this.#phase = Phase.Passthrough
       return
     }
@@ -233,12 +255,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       // A success that is not what was asked for (HTML, JSON for a stream): never relayed as if it were.
       this.#phase = Phase.Rejected
       this.#release()
-      health.recordFailure(performance.now(), this.#settings.health)
+      health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       controller.abort(new Error('unexpected content type'))
       this.#owner.missed(this, { provider: address, status: statusCode, error: 'unexpected_content_type' }, MissKind.Failure, '')
       return
     }
-    health.recordSuccess()
+    health.recordSuccess(performance.now(), this.#trial)
     this.#phase = Phase.Relaying
   }
 
@@ -308,7 +330,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const valid = codec.read(this.#body())
     if (owner.sink.aborted) return owner.abandoned(this, valid)
     if (!valid) {
-      this.offer.provider.health.recordFailure(performance.now(), this.#settings.health)
+      this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       return owner.missed(this, { ...this.#record(), error: 'invalid_json' }, MissKind.Failure, '')
     }
     owner.answered(this)
@@ -325,7 +347,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       return owner.abandoned(this, phase === Phase.Relaying && codec.streaming && codec.produced)
     }
     const failure = classifyUpstreamError(err)
-    this.offer.provider.health.recordFailure(performance.now(), this.#settings.health)
+    this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
     if (!owner.sink.started) {
       return owner.missed(this, { ...this.#record(), error: failure.reason }, failure.timeout ? MissKind.Timeout : MissKind.Failure, '')
     }
@@ -339,6 +361,10 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       this.#totalTimer = null
     }
     if (!this.#inflight) return
+    if (this.#trial) {
+      this.#trial = false
+      this.offer.provider.health.endTrial()
+    }
     this.#settings.pools.active.delete(this)
     this.#settings.pools.limiter.release(this.offer.provider.address)
     this.#inflight = false

@@ -10,6 +10,7 @@ import { RouterError } from '../errors.js'
 import type { Handler } from '../server/app.js'
 import type { Reply } from '../server/reply.js'
 import { sendError } from '../server/respond.js'
+import { publishRefused } from '../telemetry/events.js'
 import type { RouterError as RouterErrorType } from '../errors.js'
 import type { BodySource } from './request-body.js'
 import type { HeaderList } from './sink.js'
@@ -19,11 +20,13 @@ export class InFlight {
   draining = false
   #idle: (() => void)[] = []
 
-  /** The route, with its requests counted and refused once the drain began. */
-  track(handler: Handler): Handler {
+  /** The route of inference `surface`, with its requests counted and refused once the drain began. */
+  track(handler: Handler, surface: string): Handler {
     return (head, reply) => {
       if (this.draining) {
-        sendError(reply, new RouterError('no_available_provider', 'the router is shutting down'), head.requestId, ['x-request-id', head.requestId, 'Connection', 'close'])
+        const err = new RouterError('no_available_provider', 'the router is shutting down')
+        sendError(reply, err, head.requestId, ['x-request-id', head.requestId, 'Connection', 'close'])
+        publishRefused(head, surface, '', err.status, err.code)
         return
       }
       this.count++

@@ -20,6 +20,7 @@ import type { Offer } from '../routing/offers.js'
 import type { Selection } from '../routing/select.js'
 import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
 import { attemptEnd, requestEnd, requestStart, settled } from '../telemetry/events.js'
+import type { ClientTrace } from '../telemetry/trace-context.js'
 import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } from './attempt.js'
 import type { UpstreamFailure } from './failures.js'
 import type { HeaderList, ResponseSink } from './sink.js'
@@ -40,6 +41,8 @@ export interface EngineRequest<R extends SurfaceRequest> {
   readonly baseHeaders: HeaderList
   readonly selection: Selection
   readonly budget: Budget
+  /** The client's W3C trace context, passed to the provider on every attempt. */
+  readonly trace: ClientTrace
 }
 
 const JSON_TYPE = ['Content-Type', 'application/json']
@@ -85,7 +88,15 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   start(): void {
     const req = this.#req
     if (requestStart.hasSubscribers) {
-      requestStart.publish({ requestId: req.requestId, surface: req.surface.name, model: req.request.model, stream: req.request.stream })
+      requestStart.publish({
+        requestId: req.requestId,
+        surface: req.surface.name,
+        model: req.request.model,
+        stream: req.request.stream,
+        startedAt: req.startedAt,
+        traceparent: req.trace.traceparent,
+        tracestate: req.trace.tracestate,
+      })
     }
     this.#tryNext()
   }
@@ -141,7 +152,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     this.#current = handler
     const run = (): void => {
       try {
-        handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs)
+        handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs, req.trace)
       } catch (err) {
         // undici refuses some requests synchronously (a header it will not send): that candidate failed.
         this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
@@ -389,6 +400,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const req = this.#req
     requestEnd.publish({
       requestId: req.requestId,
+      admitted: true,
       surface: req.surface.name,
       model: req.request.model,
       provider: a === null ? null : a.offer.provider.address,
@@ -398,6 +410,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       error,
       ttfbMs: a === null || a.ttfbMs < 0 ? null : a.ttfbMs,
       cost: this.#billed,
+      traceparent: req.trace.traceparent,
+      tracestate: req.trace.tracestate,
     })
   }
 }

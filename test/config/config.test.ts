@@ -37,9 +37,10 @@ function defaultsWithPathsIn(dir: string): Config {
       latency_ewma_alpha: 0.2,
       max_attempts: 3,
     },
-    health: { probes: true, probe_interval_ms: 10000, probe_path: '/v1/models', probe_timeout_ms: 2000 },
-    log: { level: 'info', format: 'auto', access_log: true },
+    health: { probes: true, probe_interval_ms: 10000, probe_path: '/v1/models', probe_timeout_ms: 2000, uptime_window_ms: 300000 },
+    log: { level: 'info', format: 'auto', access_log: true, prompts: false },
     ops: { metrics: true, separate_port: false, host: '127.0.0.1', port: 9464 },
+    tracing: { otlp_endpoint: '', service_name: 'svc-router' },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }
 }
@@ -178,7 +179,7 @@ t.test('unknown keys are errors with a hint', async (t) => {
 
   t.test('no near key: the known keys are listed', async (t) => {
     t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'log: { zzzzzzzz: 1 }\n') })), [
-      'unknown key log.zzzzzzzz (known keys of log: level, format, access_log)',
+      'unknown key log.zzzzzzzz (known keys of log: level, format, access_log, prompts)',
     ])
   })
 })

@@ -14,6 +14,8 @@ export interface SpawnedRouter {
   /** The dev account's sk- key, printed once by the router on its empty store. */
   readonly key: string
   readonly child: ChildProcess
+  /** What the router wrote on stderr so far, with `captureStderr` (otherwise it goes to the test's stderr). */
+  stderr(): string
   /** Resident set size of the router process, in MiB. */
   rssMiB(): number
 }
@@ -27,6 +29,7 @@ export async function spawnRouter(
   t: TapLike,
   providers: object[],
   config: Record<string, Record<string, unknown>> = {},
+  options: { captureStderr?: boolean } = {},
 ): Promise<SpawnedRouter> {
   const dir = t.testdir()
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers }))
@@ -37,14 +40,17 @@ export async function spawnRouter(
       server: { host: '127.0.0.1', port: 0 },
       registry: { path: 'providers.yaml', watch: false },
       store: { path: join(dir, 'svc.db') },
-      log: { level: 'error' },
+      log: { level: 'error', ...config.log },
       dev: { bootstrap: true },
     }),
   )
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const capture = options.captureStderr === true
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
   t.teardown(() => {
     child.kill('SIGKILL')
   })
+  let stderr = ''
+  if (capture) child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
   // The banner with the dev keys follows the listening line on stdout.
   const [url, key] = await new Promise<[string, string]>((resolve, reject) => {
     let out = ''
@@ -60,6 +66,7 @@ export async function spawnRouter(
     url,
     key,
     child,
+    stderr: () => stderr,
     rssMiB() {
       const status = readFileSync(`/proc/${child.pid}/status`, 'utf8')
       const kb = Number(/VmRSS:\s+(\d+)/.exec(status)![1])

@@ -1,6 +1,7 @@
 /**
  * The drain (issue #13 §7): SIGTERM during open streams lets them finish, records every charge once, and exits
- * 0; at the deadline what is left ends with an error event and is still billed for what it produced.
+ * 0; at the deadline what is left ends with an error event and is still billed for what it produced; a second
+ * signal during the drain exits at once.
  */
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
@@ -10,6 +11,7 @@ import { Agent, request } from 'undici'
 import { stringify } from 'yaml'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { openStore } from '../../src/store/open.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
 import { addr, startStack } from '../helpers/stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
@@ -113,4 +115,39 @@ t.test('drain deadline: streams still open end with an error event and are bille
   const charges = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
   t.equal(charges.length, 3)
   t.equal(stack.router.inFlight.count, 0)
+})
+
+t.test('a second SIGTERM or SIGINT during a drain exits at once, without waiting for the streams', async (t) => {
+  for (const second of ['SIGTERM', 'SIGINT'] as const) {
+    // 100 tokens at 2/s: fifty seconds per stream, past the default 30 s drain deadline.
+    const sim = await startSimulator({ name: 'drain2', tokensPerS: 2, completionTokens: 100 })
+    t.teardown(() => sim.close())
+    const router = await spawnRouter(t, [
+      { address: addr('a'), url: sim.url, trust_mode: 'standard', verifiability: '', models: [{ id: MODEL, type: 'chatbot', price: { prompt: 0.1, completion: 0.3 } }] },
+    ])
+    const exited = new Promise<number | null>((resolve) => router.child.once('exit', (code) => resolve(code)))
+    const streams = await Promise.all(
+      Array.from({ length: 3 }, () =>
+        request(router.url + '/v1/chat/completions', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${router.key}` },
+          body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 100, stream: true }),
+        }),
+      ),
+    )
+    t.same(streams.map((r) => r.statusCode), [200, 200, 200], 'three long streams open')
+    const bodies = streams.map((r) => r.body.text().catch(() => 'cut'))
+    router.child.kill('SIGTERM')
+    // The first signal was handled once the listener is closed: a new connection is refused.
+    for (;;) {
+      const refused = await request(router.url + '/healthz', { reset: true }).then(
+        (res) => res.body.dump().then(() => false),
+        (err: { code?: string }) => err.code === 'ECONNREFUSED',
+      )
+      if (refused) break
+    }
+    router.child.kill(second)
+    t.equal(await exited, 1, `${second} during the drain: exit 1 at once`)
+    for (const body of await Promise.all(bodies)) t.notOk(body.includes('data: [DONE]'), 'the streams were not waited for')
+  }
 })

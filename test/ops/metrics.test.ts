@@ -88,6 +88,10 @@ t.test('/metrics parses as Prometheus text and its counters match the requests s
   t.equal(m.get(`svc_provider_healthy{provider="${b}"}`), 1)
   t.ok(m.get(`svc_provider_latency_seconds{provider="${b}",model="${MODEL}"}`)! > 0)
   t.equal(m.get('svc_ledger_charges_queued'), 0, 'every charge committed')
+  t.equal(m.get('svc_ledger_committed_charges_total{ok="true"}'), 5, 'the charge writer committed the five charges')
+  const commits = m.get('svc_ledger_commit_seconds_count{ok="true"}')!
+  t.ok(commits >= 1 && commits <= 5, 'in one to five group commits')
+  t.equal(m.get('svc_ledger_commit_seconds_bucket{le="+Inf",ok="true"}'), commits, 'the commit latency histogram counts each')
   t.ok(m.has('svc_nodejs_eventloop_lag_seconds'), 'event-loop lag')
   t.ok(m.get('svc_process_resident_memory_bytes')! > 0, 'RSS')
 })
@@ -106,4 +110,35 @@ t.test('ops.metrics false: no /metrics route', async (t) => {
   const stack = await startStack(t, [{ address: addr('a'), models: [{ id: MODEL }] }], { ops: { metrics: false } })
   t.equal((await get(stack.url + '/metrics')).status, 404)
   t.equal((await get(stack.url + '/healthz')).status, 200)
+})
+
+t.test('requests refused before the failover loop are counted too (401, 400, 404, 429, and 402)', async (t) => {
+  const stack = await startStack(t, [{ address: addr('a'), models: [{ id: MODEL }] }], { limits: { requests_per_minute: 4 } })
+  const post = async (headers: Record<string, string>, body: string): Promise<number> => {
+    const res = await request(stack.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body })
+    await res.body.text()
+    return res.statusCode
+  }
+  const ok = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })
+  const broke = await stack.newApiKey({ account: await stack.newAccount('0') })
+  const statuses = [
+    await post({ authorization: 'Bearer sk-not-a-key' }, ok),
+    await post(stack.auth, '{"model":'),
+    await post(stack.auth, JSON.stringify({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] })),
+    await post(stack.auth, ok),
+    await post(stack.auth, ok),
+    await post(stack.auth, ok),
+    await post(broke.auth, ok),
+  ]
+  t.same(statuses, [401, 400, 404, 200, 200, 429, 402])
+  const m = parseProm((await get(stack.url + '/metrics')).body)
+  const count = (status: number, model = '') => m.get(`svc_requests_total{surface="chat",status="${status}",provider="",model="${model}"}`)
+  t.equal(count(401), 1, '401 bad key')
+  t.equal(count(400), 1, '400 bad body')
+  t.equal(count(404, 'no-such-model'), 1, '404 unknown model, with the model asked for')
+  t.equal(count(429), 1, '429 rate limit')
+  t.equal(count(402, MODEL), 1, '402 no funds')
+  t.equal(m.get(`svc_requests_total{surface="chat",status="200",provider="${addr('a')}",model="${MODEL}"}`), 2)
+  t.equal(m.get(`svc_request_duration_seconds_count{surface="chat",model=""}`), 3, 'their durations too')
+  t.equal(m.get('svc_requests_in_flight'), 0, 'a refused request never counted as in flight')
 })

@@ -37,7 +37,8 @@ t.test('a request that fails over publishes start, both attempts, the settlement
   })
   await res.body.text()
   const requestId = String(res.headers['x-request-id'])
-  t.same(starts, [{ requestId, surface: 'chat', model: MODEL, stream: true }])
+  t.equal(starts.length, 1)
+  t.match(starts[0], { requestId, surface: 'chat', model: MODEL, stream: true, startedAt: Number, traceparent: '', tracestate: '' })
   t.equal(attempts.length, 2)
   t.match(attempts[0], { requestId, provider: addr('a'), status: null, error: 'connection_refused', ttfbMs: null })
   t.match(attempts[1], { requestId, provider: addr('b'), status: 200, error: null })
@@ -46,7 +47,7 @@ t.test('a request that fails over publishes start, both attempts, the settlement
   t.match(settles[0], { requestId, provider: addr('b'), durable: true })
   t.ok(settles[0]!.cost > 0n)
   t.equal(ends.length, 1)
-  t.match(ends[0], { requestId, surface: 'chat', model: MODEL, provider: addr('b'), status: 200, attempts: 2, error: null })
+  t.match(ends[0], { requestId, admitted: true, surface: 'chat', model: MODEL, provider: addr('b'), status: 200, attempts: 2, error: null })
 })
 
 t.test('a request every provider fails publishes its error end and no settlement', async (t) => {
