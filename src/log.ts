@@ -41,6 +41,11 @@ export function setLogLevel(level: LogLevel, format: LogFormat = 'json'): void {
   logger = build(level, format)
 }
 
+/** True when info lines are written: the access log builds its line only then. */
+export function infoEnabled(): boolean {
+  return logger.isLevelEnabled('info')
+}
+
 /** True when debug lines are written (the only level at which a prompt may be logged). */
 export function debugEnabled(): boolean {
   return logger.isLevelEnabled('debug')

@@ -9,19 +9,9 @@
  * logs no prompt. Headers (Authorization, x-api-key, cookies) are never logged, at any level.
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
-import { log } from '../log.js'
+import { formatUsd } from '../billing/money.js'
+import { infoEnabled, log } from '../log.js'
 import type { RequestBodyEvent, RequestEndEvent } from './events.js'
-
-const ATTO_PER_USD = 10n ** 18n
-
-/** atto-USD as an exact decimal USD string (e.g. 1234n → "0.000000000000001234"). */
-export function attoToUsd(atto: bigint): string {
-  const sign = atto < 0n ? '-' : ''
-  const abs = atto < 0n ? -atto : atto
-  const whole = abs / ATTO_PER_USD
-  const frac = (abs % ATTO_PER_USD).toString().padStart(18, '0').replace(/0+$/, '')
-  return sign + whole.toString() + (frac === '' ? '' : '.' + frac)
-}
 
 function round3(ms: number): number {
   return Math.round(ms * 1000) / 1000
@@ -30,6 +20,8 @@ function round3(ms: number): number {
 /** Subscribes the access log; returns the unsubscribe. */
 export function startAccessLog(): () => void {
   const onEnd = (m: unknown): void => {
+    // At level warn or error the line would be dropped: do not build it (the hot path pays one level check).
+    if (!infoEnabled()) return
     const e = m as RequestEndEvent
     log.info('request', {
       request_id: e.requestId,
@@ -40,7 +32,7 @@ export function startAccessLog(): () => void {
       attempts: e.attempts,
       ttfb_ms: e.ttfbMs === null ? null : round3(e.ttfbMs),
       duration_ms: round3(e.durationMs),
-      cost_usd: attoToUsd(e.cost),
+      cost_usd: formatUsd(e.cost),
       error: e.error,
     })
   }

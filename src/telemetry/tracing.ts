@@ -13,7 +13,7 @@
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import type { Context, Span, Tracer } from '@opentelemetry/api'
-import { attoToUsd } from './access-log.js'
+import { formatUsd } from '../billing/money.js'
 import type { AttemptEvent, AttemptStartEvent, RequestEndEvent, RequestStartEvent } from './events.js'
 
 export interface TracingSettings {
@@ -118,7 +118,7 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
     const span = entry.span
     span.setAttribute('http.response.status_code', e.status)
     span.setAttribute('svc.attempts', e.attempts)
-    span.setAttribute('svc.cost_usd', attoToUsd(e.cost))
+    span.setAttribute('svc.cost_usd', formatUsd(e.cost))
     if (e.provider !== null) span.setAttribute('svc.provider', e.provider)
     if (e.ttfbMs !== null) span.setAttribute('svc.ttfb_ms', e.ttfbMs)
     if (e.error !== null) {
