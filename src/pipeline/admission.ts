@@ -54,7 +54,7 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
     const fail = (err: RouterError): void => sendError(reply, err, head.requestId, headers, render)
     const body = readJsonBody(raw)
     if (body instanceof RouterError) return fail(body)
-    const req = surface.parse(body)
+    const req = surface.parse(body, head)
     if (req instanceof RouterError) return fail(req)
     try {
       mergeBodyPreferences(req.provider, prefs)
