@@ -20,11 +20,14 @@ function now(): number {
   return Math.floor(Date.now() / 1000)
 }
 
-/** The chat usage object of an Anthropic usage object (cache tokens are prompt tokens). */
+/** The chat usage object of an Anthropic usage object (cache tokens are prompt tokens; reads are OpenAI's cached_tokens). */
 function chatUsage(u: Json | null | undefined): Json | undefined {
   const usage = u === null || u === undefined ? null : chatUsageOf(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
   if (usage === null) return undefined
-  return { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens }
+  const out: Json = { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens }
+  const read = u!.cache_read_input_tokens
+  if (typeof read === 'number' && Number.isSafeInteger(read) && read > 0) out.prompt_tokens_details = { cached_tokens: read }
+  return out
 }
 
 /** An Anthropic provider's error answer to a translated chat request, as the chat error envelope (status kept). */
