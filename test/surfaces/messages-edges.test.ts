@@ -265,3 +265,29 @@ t.test('thinking and redacted_thinking in the history: dropped for a translated 
   t.notMatch(JSON.stringify(sent), /thinking|signature|EmwK/, 'nothing of the thinking blocks is sent')
   t.same(sent.reasoning, { max_tokens: 1024 })
 })
+
+t.test('catalog supported_formats is what routing does: every listed surface serves the model, none else', async (t) => {
+  const stack = await startStack(t, [
+    { address: N, models: [{ id: 'claude-only', formats: ['anthropic'] }] },
+    { address: O, models: [{ id: 'gpt-only', formats: ['openai'] }, { id: 'img', type: 'text-to-image', price: { image: 0.01 } }] },
+  ])
+  const res = await request(stack.url + '/v1/models')
+  const models = ((await res.body.json()) as { data: { id: string; supported_formats: string[]; native_formats: string[] }[] }).data
+  const byId = new Map(models.map((m) => [m.id, m]))
+  t.same(byId.get('claude-only')!.native_formats, ['anthropic'])
+  t.same(byId.get('gpt-only')!.native_formats, ['openai'])
+  const PATHS: Record<string, string> = { openai: '/v1/chat/completions', anthropic: '/v1/messages' }
+  for (const m of models) {
+    for (const [format, path] of Object.entries(PATHS)) {
+      const body = { model: m.id, max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }
+      const answer = await request(stack.url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...stack.auth }, body: JSON.stringify(body) })
+      const json = (await answer.body.json()) as any
+      if (m.supported_formats.includes(format)) t.equal(answer.statusCode, 200, `${m.id} listed ${format}: served on ${path}`)
+      else {
+        t.equal(answer.statusCode, 400, `${m.id} does not list ${format}: refused on ${path}`)
+        t.equal(json.error.code, 'model_not_supported_on_surface')
+      }
+    }
+  }
+  t.same(byId.get('img')!.supported_formats, [])
+})
