@@ -13,6 +13,7 @@ import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
+import { measureMessages } from './messages.js'
 import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { writeReport, type Measurement, type RunData, type WorkloadId } from './report.js'
@@ -259,6 +260,9 @@ async function main(): Promise<void> {
     }
   }
 
+  // /v1/messages native and translated beside chat (messages.ts): a router of its own, after the other workloads.
+  const messages = onlyWorkloads === null || onlyWorkloads.includes('messages') ? await measureMessages({ root, sims, workDir, quick, progress }) : null
+
   progress('stopping everything')
   await Promise.all(targets.map((t) => t.stop()))
   await Promise.all(Object.values(sims).map((s) => s.child.stop()))
@@ -292,6 +296,7 @@ async function main(): Promise<void> {
     ) as RunData['targets'],
     plan: { ...PLAN, connections: CONNECTIONS, ttftConcurrency: TTFT_CONCURRENCY, streams: STREAMS, rounds: ROUNDS },
     results: results as RunData['results'],
+    ...(messages === null ? {} : { messages }),
   }
   mkdirSync(dirname(LAST_RUN), { recursive: true })
   writeFileSync(LAST_RUN, JSON.stringify(data, null, 1) + '\n')
