@@ -13,6 +13,7 @@ import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
+import { measureMessages } from './messages.js'
 import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
@@ -325,6 +326,9 @@ async function main(): Promise<void> {
   const fsync = fsyncRuns.reduce((a, b) => (b.p50 < a.p50 ? b : a))
   progress(`bare fdatasync of one WAL frame: p50 ${(fsync.p50 * 1000).toFixed(0)} µs, p99 ${(fsync.p99 * 1000).toFixed(0)} µs`)
 
+  // /v1/messages native and translated beside chat (messages.ts): a router of its own, after the other workloads.
+  const messages = onlyWorkloads === null || onlyWorkloads.includes('messages') ? await measureMessages({ root, sims, workDir, quick, progress }) : null
+
   progress('stopping the measured targets')
   await Promise.all(targets.map((t) => t.stop()))
   const stages = onlyWorkloads === null || onlyWorkloads.includes('stages') ? await profileStages(sims, workDir) : null
@@ -362,6 +366,7 @@ async function main(): Promise<void> {
     results: results as RunData['results'],
     fsync,
     stages,
+    ...(messages === null ? {} : { messages }),
   }
   mkdirSync(dirname(LAST_RUN), { recursive: true })
   writeFileSync(LAST_RUN, JSON.stringify(data, null, 1) + '\n')

@@ -6,9 +6,9 @@
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { JSON_HEADERS } from './anthropic-native.js'
-import { renderAnthropicError } from './anthropic-wire.js'
+import { anthropicErrorOf, renderAnthropicError } from './anthropic-wire.js'
 import type { ResponseCodec } from './codec.js'
-import { stopReason, type ToolNames } from './messages-request-translation.js'
+import { matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
 
 type Json = Record<string, any>
 
@@ -23,7 +23,7 @@ function parseInput(args: unknown): unknown {
 }
 
 /** The Anthropic message for an OpenAI chat completion object. */
-export function toAnthropicMessage(completion: Json, model: string, names: ToolNames): Json {
+export function toAnthropicMessage(completion: Json, model: string, names: ToolNames, stops: readonly string[] = []): Json {
   const choice = Array.isArray(completion.choices) ? completion.choices[0] : undefined
   const message = choice?.message ?? {}
   const content: Json[] = []
@@ -47,14 +47,15 @@ export function toAnthropicMessage(completion: Json, model: string, names: ToolN
     usage.output_tokens = u.completion_tokens ?? 0
     if (hasCached) usage.cache_read_input_tokens = cached
   }
+  const stopped = matchedStop(choice?.finish_reason, choice, text, stops)
   return {
     id: completion.id,
     type: 'message',
     role: 'assistant',
     model,
     content,
-    stop_reason: stopReason(choice?.finish_reason, refused),
-    stop_sequence: null,
+    stop_reason: stopReason(choice?.finish_reason, refused, stopped),
+    stop_sequence: stopped,
     usage,
   }
 }
@@ -67,10 +68,12 @@ export class AnthropicTranslatedJsonCodec implements ResponseCodec {
   #parsed: Json | null = null
   readonly #model: string
   readonly #names: ToolNames
+  readonly #stops: readonly string[]
 
-  constructor(model: string, names: ToolNames) {
+  constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
     this.#model = model
     this.#names = names
+    this.#stops = stops
   }
 
   accepts(): boolean {
@@ -108,10 +111,14 @@ export class AnthropicTranslatedJsonCodec implements ResponseCodec {
   }
 
   complete(trace: Record<string, unknown>): string {
-    return JSON.stringify({ ...toAnthropicMessage(this.#parsed!, this.#model, this.#names), x_svc_trace: trace })
+    return JSON.stringify({ ...toAnthropicMessage(this.#parsed!, this.#model, this.#names, this.#stops), x_svc_trace: trace })
   }
 
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return renderAnthropicError(err, requestId, trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string {
+    return anthropicErrorOf(status, body, requestId)
   }
 }

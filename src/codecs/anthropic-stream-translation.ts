@@ -7,10 +7,10 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import { anthropicErrorEvent } from './anthropic-wire.js'
+import { anthropicErrorEvent, anthropicErrorOf } from './anthropic-wire.js'
 import { SSE_HEADERS } from './anthropic-native.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
-import { stopReason, type ToolNames } from './messages-request-translation.js'
+import { longestStop, matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
 import { SseFramer } from './sse-framing.js'
 
 const NONE = 0
@@ -22,7 +22,35 @@ function event(name: string, data: string): string {
   return `event: ${name}\ndata: ${data}\n\n`
 }
 
-/** The translator's state; pure: OpenAI chunk objects in, Anthropic event text out. */
+/** A tool call held back while another one's block is open: its id, its name and its arguments so far. */
+interface HeldCall {
+  id: string
+  name: string
+  args: string
+}
+
+/** Whether `args` is a whole JSON value: a tool call whose arguments are complete can take no more of them. */
+function complete(args: string): boolean {
+  if (args === '') return false
+  try {
+    JSON.parse(args)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * The translator's state; pure: OpenAI chunk objects in, Anthropic event text out.
+ *
+ * Parallel tool calls: OpenAI may interleave their chunks (index 0, 1, 0, 1 …), but an Anthropic block is
+ * started, filled and stopped before the next one starts. The first call streams live in its block; a chunk
+ * of another call while that block is open is held (id, name and the arguments as they came), unless the
+ * open call's arguments already form a whole JSON value, in which case its block stops and the new call
+ * streams live in turn. Held calls are written, in the order they first appeared, as a block each (start, one
+ * input_json_delta with their arguments joined, stop) when the open block closes: at the finish chunk, or
+ * when text follows. Ids, names and the JSON text are kept exactly.
+ */
 export class AnthropicStreamTranslator {
   id = ''
   started = false
@@ -32,17 +60,27 @@ export class AnthropicStreamTranslator {
   /** An OpenAI-style `{"error":…}` chunk the provider sent mid-stream: the stream ends in event: error. */
   error: Record<string, any> | null = null
   #finish: unknown = null
+  #stopped: string | null = null
   #refused = false
   #block = NONE
   #index = -1
-  /** The OpenAI index of the tool call whose block is open. */
+  /** The OpenAI index of the tool call whose block is open, and its arguments so far. */
   #tool = -1
+  #args = ''
+  /** Tool calls seen while another's block was open, by OpenAI index, in order of appearance. */
+  #held: Map<number, HeldCall> | null = null
+  /** The end of the text so far, as long as the longest stop sequence (matchedStop()). */
+  #tail = ''
   readonly #model: string
   readonly #names: ToolNames
+  readonly #stops: readonly string[]
+  readonly #tailLength: number
 
-  constructor(model: string, names: ToolNames) {
+  constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
     this.#model = model
     this.#names = names
+    this.#stops = stops
+    this.#tailLength = longestStop(stops)
   }
 
   /** Anthropic events for one parsed OpenAI chunk. */
@@ -67,11 +105,13 @@ export class AnthropicStreamTranslator {
       if (text !== '') {
         if (this.#block !== TEXT) out += this.#open(TEXT, '{"type":"text","text":""}')
         out += this.#delta(`{"type":"text_delta","text":${JSON.stringify(text)}}`)
+        if (this.#tailLength > 0) this.#tail = (this.#tail + text).slice(-this.#tailLength)
       }
       if (Array.isArray(delta.tool_calls)) for (const call of delta.tool_calls) out += this.#toolCall(call)
     }
     if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
       this.#finish = choice.finish_reason
+      this.#stopped = matchedStop(choice.finish_reason, choice, this.#tail, this.#stops)
       out += this.#close()
     }
     return out
@@ -93,7 +133,7 @@ export class AnthropicStreamTranslator {
       usage.input_tokens = u.prompt_tokens - (typeof cached === 'number' ? cached : 0)
       if (typeof cached === 'number' && cached > 0) usage.cache_read_input_tokens = cached
     }
-    const delta = { type: 'message_delta', delta: { stop_reason: stopReason(this.#finish, this.#refused), stop_sequence: null }, usage }
+    const delta = { type: 'message_delta', delta: { stop_reason: stopReason(this.#finish, this.#refused, this.#stopped), stop_sequence: this.#stopped }, usage }
     out += event('message_delta', JSON.stringify(delta))
     out += event('message_stop', `{"type":"message_stop"${extra}}`)
     return out
@@ -128,26 +168,59 @@ export class AnthropicStreamTranslator {
     return event('content_block_delta', `{"type":"content_block_delta","index":${this.#index},"delta":${delta}}`)
   }
 
+  /** Stops the open block, then writes the held tool calls, each a whole block. */
   #close(): string {
     if (this.#block === NONE) return ''
     this.#block = NONE
     this.#tool = -1
-    return event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`)
+    this.#args = ''
+    let out = event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`)
+    const held = this.#held
+    if (held === null) return out
+    this.#held = null
+    for (const [index, call] of held) {
+      this.#index++
+      const block = this.#toolBlock(call.id === '' ? `toolu_${index}` : call.id, call.name)
+      out += event('content_block_start', `{"type":"content_block_start","index":${this.#index},"content_block":${block}}`)
+      if (call.args !== '') out += this.#delta(`{"type":"input_json_delta","partial_json":${JSON.stringify(call.args)}}`)
+      out += event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`)
+    }
+    return out
+  }
+
+  #toolBlock(id: string, name: string): string {
+    return JSON.stringify({ type: 'tool_use', id, name: this.#names.get(name) ?? name, input: {} })
   }
 
   #toolCall(call: Record<string, any>): string {
-    let out = ''
     const index = typeof call?.index === 'number' ? call.index : 0
     const fn = call?.function ?? {}
-    // Anthropic blocks are sequential: a new index (or a first chunk with an id) opens the next block.
+    const args = typeof fn.arguments === 'string' ? fn.arguments : ''
+    if (this.#block === TOOL && this.#tool !== index) {
+      const held = this.#held?.get(index)
+      if (held !== undefined) {
+        // A later chunk of a held call: its id or name may come late too.
+        if (held.id === '' && typeof call.id === 'string') held.id = call.id
+        if (typeof fn.name === 'string') held.name += fn.name
+        held.args += args
+        return ''
+      }
+      if (this.#held !== null || !complete(this.#args)) {
+        this.#held ??= new Map()
+        this.#held.set(index, { id: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
+        return ''
+      }
+    }
+    let out = ''
     if (this.#block !== TOOL || this.#tool !== index) {
+      // Anthropic blocks are sequential: the next call opens the next block (the open one is whole).
       const name = typeof fn.name === 'string' ? fn.name : ''
-      const block = { type: 'tool_use', id: typeof call.id === 'string' ? call.id : `toolu_${index}`, name: this.#names.get(name) ?? name, input: {} }
-      out += this.#open(TOOL, JSON.stringify(block))
+      out += this.#open(TOOL, this.#toolBlock(typeof call.id === 'string' ? call.id : `toolu_${index}`, name))
       this.#tool = index
     }
-    if (typeof fn.arguments === 'string' && fn.arguments !== '') {
-      out += this.#delta(`{"type":"input_json_delta","partial_json":${JSON.stringify(fn.arguments)}}`)
+    if (args !== '') {
+      this.#args += args
+      out += this.#delta(`{"type":"input_json_delta","partial_json":${JSON.stringify(args)}}`)
     }
     return out
   }
@@ -161,8 +234,8 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
   #out = ''
   readonly #framer: SseFramer
 
-  constructor(model: string, names: ToolNames) {
-    this.translator = new AnthropicStreamTranslator(model, names)
+  constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
+    this.translator = new AnthropicStreamTranslator(model, names, stops)
     this.#framer = new SseFramer(() => this.#onEvent())
   }
 
@@ -206,6 +279,10 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
 
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return anthropicErrorEvent(err, requestId, trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string {
+    return anthropicErrorOf(status, body, requestId)
   }
 
   #flush(emit: Emit): void {

@@ -39,3 +39,51 @@ export function meteredAnthropicUsage(usage: unknown, promptBytes: number, compl
   const reported = typeof usage === 'object' && usage !== null ? chatUsageOf(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens) : null
   return meteredUsage(reported, promptBytes, completionEstimate)
 }
+
+/** Anthropic's error type for an HTTP status of a provider's error answer. */
+function anthropicErrorType(status: number): string {
+  switch (status) {
+    case 401:
+      return 'authentication_error'
+    case 403:
+      return 'permission_error'
+    case 404:
+      return 'not_found_error'
+    case 413:
+      return 'request_too_large'
+    case 429:
+      return 'rate_limit_error'
+    default:
+      return status >= 500 ? 'api_error' : 'invalid_request_error'
+  }
+}
+
+/**
+ * What a provider's error answer says, whichever format it is in: OpenAI's `{"error":{"message","type"}}`,
+ * Anthropic's `{"type":"error","error":{"type","message"}}`, vLLM's top-level `message`, FastAPI's `detail`.
+ * `code`, ours: `invalid_request` when the provider refused the request itself (400, 413, 422), else
+ * `provider_error`; the status stays the provider's.
+ */
+export function providerError(status: number, body: Buffer): { message: string; type: string | null; code: 'invalid_request' | 'provider_error' } {
+  let message = ''
+  let type: string | null = null
+  try {
+    const v = JSON.parse(body.toString('utf8')) as Record<string, any>
+    const e = v?.error !== null && typeof v?.error === 'object' ? v.error : v
+    if (typeof e?.message === 'string') message = e.message
+    else if (typeof v?.detail === 'string') message = v.detail
+    else if (v?.detail !== undefined) message = JSON.stringify(v.detail)
+    if (typeof e?.type === 'string' && e.type !== 'error') type = e.type
+  } catch {
+    // Not JSON: the status says it all.
+  }
+  if (message === '') message = `the provider answered HTTP ${status}`
+  const code = status === 400 || status === 413 || status === 422 ? 'invalid_request' : 'provider_error'
+  return { message, type, code }
+}
+
+/** A translated (OpenAI) provider's error answer as this surface's error envelope, status kept. */
+export function anthropicErrorOf(status: number, body: Buffer, requestId: string): string {
+  const { message, code } = providerError(status, body)
+  return JSON.stringify({ type: 'error', error: { type: anthropicErrorType(status), message, code }, request_id: requestId })
+}

@@ -6,7 +6,7 @@
  */
 import type { ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
-import { chatUsageOf, meteredAnthropicUsage } from './anthropic-wire.js'
+import { chatUsageOf, meteredAnthropicUsage, providerError } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { SseFramer } from './sse-framing.js'
@@ -20,11 +20,20 @@ function now(): number {
   return Math.floor(Date.now() / 1000)
 }
 
-/** The chat usage object of an Anthropic usage object (cache tokens are prompt tokens). */
+/** The chat usage object of an Anthropic usage object (cache tokens are prompt tokens; reads are OpenAI's cached_tokens). */
 function chatUsage(u: Json | null | undefined): Json | undefined {
   const usage = u === null || u === undefined ? null : chatUsageOf(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens)
   if (usage === null) return undefined
-  return { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens }
+  const out: Json = { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens }
+  const read = u!.cache_read_input_tokens
+  if (typeof read === 'number' && Number.isSafeInteger(read) && read > 0) out.prompt_tokens_details = { cached_tokens: read }
+  return out
+}
+
+/** An Anthropic provider's error answer to a translated chat request, as the chat error envelope (status kept). */
+function chatErrorOf(status: number, body: Buffer, requestId: string): string {
+  const { message, type, code } = providerError(status, body)
+  return JSON.stringify({ error: { message, type: type ?? (code === 'invalid_request' ? 'invalid_request_error' : 'provider_error'), code }, request_id: requestId })
 }
 
 /** An Anthropic JSON message answering a translated chat request. */
@@ -96,6 +105,10 @@ export class ChatFromAnthropicJsonCodec implements ResponseCodec {
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return renderError(err, requestId, trace)
   }
+
+  errorBody(status: number, body: Buffer, requestId: string): string {
+    return chatErrorOf(status, body, requestId)
+  }
 }
 
 /** An Anthropic SSE stream answering a translated `stream: true` chat request, relayed as chat chunks. */
@@ -162,6 +175,10 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
 
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return `data: ${renderError(err, requestId, trace)}\n\n`
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string {
+    return chatErrorOf(status, body, requestId)
   }
 
   #flush(emit: Emit): void {

@@ -34,6 +34,11 @@ export interface ResponseCodec {
   complete(trace: Record<string, unknown>): string | Buffer
   /** The last bytes of a streamed answer that broke after its first byte: an error event, never a fake end. */
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string
+  /**
+   * A codec that translates between formats: the provider's error answer (a 4xx passed through) as the JSON
+   * error of the client's format. Absent: the provider's bytes go out as they are.
+   */
+  errorBody?(status: number, body: Buffer, requestId: string): string
 }
 
 /** Whether a Content-Type header names `text/event-stream` (parameters and case aside). */

@@ -119,9 +119,43 @@ export function toOpenAiChat(body: Json): { body: Buffer; names: ToolNames } {
   return { body: Buffer.from(JSON.stringify(out)), names }
 }
 
-/** Anthropic's stop_reason for an OpenAI finish_reason. */
-export function stopReason(finish: unknown, refused: boolean): string {
+/**
+ * The stop sequence an OpenAI answer that finished with "stop" stopped on, or null. OpenAI itself says only
+ * "stop", for the end of the turn and a stop sequence alike, and drops the sequence from the text, so:
+ * 1. a choice that names the matched sequence (vLLM's `stop_reason`, SGLang's `matched_stop`) is believed when
+ *    that string is one of the request's `stop_sequences` (a token id or an EOS string is not);
+ * 2. otherwise, a text that ends with one of them (providers that keep the sequence in the output) stopped on
+ *    it, the longest one when several match;
+ * 3. otherwise the answer is an `end_turn`: nothing knowable tells a stop sequence from the end of the turn,
+ *    and a guessed `stop_sequence` would be a made-up fact.
+ */
+export function matchedStop(finish: unknown, choice: Json | null | undefined, text: string, stops: readonly string[]): string | null {
+  if (finish !== 'stop' || stops.length === 0) return null
+  const named = typeof choice?.stop_reason === 'string' ? choice.stop_reason : choice?.matched_stop
+  if (typeof named === 'string' && stops.includes(named)) return named
+  let best: string | null = null
+  for (const s of stops) if (s !== '' && text.endsWith(s) && (best === null || s.length > best.length)) best = s
+  return best
+}
+
+/** The longest of the request's stop sequences: how much of a streamed text's tail matchedStop() needs. */
+export function longestStop(stops: readonly string[]): number {
+  let n = 0
+  for (const s of stops) if (s.length > n) n = s.length
+  return n
+}
+
+/** The request's `stop_sequences` (validated by the surface), or none. */
+export function stopSequencesOf(body: Json): readonly string[] {
+  return Array.isArray(body.stop_sequences) ? body.stop_sequences : NO_STOPS
+}
+
+const NO_STOPS: readonly string[] = []
+
+/** Anthropic's stop_reason for an OpenAI finish_reason (`stopped`: matchedStop() found the sequence). */
+export function stopReason(finish: unknown, refused: boolean, stopped: string | null = null): string {
   if (refused) return 'refusal'
+  if (stopped !== null) return 'stop_sequence'
   switch (finish) {
     case 'length':
       return 'max_tokens'

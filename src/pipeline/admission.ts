@@ -61,7 +61,7 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
     }
     const body = readJsonBody(raw)
     if (body instanceof RouterError) return fail(body)
-    const req = surface.parse(body)
+    const req = surface.parse(body, head)
     if (req instanceof RouterError) return fail(req)
     model = req.model
     try {

@@ -13,7 +13,7 @@ import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
-import { HEADER, SESSION_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
+import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
@@ -41,27 +41,32 @@ const decoder = new TextDecoder()
 export const MAX_HEADER_BYTES = 4096
 
 /**
- * The header names of HEADER, SESSION_HEADER then TRACE_HEADER, each at its slot in `scan.values`, and each
- * field's slot. Only HEADER's slots (the first CONFLICT_CHECKED) are checked for conflicting repeats.
+ * The header names of HEADER, SESSION_HEADER, TRACE_HEADER then ANTHROPIC_HEADER, each at its slot in
+ * `scan.values`, and each field's slot. Only HEADER's slots (the first CONFLICT_CHECKED) are checked for
+ * conflicting repeats.
  */
-const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER }
+const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER }
 const COPIED: readonly string[] = Object.values(COPY)
 const SLOT = Object.fromEntries(Object.keys(COPY).map((key, slot) => [key, slot])) as Record<keyof typeof COPY, number>
 const CONFLICT_CHECKED = Object.keys(HEADER).length
 /**
- * Slot of a copied name by the name's length, at most two names a length (cookie/origin, content-length/
- * sec-fetch-site share one): a field whose name is not copied is dismissed by one array read, and a match
- * costs one or two string compares.
+ * Slot of a copied name by the name's length, at most three names a length (cookie/origin, content-length/
+ * sec-fetch-site/anthropic-beta share one): a field whose name is not copied is dismissed by one array read,
+ * and a match costs one to three string compares.
  */
 const SLOT_BY_LENGTH = new Int8Array(64).fill(-1)
 const SECOND_BY_LENGTH = new Int8Array(64).fill(-1)
+const THIRD_BY_LENGTH = new Int8Array(64).fill(-1)
+/** anthropic-beta: a repeat adds its values, comma-joined, as HTTP lists combine. */
+const JOINED_SLOT = SLOT.anthropicBeta
 for (let slot = 0; slot < COPIED.length; slot++) {
   const name = COPIED[slot]!
-  if (name.length >= SLOT_BY_LENGTH.length || SECOND_BY_LENGTH[name.length] !== -1) {
-    throw new Error(`header ${name}: at most two copied names may share a length under ${SLOT_BY_LENGTH.length}`)
+  if (name.length >= SLOT_BY_LENGTH.length || THIRD_BY_LENGTH[name.length] !== -1) {
+    throw new Error(`header ${name}: at most three copied names may share a length under ${SLOT_BY_LENGTH.length}`)
   }
   if (SLOT_BY_LENGTH[name.length] === -1) SLOT_BY_LENGTH[name.length] = slot
-  else SECOND_BY_LENGTH[name.length] = slot
+  else if (SECOND_BY_LENGTH[name.length] === -1) SECOND_BY_LENGTH[name.length] = slot
+  else THIRD_BY_LENGTH[name.length] = slot
 }
 
 /**
@@ -87,12 +92,18 @@ function onHeaderField(name: string, value: string): void {
   if (slot < 0) return
   if (name !== COPIED[slot]) {
     slot = SECOND_BY_LENGTH[name.length]!
-    if (slot < 0 || name !== COPIED[slot]) return
+    if (slot < 0) return
+    if (name !== COPIED[slot]) {
+      slot = THIRD_BY_LENGTH[name.length]!
+      if (slot < 0 || name !== COPIED[slot]) return
+    }
   }
   const bit = 1 << slot
   if ((scan.seen & bit) === 0) {
     scan.seen |= bit
     scan.values[slot] = value
+  } else if (slot === JOINED_SLOT) {
+    scan.values[slot] += ',' + value
   } else if (slot < CONFLICT_CHECKED && scan.conflict === '' && value !== scan.values[slot] && trimOws(value) !== trimOws(scan.values[slot]!)) {
     scan.conflict = name
   }
@@ -122,6 +133,8 @@ class UwsRequestHead implements RequestHead {
   readonly secFetchSite: string
   readonly traceparent: string
   readonly tracestate: string
+  readonly anthropicVersion: string
+  readonly anthropicBeta: string
   readonly conflictingHeader: string
   /** The head's size as MAX_HEADER_BYTES counts it. */
   readonly headBytes: number
@@ -159,6 +172,8 @@ class UwsRequestHead implements RequestHead {
     this.secFetchSite = v[SLOT.secFetchSite]!
     this.traceparent = v[SLOT.traceparent]!
     this.tracestate = v[SLOT.tracestate]!
+    this.anthropicVersion = v[SLOT.anthropicVersion]!
+    this.anthropicBeta = v[SLOT.anthropicBeta]!
     this.conflictingHeader = scan.conflict
     // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
     const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)

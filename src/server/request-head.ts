@@ -43,6 +43,9 @@ export interface RequestHead {
   /** W3C trace context (telemetry/trace-context.ts validates it); first occurrence, '' when absent. Optional like cookie. */
   readonly traceparent?: string
   readonly tracestate?: string
+  /** `anthropic-version` and `anthropic-beta` ('' when absent); absent on heads built by hand. */
+  readonly anthropicVersion?: string
+  readonly anthropicBeta?: string
   /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
   readonly params?: readonly string[]
   /** Resolved lazily: only the auth audit needs it. */
@@ -80,4 +83,13 @@ export const SESSION_HEADER = {
 export const TRACE_HEADER = {
   traceparent: 'traceparent',
   tracestate: 'tracestate',
+} as const
+
+/**
+ * Lower-case names of the Anthropic headers a native /v1/messages candidate gets as the client sent them
+ * (surfaces/messages.ts). Copied like SESSION_HEADER's; repeats of anthropic-beta are joined with a comma.
+ */
+export const ANTHROPIC_HEADER = {
+  anthropicVersion: 'anthropic-version',
+  anthropicBeta: 'anthropic-beta',
 } as const

@@ -13,8 +13,17 @@ import type { Verifiability } from '../registry/types.js'
 
 const VERIFIABILITY_RANK: Record<Verifiability, number> = { '': 0, TeeTLS: 1, TeeML: 2 }
 
+/**
+ * Spec §2.3 supported_formats, "which chat surface accepts the model": both, for every chat model, since the
+ * router translates between the two (a chat model is routed on /v1/chat/completions and /v1/messages alike,
+ * to every provider, natively or translated); none for other types. native_formats says which formats some
+ * provider speaks itself (no translation).
+ */
+const CHAT_FORMATS: readonly string[] = ['openai', 'anthropic']
+const NO_FORMATS: readonly string[] = []
+
 function modelEntry(id: string, offers: readonly Offer[]): Record<string, unknown> {
-  // The strongest enclave among the providers describes the model; formats are what any provider accepts.
+  // The strongest enclave among the providers describes the model; native formats are what any provider speaks.
   let best = offers[0]!
   const formats = new Set<string>()
   let context: number | null = null
@@ -27,7 +36,8 @@ function modelEntry(id: string, offers: readonly Offer[]): Record<string, unknow
     id,
     object: 'model',
     type: best.model.type,
-    supported_formats: [...formats],
+    supported_formats: best.model.type === 'chatbot' ? CHAT_FORMATS : NO_FORMATS,
+    native_formats: [...formats],
     verifiability: best.provider.record.verifiability,
     tee_type: best.provider.record.tee_type,
     tee_verifier: best.provider.record.tee_verifier,

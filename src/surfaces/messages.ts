@@ -10,11 +10,12 @@ import { AnthropicTranslatedStreamCodec } from '../codecs/anthropic-stream-trans
 import { renderAnthropicError } from '../codecs/anthropic-wire.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import { spliceMembers } from '../codecs/json-body.js'
-import { toOpenAiChat, type ToolNames } from '../codecs/messages-request-translation.js'
+import { stopSequencesOf, toOpenAiChat, type ToolNames } from '../codecs/messages-request-translation.js'
 import { RouterError } from '../errors.js'
 import type { Offer } from '../routing/offers.js'
 import { paramBit } from '../routing/params.js'
 import { DIMENSION_CHAT } from '../routing/select.js'
+import type { RequestHead } from '../server/request-head.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
 import type { Surface, SurfaceRequest } from './surface.js'
@@ -23,12 +24,31 @@ export interface MessagesRequest extends SurfaceRequest {
   readonly body: Record<string, any>
   /** The client's bytes, `provider` removed: what a native candidate gets. */
   readonly native: BufferBody
+  /** A native candidate's request headers: the client's anthropic-version (or the default) and anthropic-beta. */
+  readonly nativeHeaders: readonly string[]
+  /** The request's stop_sequences: how a translated answer's "stop" is told from a stop_sequence. */
+  readonly stops: readonly string[]
   /** The OpenAI chat translation, made on the first translated plan. */
   translated: { body: BufferBody; names: ToolNames } | null
 }
 
-const NATIVE_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream', 'anthropic-version', '2023-06-01']
 const CHAT_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
+/** The anthropic-version a native candidate gets when the client sent none. */
+export const DEFAULT_ANTHROPIC_VERSION = '2023-06-01'
+const NATIVE_HEADERS = [...CHAT_HEADERS, 'anthropic-version', DEFAULT_ANTHROPIC_VERSION]
+
+/**
+ * What a native candidate gets of the client's Anthropic headers: anthropic-version and anthropic-beta as sent
+ * (they select the wire format and features the client reads). A translated candidate gets neither.
+ */
+function nativeHeaders(head: RequestHead | undefined): readonly string[] {
+  const version = head?.anthropicVersion ?? ''
+  const beta = head?.anthropicBeta ?? ''
+  if (version === '' && beta === '') return NATIVE_HEADERS
+  const headers = [...CHAT_HEADERS, 'anthropic-version', version === '' ? DEFAULT_ANTHROPIC_VERSION : version]
+  if (beta !== '') headers.push('anthropic-beta', beta)
+  return headers
+}
 
 /** The Anthropic fields a request may set, by the OpenAI parameter an openai candidate must support for them. */
 const PARAMS: ReadonlyArray<readonly [string, number]> = [
@@ -71,7 +91,7 @@ function checkBlocks(content: unknown, where: string): RouterError | null {
 }
 
 /** Checks what the router and the translation rely on; the rest is the provider's to judge. */
-export function parseMessages(json: JsonBody): MessagesRequest | RouterError {
+export function parseMessages(json: JsonBody, head?: RequestHead): MessagesRequest | RouterError {
   const body = json.value as Record<string, any>
   const model = body.model
   if (typeof model !== 'string' || model.length === 0) return invalid('model is required and must be a non-empty string')
@@ -120,6 +140,8 @@ export function parseMessages(json: JsonBody): MessagesRequest | RouterError {
     promptBytes: native.bytes.length,
     body,
     native,
+    nativeHeaders: nativeHeaders(head),
+    stops: stopSequencesOf(body),
     translated: null,
   }
 }
@@ -137,7 +159,7 @@ export const messages: Surface<MessagesRequest> = {
     if (isNative(offer)) {
       return {
         path: '/v1/messages',
-        headers: NATIVE_HEADERS,
+        headers: req.nativeHeaders,
         body: req.native,
         codec: req.stream ? new AnthropicStreamCodec() : new AnthropicJsonCodec(),
       }
@@ -151,7 +173,7 @@ export const messages: Surface<MessagesRequest> = {
       path: '/v1/chat/completions',
       headers: CHAT_HEADERS,
       body,
-      codec: req.stream ? new AnthropicTranslatedStreamCodec(req.model, names) : new AnthropicTranslatedJsonCodec(req.model, names),
+      codec: req.stream ? new AnthropicTranslatedStreamCodec(req.model, names, req.stops) : new AnthropicTranslatedJsonCodec(req.model, names, req.stops),
     }
   },
   worstCase(req, offer) {

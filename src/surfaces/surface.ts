@@ -8,6 +8,7 @@ import type { JsonBody } from '../codecs/json-body.js'
 import type { RouterError } from '../errors.js'
 import type { ModelType } from '../registry/types.js'
 import type { Offer } from '../routing/offers.js'
+import type { RequestHead } from '../server/request-head.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 
 /** Renders the error envelope of a surface's API. */
@@ -34,8 +35,8 @@ export interface Surface<R extends SurfaceRequest> {
   readonly modelType: ModelType
   /** Which price ceilings apply (routing/select.ts DIMENSION_*). */
   readonly dimension: number
-  /** Validates the body; the RouterError says what is wrong. */
-  parse(body: JsonBody): R | RouterError
+  /** Validates the body; the RouterError says what is wrong. `head`: the request's copied headers. */
+  parse(body: JsonBody, head: RequestHead): R | RouterError
   /** How to try `offer`: path, headers, body and the codec of its answer. */
   plan(req: R, offer: Offer): AttemptPlan
   /** The most this request can cost at `offer`: what is reserved before trying it. */

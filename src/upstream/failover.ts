@@ -181,8 +181,14 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     const req = this.#req
     req.budget.release()
     this.#answeredBy(a, `http_${a.status}`)
-    const ct = contentType === '' ? 'application/json' : contentType
-    this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], body)
+    const codec = a.plan.codec
+    if (codec.errorBody !== undefined) {
+      // A translated candidate's error, in the format the client speaks.
+      this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], codec.errorBody(a.status, body, req.requestId))
+    } else {
+      const ct = contentType === '' ? 'application/json' : contentType
+      this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], body)
+    }
     this.#publishEnd(a.status, a, `http_${a.status}`)
   }
 

@@ -139,7 +139,8 @@ t.test('GET /v1/models', async (t) => {
     const chat = (await models(stack)).get('chat')!
     t.equal(chat.type, 'chatbot')
     t.equal(chat.provider_count, 3)
-    t.same([...chat.supported_formats].sort(), ['anthropic', 'openai'], 'any provider’s formats')
+    t.same(chat.supported_formats, ['openai', 'anthropic'], 'both surfaces route every chat model')
+    t.same([...(chat as any).native_formats].sort(), ['anthropic', 'openai'], 'any provider’s own formats')
     t.equal(chat.context_length, 32768, 'the largest context window')
     t.equal(chat.verifiability, 'TeeML', 'the strongest enclave among its providers')
   })
@@ -154,7 +155,10 @@ t.test('GET /v1/models', async (t) => {
     t.equal(whisper.type, 'speech-to-text')
     t.equal(whisper.verifiability, 'TeeML')
     const slashed = all.get(SLASHED)!
-    t.same(slashed.supported_formats, ['anthropic'])
+    t.same(slashed.supported_formats, ['openai', 'anthropic'], 'chat reaches it translated')
+    t.same((slashed as any).native_formats, ['anthropic'])
+    t.same(img.supported_formats, [], 'not a chat model')
+    t.same(whisper.supported_formats, [])
     t.equal(slashed.context_length, 4096)
     t.equal(slashed.verifiability, 'TeeTLS')
   })
