@@ -7,7 +7,7 @@
  *
  * As in load.ts, the load runs in a separate process (this file with a spec as its argument), one connection
  * for latency and TTFT_CONCURRENCY streams at a time for TTFT; the results go to stderr and into the run's
- * raw results (`messages` in last-run.json). Not yet rendered into BENCHMARKS.md.
+ * raw results (`messages` in last-run.json), rendered as section 5b of BENCHMARKS.md.
  */
 import { execFile } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'

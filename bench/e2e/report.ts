@@ -11,6 +11,7 @@ import type { LoadResult } from './load.js'
 import type { Usage } from './processes.js'
 import { formatMs, formatRatio, PERCENTILE_LABEL, PERCENTILES, type Distribution, type Percentile } from './stats.js'
 import { addedLatencySvg } from './svg.js'
+import type { MessagesRun } from './messages.js'
 import { STAGES, type Stage } from './stages.js'
 import { SIM_SETTINGS, TARGET_IDS, TARGET_NAMES, type TargetId } from './targets.js'
 import { PORTKEY_HONO_OVERRIDE } from './proxies.js'
@@ -72,6 +73,8 @@ export interface RunData {
   readonly fsync: Distribution
   /** CPU time by stage of svc-router and of the floor (stages.ts); null when not run. */
   readonly stages: StageRun | null
+  /** /v1/messages native and translated beside chat (messages.ts); absent when not run. */
+  readonly messages?: MessagesRun
 }
 
 /** One profiled target of the stage breakdown: CPU µs by stage over `requests` requests. */
@@ -440,6 +443,39 @@ function streamSection(v: View): string[] {
   ]
 }
 
+function messagesSection(v: View): string[] {
+  const m = v.data.messages
+  if (m === undefined) return []
+  const cases = [
+    ['chat', 'chat → OpenAI provider', 'chat'],
+    ['native', 'messages → Anthropic provider (native: bytes relayed)', 'messages'],
+    ['translated', 'messages → OpenAI provider (translated both ways)', 'chat'],
+  ] as const
+  const rows = cases.map(([id, label, direct]) => {
+    const r = m.router[id]
+    const d = m.direct[direct]
+    const added = (a: Distribution | null, b: Distribution | null, p: 'p50' | 'p99'): string => ms((a?.[p] ?? Number.NaN) - (b?.[p] ?? Number.NaN))
+    const errors = r.latency.errors + r.ttft.errors
+    return [
+      label,
+      ms(r.latency.latency?.p50 ?? Number.NaN),
+      added(r.latency.latency, d.latency.latency, 'p50'),
+      added(r.latency.latency, d.latency.latency, 'p99'),
+      ms(r.ttft.ttft?.p50 ?? Number.NaN),
+      added(r.ttft.ttft, d.ttft.ttft, 'p50'),
+      String(errors),
+    ]
+  })
+  return [
+    '## 5b. `/v1/messages` beside chat',
+    '',
+    'A svc-router of its own (bench/e2e/messages.ts) whose registry lists each simulator twice, as an OpenAI provider and as a native Anthropic one; each case is compared with the same simulator reached directly on the upstream path the router uses. Latency: 1 connection; TTFT: streams as in section 4.',
+    '',
+    ...table(['', 'latency p50', 'added p50', 'added p99', 'TTFT p50', 'added TTFT p50', 'errors'], rows),
+    '',
+  ]
+}
+
 function concurrentSection(v: View): string[] {
   const rows = v.rows('streams').map((t) => {
     const fail = v.failure('streams', t)
@@ -554,6 +590,7 @@ export function writeReport(root: string, data: RunData): string[] {
     ...throughputSection(v),
     ...openSection(v),
     ...streamSection(v),
+    ...messagesSection(v),
     ...concurrentSection(v),
     ...memorySection(v),
     ...notesSection(v),
