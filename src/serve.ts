@@ -216,7 +216,12 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const consoleFiles = createConsoleFiles()
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions), chatCompletions.name) },
-    { method: 'post', pattern: '/v1/messages', handler: inFlight.track(createInferenceRoute(deps, messages), messages.name) },
+    {
+      method: 'post',
+      pattern: '/v1/messages',
+      handler: inFlight.track(createInferenceRoute(deps, messages), messages.name),
+      renderError: messages.renderError,
+    },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },

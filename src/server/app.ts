@@ -25,6 +25,12 @@ export interface Route {
   /** uWS pattern, e.g. /v1/api-keys/:id */
   readonly pattern: string
   readonly handler: Handler
+  /**
+   * The error envelope of this route's API (e.g. Anthropic's on /v1/messages), for what the front end
+   * refuses itself: a request head it will not serve, a method the path does not take, a handler that threw.
+   * The OpenAI-style envelope when absent.
+   */
+  readonly renderError?: (err: RouterError, requestId: string) => string
 }
 
 const decoder = new TextDecoder()
@@ -240,13 +246,13 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * body) is read as another request. Written here rather than through UwsReply, whose send() closes only after
  * a 413.
  */
-function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterError): void {
+function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
   res.cork(() => {
     res
       .writeStatus(statusLine(err.status))
       .writeHeader('Content-Type', 'application/json')
       .writeHeader('x-request-id', head.requestId)
-      .end(renderError(err, head.requestId), true)
+      .end(render(err, head.requestId), true)
   })
 }
 
@@ -256,39 +262,47 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
   const maxHeaderBytes = options.maxHeaderBytes ?? MAX_HEADER_BYTES
   const app = uWS.App()
   const methodsByPath = new Map<string, string[]>()
+  /** A path's own error envelope (Route.renderError), for the 405 and refused heads of the catch-all. */
+  const rendererByPath = new Map<string, (err: RouterError, requestId: string) => string>()
 
   for (const route of routes) {
     const params = paramCount(route.pattern)
     const verb = route.method === 'del' ? 'DELETE' : route.method.toUpperCase()
     const key = route.pattern.replace(/:[^/]+/g, '*')
+    const render = route.renderError ?? renderError
     methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
+    if (route.renderError !== undefined) rendererByPath.set(key, route.renderError)
     app[route.method](route.pattern, (res, req) => {
       const head = new UwsRequestHead(req, res, params)
       const problem = headProblem(head, maxHeaderBytes)
-      if (problem !== null) return refuseHead(res, head, problem)
+      if (problem !== null) return refuseHead(res, head, problem, render)
       const reply = new UwsReply(res, sendTimeoutMs)
       try {
         route.handler(head, reply)
       } catch (err) {
         log.error('handler threw', { path: head.path, err: String((err as Error)?.stack ?? err) })
-        sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, ['x-request-id', head.requestId])
+        sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, ['x-request-id', head.requestId], render)
       }
     })
   }
 
   app.any('/*', (res, req) => {
     const head = new UwsRequestHead(req, res, 0)
+    // Only exact paths have their own envelope here (no route with a parameter sets one today).
+    const render = rendererByPath.get(head.path) ?? renderError
     const problem = headProblem(head, maxHeaderBytes)
-    if (problem !== null) return refuseHead(res, head, problem)
+    if (problem !== null) return refuseHead(res, head, problem, render)
     const reply = new UwsReply(res, sendTimeoutMs)
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
     if (allowed !== undefined) {
-      sendError(reply, new RouterError('method_not_allowed', `${head.method.toUpperCase()} is not allowed on ${head.path}`), head.requestId, [
-        ...headers,
-        'Allow',
-        allowed.join(', '),
-      ])
+      sendError(
+        reply,
+        new RouterError('method_not_allowed', `${head.method.toUpperCase()} is not allowed on ${head.path}`),
+        head.requestId,
+        [...headers, 'Allow', allowed.join(', ')],
+        render,
+      )
       return
     }
     sendError(reply, new RouterError('not_found', `no route for ${head.method.toUpperCase()} ${head.path}`), head.requestId, headers)

@@ -291,3 +291,27 @@ t.test('catalog supported_formats is what routing does: every listed surface ser
   }
   t.same(byId.get('img')!.supported_formats, [])
 })
+
+t.test("what the front end refuses on /v1/messages is Anthropic-shaped too: a wrong method, a conflicting key header", async (t) => {
+  const stack = await both(t)
+  const get = await request(stack.url + '/v1/messages', { method: 'GET', headers: { 'x-api-key': stack.key } })
+  t.equal(get.statusCode, 405)
+  t.equal(get.headers.allow, 'POST')
+  const getBody = JSON.parse(await get.body.text())
+  t.equal(getBody.type, 'error')
+  t.equal(getBody.error.code, 'method_not_allowed')
+  t.type(getBody.error.message, 'string')
+
+  const twice = await post(stack, HELLO, ['x-api-key', stack.key, 'x-api-key', 'sk-other'])
+  t.equal(twice.status, 400)
+  const twiceBody = JSON.parse(twice.text)
+  t.equal(twiceBody.type, 'error')
+  t.equal(twiceBody.error.code, 'invalid_request')
+
+  // Chat keeps the OpenAI envelope for the same refusals.
+  const chat = await request(stack.url + '/v1/chat/completions', { method: 'GET', headers: { authorization: `Bearer ${stack.key}` } })
+  t.equal(chat.statusCode, 405)
+  const chatBody = JSON.parse(await chat.body.text())
+  t.equal(chatBody.type, undefined)
+  t.equal(chatBody.error.code, 'method_not_allowed')
+})
