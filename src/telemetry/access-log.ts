@@ -23,7 +23,7 @@ export function startAccessLog(): () => void {
     // At level warn or error the line would be dropped: do not build it (the hot path pays one level check).
     if (!infoEnabled()) return
     const e = m as RequestEndEvent
-    log.info('request', {
+    log.access({
       request_id: e.requestId,
       surface: e.surface,
       model: e.model,
