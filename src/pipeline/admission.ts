@@ -63,7 +63,10 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
     if (body instanceof RouterError) return fail(body)
     const req = surface.parse(body, head)
     if (req instanceof RouterError) return fail(req)
-    model = req.model
+    const index = deps.table.model(req.model)
+    // Refusals are counted by model in /metrics: only a catalog model names one, or made-up names sent by a
+    // client would grow the label set (and the metrics' memory) without bound.
+    if (index !== undefined) model = req.model
     try {
       mergeBodyPreferences(req.provider, prefs)
     } catch (err) {
@@ -72,7 +75,6 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
     const policy = applyKeyPolicy(principal, prefs, req.model)
     if (policy !== null) return fail(policy)
 
-    const index = deps.table.model(req.model)
     if (index === undefined) return fail(new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
     const type = index.offers[0]!.model.type
     if (type !== surface.modelType) {
