@@ -30,6 +30,7 @@ import { createManagementKeys } from './surfaces/management-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { messages } from './surfaces/messages.js'
+import { imageGenerations } from './surfaces/images.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
 import { InFlight } from './upstream/drain.js'
@@ -216,6 +217,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions)) },
     { method: 'post', pattern: '/v1/messages', handler: inFlight.track(createInferenceRoute(deps, messages)) },
+    { method: 'post', pattern: '/v1/images/generations', handler: inFlight.track(createInferenceRoute(deps, imageGenerations)) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },

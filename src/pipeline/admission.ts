@@ -11,6 +11,7 @@
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { ResetClock, type RateLimiter } from '../auth/rate-limit.js'
 import { FreeBudget, type Budget } from '../billing/budget.js'
+import type { Usage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
 import { readJsonBody } from '../codecs/json-body.js'
 import { RouterError, toRouterError } from '../errors.js'
@@ -46,7 +47,7 @@ interface Admitted {
 const resetClock = new ResetClock()
 
 /** The route handler of a JSON inference surface. */
-export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDeps, surface: Surface<R>): Handler {
+export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(deps: AdmissionDeps, surface: Surface<R, U>): Handler {
   const render = surface.renderError
 
   function onBody(head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer): void {

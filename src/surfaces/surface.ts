@@ -3,7 +3,7 @@
  * attempt to one candidate is planned, what it may cost, how its answers and errors look. Admission and the
  * failover loop are the same for every surface; a new API is a new record, never a copy of the engine.
  */
-import type { ChatUsage, Cost } from '../billing/cost.js'
+import type { ChatUsage, Cost, Usage } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import type { RouterError } from '../errors.js'
 import type { ModelType } from '../registry/types.js'
@@ -27,7 +27,8 @@ export interface SurfaceRequest {
   readonly promptBytes: number
 }
 
-export interface Surface<R extends SurfaceRequest> {
+/** `U`: the usage the surface's answers are billed by; cost() takes that kind. */
+export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> {
   /** Short name for telemetry and logs. */
   readonly name: string
   /** The catalog type of the models it serves. */
@@ -37,10 +38,10 @@ export interface Surface<R extends SurfaceRequest> {
   /** Validates the body; the RouterError says what is wrong. */
   parse(body: JsonBody): R | RouterError
   /** How to try `offer`: path, headers, body and the codec of its answer. */
-  plan(req: R, offer: Offer): AttemptPlan
+  plan(req: R, offer: Offer): AttemptPlan<U>
   /** The most this request can cost at `offer`: what is reserved before trying it. */
   worstCase(req: R, offer: Offer): bigint
   /** The exact cost of `usage` at `offer`'s prices. */
-  cost(offer: Offer, usage: ChatUsage): Cost
+  cost(offer: Offer, usage: U): Cost
   readonly renderError: ErrorRenderer
 }

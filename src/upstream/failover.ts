@@ -11,7 +11,7 @@
  * and every other request carries on.
  */
 import type { Budget } from '../billing/budget.js'
-import type { ChatUsage, Cost } from '../billing/cost.js'
+import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
 import type { BilledCost } from '../billing/ledger.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
@@ -30,11 +30,11 @@ export interface EngineContext extends AttemptSettings {
 }
 
 /** One admitted request, as the loop runs it. */
-export interface EngineRequest<R extends SurfaceRequest> {
+export interface EngineRequest<R extends SurfaceRequest, U extends Usage = Usage> {
   readonly requestId: string
   /** performance.now() at arrival. */
   readonly startedAt: number
-  readonly surface: Surface<R>
+  readonly surface: Surface<R, U>
   readonly request: R
   /** Headers every answer of this request carries (request id, rate limit). */
   readonly baseHeaders: HeaderList
@@ -60,10 +60,10 @@ export function retryAfterSeconds(value: string, now = Date.now()): string {
   return '1'
 }
 
-export class Failover<R extends SurfaceRequest> implements AttemptOwner {
+export class Failover<R extends SurfaceRequest, U extends Usage = Usage> implements AttemptOwner {
   readonly sink: ResponseSink
   readonly #ctx: EngineContext
-  readonly #req: EngineRequest<R>
+  readonly #req: EngineRequest<R, U>
   readonly #attempts: Attempt[] = []
   #current: AttemptHandler | null = null
   #lastKind = MissKind.Failure
@@ -75,7 +75,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   /** Candidates skipped because their concurrency cap and queue were full. */
   #busy = 0
 
-  constructor(ctx: EngineContext, req: EngineRequest<R>, sink: ResponseSink) {
+  constructor(ctx: EngineContext, req: EngineRequest<R, U>, sink: ResponseSink) {
     this.#ctx = ctx
     this.#req = req
     this.sink = sink
@@ -318,7 +318,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
    * Settles the request at `a`'s prices for `usage`; `then` runs once the charge is durable, with the billed
    * amount, or with the error that kept it from being recorded.
    */
-  #bill(a: AttemptHandler, usage: ChatUsage, then: (billed: BilledCost, err: RouterError | null) => void): void {
+  #bill(a: AttemptHandler, usage: Usage, then: (billed: BilledCost, err: RouterError | null) => void): void {
     const req = this.#req
     const budget = req.budget
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
@@ -338,7 +338,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     }
     let cost: Cost
     try {
-      cost = req.surface.cost(a.offer, usage)
+      // The attempt's codec is the one this surface planned, so its usage is the surface's own kind.
+      cost = req.surface.cost(a.offer, usage as U)
     } catch (err) {
       return this.#crash(a, err)
     }
@@ -346,10 +347,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       {
         model: req.request.model,
         provider: a.offer.provider.address,
-        promptTokens: usage.prompt_tokens,
-        completionTokens: usage.completion_tokens,
-        images: 0,
-        audioMs: 0,
+        ...usageCounts(usage),
         cost,
       },
       guarded,
@@ -357,7 +355,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   }
 
   /** The trace block; `billed` null: nothing was recorded, so it shows a zero cost. */
-  #trace(a: AttemptHandler | null, usage: ChatUsage | null, billed: BilledCost | null): Record<string, unknown> {
+  #trace(a: AttemptHandler | null, usage: Usage | null, billed: BilledCost | null): Record<string, unknown> {
     const req = this.#req
     return traceObject({
       requestId: req.requestId,
