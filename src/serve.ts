@@ -31,6 +31,9 @@ import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { messages } from './surfaces/messages.js'
 import { imageGenerations } from './surfaces/images.js'
+import { imageEdits } from './surfaces/image-edits.js'
+import { transcriptions } from './surfaces/transcriptions.js'
+import { createMultipartRoute, type MultipartDeps } from './pipeline/multipart-admission.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
 import { InFlight } from './upstream/drain.js'
@@ -203,6 +206,11 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
+  const multipartDeps: MultipartDeps = {
+    ...deps,
+    maxMultipartBodyBytes: config.server.max_multipart_body_bytes,
+    replayBufferBytes: config.upstream.replay_buffer_bytes,
+  }
   // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
   const inFlight = new InFlight()
   const catalog = createCatalog(table)
@@ -218,6 +226,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions)) },
     { method: 'post', pattern: '/v1/messages', handler: inFlight.track(createInferenceRoute(deps, messages)) },
     { method: 'post', pattern: '/v1/images/generations', handler: inFlight.track(createInferenceRoute(deps, imageGenerations)) },
+    { method: 'post', pattern: '/v1/images/edits', handler: inFlight.track(createMultipartRoute(multipartDeps, imageEdits)) },
+    { method: 'post', pattern: '/v1/audio/transcriptions', handler: inFlight.track(createMultipartRoute(multipartDeps, transcriptions)) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },

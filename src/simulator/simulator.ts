@@ -216,7 +216,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     handlePost(req, res, respond as never, (ex, fault) => {
       readForm(req, (form) => {
         if (form instanceof Error) {
-          if (!res.headersSent && !res.destroyed) sendError(res, 400, ex.s.name, `multipart body unreadable: ${form.message}`, 'invalid_request_error', 'invalid_request')
+          // A client that went away mid-upload gets nothing: it is counted as aborted when its socket closes.
+          if (!res.headersSent && !req.socket.destroyed) sendError(res, 400, ex.s.name, `multipart body unreadable: ${form.message}`, 'invalid_request_error', 'invalid_request')
           return
         }
         stats.lastForm = form

@@ -5,6 +5,9 @@
  */
 import type { ChatUsage, Cost, Usage } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
+import type { FormHead } from '../codecs/multipart.js'
+import type { RequestHead } from '../server/request-head.js'
+import type { ReplayableBody } from '../upstream/request-body.js'
 import type { RouterError } from '../errors.js'
 import type { ModelType } from '../registry/types.js'
 import type { Offer } from '../routing/offers.js'
@@ -27,16 +30,17 @@ export interface SurfaceRequest {
   readonly promptBytes: number
 }
 
-/** `U`: the usage the surface's answers are billed by; cost() takes that kind. */
-export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> {
+/**
+ * What the engine (failover loop) needs of a surface once its request was read. `U`: the usage the surface's
+ * answers are billed by; cost() takes that kind.
+ */
+export interface EngineSurface<R extends SurfaceRequest, U extends Usage = ChatUsage> {
   /** Short name for telemetry and logs. */
   readonly name: string
   /** The catalog type of the models it serves. */
   readonly modelType: ModelType
   /** Which price ceilings apply (routing/select.ts DIMENSION_*). */
   readonly dimension: number
-  /** Validates the body; the RouterError says what is wrong. */
-  parse(body: JsonBody): R | RouterError
   /** How to try `offer`: path, headers, body and the codec of its answer. */
   plan(req: R, offer: Offer): AttemptPlan<U>
   /** The most this request can cost at `offer`: what is reserved before trying it. */
@@ -44,4 +48,31 @@ export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> 
   /** The exact cost of `usage` at `offer`'s prices. */
   cost(offer: Offer, usage: U): Cost
   readonly renderError: ErrorRenderer
+}
+
+/** A JSON surface: its request is the whole body, parsed here. */
+export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
+  /** Validates the body; the RouterError says what is wrong. */
+  parse(body: JsonBody): R | RouterError
+}
+
+/**
+ * A multipart surface (spec §4.7: routing by headers only): its request is built from the fields that came
+ * before `model` (codecs/multipart.ts) and the upload, which streams on as the attempts' body.
+ */
+export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
+  /** A file field whose first bytes the request wants (an audio header), '' for none. */
+  readonly fileField: string
+  fromForm(form: FormHead, upload: Upload, head: RequestHead): R | RouterError
+}
+
+/** The client's upload as a multipart surface sends it on. */
+export interface Upload {
+  readonly body: ReplayableBody
+  /** Bytes of the upload received so far. */
+  readonly received: () => number
+  /** The client's Content-Length, -1 when it sent none (chunked). */
+  readonly declaredLength: number
+  /** The largest upload admitted (server.max_multipart_body_bytes). */
+  readonly maxBytes: number
 }

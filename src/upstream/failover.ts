@@ -18,7 +18,7 @@ import { RouterError } from '../errors.js'
 import { log } from '../log.js'
 import type { Offer } from '../routing/offers.js'
 import type { Selection } from '../routing/select.js'
-import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
+import type { EngineSurface, SurfaceRequest } from '../surfaces/surface.js'
 import { attemptEnd, requestEnd, requestStart, settled } from '../telemetry/events.js'
 import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } from './attempt.js'
 import type { UpstreamFailure } from './failures.js'
@@ -34,7 +34,7 @@ export interface EngineRequest<R extends SurfaceRequest, U extends Usage = Usage
   readonly requestId: string
   /** performance.now() at arrival. */
   readonly startedAt: number
-  readonly surface: Surface<R, U>
+  readonly surface: EngineSurface<R, U>
   readonly request: R
   /** Headers every answer of this request carries (request id, rate limit). */
   readonly baseHeaders: HeaderList
@@ -88,6 +88,21 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       requestStart.publish({ requestId: req.requestId, surface: req.surface.name, model: req.request.model, stream: req.request.stream })
     }
     this.#tryNext()
+  }
+
+  /**
+   * Ends the request with `err` whatever attempt is under way (an upload broke a limit mid-way): the attempt is
+   * cancelled and nothing is billed. Too late once the answer began: then only the attempt is cancelled.
+   */
+  cancel(err: RouterError): void {
+    if (this.#finished && this.#current === null) return
+    const answer = !this.#finished && !this.sink.started
+    this.#finished = true
+    const current = this.#current
+    this.#current = null
+    // Answered first: the abort below may report the attempt abandoned at once, and then nothing is left to say.
+    if (answer) this.#sendFailure(err)
+    current?.abort(new Error(err.message))
   }
 
   #tryNext(): void {
