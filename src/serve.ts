@@ -30,6 +30,10 @@ import { createManagementKeys } from './surfaces/management-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { messages } from './surfaces/messages.js'
+import { imageGenerations } from './surfaces/images.js'
+import { imageEdits } from './surfaces/image-edits.js'
+import { transcriptions } from './surfaces/transcriptions.js'
+import { createMultipartRoute, type MultipartDeps } from './pipeline/multipart-admission.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
 import { InFlight } from './upstream/drain.js'
@@ -203,6 +207,11 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
+  const multipartDeps: MultipartDeps = {
+    ...deps,
+    maxMultipartBodyBytes: config.server.max_multipart_body_bytes,
+    replayBufferBytes: config.upstream.replay_buffer_bytes,
+  }
   // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
   const inFlight = new InFlight()
   const catalog = createCatalog(table)
@@ -222,6 +231,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       handler: inFlight.track(createInferenceRoute(deps, messages), messages.name),
       renderError: messages.renderError,
     },
+    { method: 'post', pattern: '/v1/images/generations', handler: inFlight.track(createInferenceRoute(deps, imageGenerations), imageGenerations.name) },
+    { method: 'post', pattern: '/v1/images/edits', handler: inFlight.track(createMultipartRoute(multipartDeps, imageEdits), imageEdits.name) },
+    { method: 'post', pattern: '/v1/audio/transcriptions', handler: inFlight.track(createMultipartRoute(multipartDeps, transcriptions), transcriptions.name) },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },

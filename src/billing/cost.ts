@@ -11,6 +11,43 @@ export interface ChatUsage {
   estimated?: true
 }
 
+/** What an image answer is billed for: the images in its `data[]`. */
+export interface ImageUsage {
+  images: number
+}
+
+/** What a transcription is billed for: seconds of audio, from the provider or, `estimated`, the upload's header. */
+export interface AudioUsage {
+  seconds: number
+  estimated?: true
+}
+
+/** Any surface's usage: each surface's cost() takes its own kind. */
+export type Usage = ChatUsage | ImageUsage | AudioUsage
+
+/** The counts of a usage as the ledger's usage record keeps them. */
+export interface UsageCounts {
+  readonly promptTokens: number
+  readonly completionTokens: number
+  readonly images: number
+  /** Audio duration in whole milliseconds, rounded up. */
+  readonly audioMs: number
+}
+
+export function usageCounts(usage: Usage): UsageCounts {
+  const u = usage as Partial<ChatUsage & ImageUsage & AudioUsage>
+  return {
+    promptTokens: u.prompt_tokens ?? 0,
+    completionTokens: u.completion_tokens ?? 0,
+    images: u.images ?? 0,
+    audioMs: audioMillis(u.seconds),
+  }
+}
+
+function audioMillis(seconds: unknown): number {
+  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds > 0 ? Math.ceil(seconds * 1000) : 0
+}
+
 export interface Cost {
   readonly input: bigint
   readonly output: bigint
@@ -25,6 +62,25 @@ export function chatCost(offer: Offer, usage: ChatUsage): Cost {
     input: tokens(usage.prompt_tokens) * offer.promptPrice,
     output: tokens(usage.completion_tokens) * offer.completionPrice,
   }
+}
+
+/** images × image price (DESIGN.md §4): an image is output. */
+export function imageCost(offer: Offer, usage: ImageUsage): Cost {
+  return { input: 0n, output: tokens(usage.images) * offer.imagePrice }
+}
+
+/** The most an image request can cost: `n` images at the offer's price. */
+export function imageWorstCase(offer: Offer, n: number): bigint {
+  return BigInt(n) * offer.imagePrice
+}
+
+/**
+ * Audio seconds × audio price (DESIGN.md §4), to the millisecond and rounded up to the next atto-USD (exact for
+ * any price written with at most 15 decimals). Audio is input.
+ */
+export function audioCost(offer: Offer, usage: AudioUsage): Cost {
+  const ms = BigInt(audioMillis(usage.seconds))
+  return { input: (ms * offer.audioPrice + 999n) / 1000n, output: 0n }
 }
 
 /** Output bound of a request that sent no max_tokens to an offer that reports neither output cap nor context. */

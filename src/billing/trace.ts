@@ -2,7 +2,7 @@
  * The `x_svc_trace` block (spec §2.5, DESIGN.md §4): who served, what it cost exactly, how it was metered,
  * every provider tried. Costs are decimal strings of the exact bigint amounts.
  */
-import type { ChatUsage, Cost } from './cost.js'
+import type { Cost, Usage } from './cost.js'
 import { formatUsd } from './money.js'
 
 export interface Attempt {
@@ -20,7 +20,7 @@ export interface TraceFields {
   readonly cost: Cost
   /** The cost was capped at the reservation (the provider reported more than the request could produce). */
   readonly capped?: boolean
-  readonly usage: ChatUsage | Record<string, unknown> | null
+  readonly usage: Usage | Record<string, unknown> | null
   readonly attempts: readonly Attempt[]
   /** performance.now() at arrival. */
   readonly startedAt: number

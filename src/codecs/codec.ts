@@ -3,13 +3,14 @@
  * is pure (no I/O: bytes in, bytes out through `emit`), and finds what the router needs: the provider's id for
  * the answer, the usage, the end, and where the trace goes.
  */
-import type { ChatUsage } from '../billing/cost.js'
+import type { ChatUsage, Usage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import type { HeaderList } from '../upstream/sink.js'
 
 export type Emit = (bytes: Buffer) => void
 
-export interface ResponseCodec {
+/** `U`: the usage its answers are billed by (chat tokens, images, audio seconds). */
+export interface ResponseCodec<U extends Usage = ChatUsage> {
   /** True: the answer is relayed as it arrives (`push`/`finish`); false: held whole and judged at its end (`read`). */
   readonly streaming: boolean
   /** Whether a 2xx with this Content-Type is an answer of this codec's kind; if not, the provider failed. */
@@ -29,7 +30,9 @@ export interface ResponseCodec {
   /** Whether the provider produced anything the client received or could be billed for. */
   readonly produced: boolean
   /** Usage as the provider reported it, or estimated (`estimated: true`) from the prompt size and what arrived. */
-  usage(promptBytes: number): ChatUsage
+  usage(promptBytes: number): U
+  /** Optional: the provider's response headers of a 2xx (a codec may take the answer's id from them). */
+  onHeaders?(headers: Record<string, string | string[] | undefined>): void
   /** The last bytes of a successful answer, carrying the trace block. */
   complete(trace: Record<string, unknown>): string | Buffer
   /** The last bytes of a streamed answer that broke after its first byte: an error event, never a fake end. */

@@ -17,6 +17,8 @@ const ServerSchema = z.strictObject({
   /** 0 asks the OS for an ephemeral port (tests). */
   port: z.int().min(0).max(65535).default(8080),
   max_json_body_bytes: byteSize(10 * 1024 * 1024),
+  /** Largest multipart upload (image edits, transcriptions); larger → 413, and an attempt under way is cancelled. */
+  max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */
   send_timeout_ms: timeoutMs(60_000),
   /** On SIGTERM/SIGINT: how long requests in flight may take to finish before they are ended. */
@@ -73,6 +75,8 @@ const UpstreamSchema = z.strictObject({
   queue_timeout_ms: timeoutMs(30_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
+  /** Bytes of a multipart upload kept so a failover can resend it; past them, fallback is off for that request. */
+  replay_buffer_bytes: byteSize(25 * 1024 * 1024),
 })
 
 const RoutingSchema = z.strictObject({

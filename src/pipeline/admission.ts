@@ -11,6 +11,7 @@
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { ResetClock, type RateLimiter } from '../auth/rate-limit.js'
 import { FreeBudget, type Budget } from '../billing/budget.js'
+import type { Usage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
 import { readJsonBody } from '../codecs/json-body.js'
 import { RouterError, toRouterError } from '../errors.js'
@@ -22,7 +23,7 @@ import type { Handler } from '../server/app.js'
 import type { HeaderList, Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendError } from '../server/respond.js'
-import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
+import type { EngineSurface, Surface, SurfaceRequest } from '../surfaces/surface.js'
 import { publishRefused, requestBody } from '../telemetry/events.js'
 import { clientTrace } from '../telemetry/trace-context.js'
 import { Failover, type EngineContext } from '../upstream/failover.js'
@@ -38,7 +39,7 @@ export interface AdmissionDeps {
 }
 
 /** What the stages before the body produced. */
-interface Admitted {
+export interface Admitted {
   readonly principal: Principal
   readonly prefs: RoutingPrefs
   /** x-request-id and the X-RateLimit-* headers: on every answer of this request. */
@@ -47,80 +48,22 @@ interface Admitted {
 
 const resetClock = new ResetClock()
 
+
 /** The route handler of a JSON inference surface. */
-export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDeps, surface: Surface<R>): Handler {
+export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(deps: AdmissionDeps, surface: Surface<R, U>): Handler {
   const render = surface.renderError
 
   function onBody(head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer): void {
-    const { principal, prefs, headers } = admitted
     if (requestBody.hasSubscribers) requestBody.publish({ requestId: head.requestId, surface: surface.name, body: raw })
-    let model = ''
     const fail = (err: RouterError): void => {
-      sendError(reply, err, head.requestId, headers, render)
-      publishRefused(head, surface.name, model, err.status, err.code)
+      sendError(reply, err, head.requestId, admitted.headers, render)
+      publishRefused(head, surface.name, '', err.status, err.code)
     }
     const body = readJsonBody(raw)
     if (body instanceof RouterError) return fail(body)
     const req = surface.parse(body, head)
     if (req instanceof RouterError) return fail(req)
-    const index = deps.table.model(req.model)
-    // Refusals are counted by model in /metrics: only a catalog model names one, or made-up names sent by a
-    // client would grow the label set (and the metrics' memory) without bound.
-    if (index !== undefined) model = req.model
-    try {
-      mergeBodyPreferences(req.provider, prefs)
-    } catch (err) {
-      return fail(toRouterError(err))
-    }
-    const policy = applyKeyPolicy(principal, prefs, req.model)
-    if (policy !== null) return fail(policy)
-
-    if (index === undefined) return fail(new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
-    const type = index.offers[0]!.model.type
-    if (type !== surface.modelType) {
-      return fail(new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`))
-    }
-    const pinned = prefs.address === '' ? null : (deps.table.provider(prefs.address) ?? null)
-    const selection = select(
-      index,
-      prefs,
-      {
-        dimension: surface.dimension,
-        paramMask: req.paramMask,
-        maxOutput: req.maxOutput,
-        allowedProviders: principal.allowedProviders,
-        now: performance.now(),
-      },
-      pinned,
-    )
-    if (selection instanceof RouterError) return fail(selection)
-
-    const forward = (): void => {
-      if (reply.aborted) return
-      const budget: Budget = principal.keyId === null ? new FreeBudget() : ledger.open(principal, head.requestId)
-      new Failover(
-        deps.engine,
-        {
-          requestId: head.requestId,
-          startedAt: head.startedAt,
-          surface,
-          request: req,
-          baseHeaders: headers,
-          selection,
-          budget,
-          trace: clientTrace(head.traceparent, head.tracestate),
-        },
-        reply,
-      ).start()
-    }
-    // The ledger reads a principal's books from the store once; after that admission is synchronous.
-    const ledger = deps.ledger
-    const warming = principal.keyId === null ? null : ledger.prepare(principal)
-    if (warming === null) return forward()
-    warming.then(guard(head, reply, headers, render, forward), (err: unknown) => {
-      log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
-      fail(toRouterError(err))
-    })
+    admitRequest(deps, surface, head, reply, admitted, req)
   }
 
   return function admitInference(head: RequestHead, reply: Reply): void {
@@ -169,7 +112,89 @@ export function createInferenceRoute<R extends SurfaceRequest>(deps: AdmissionDe
   }
 }
 
-class Refusal {
+/**
+ * The stages after the body, shared by JSON and multipart surfaces: the body's `provider` object, key policy,
+ * selection, the books, then the failover loop. `started` receives the loop once it runs (a multipart upload
+ * may still have to cancel it).
+ */
+export function admitRequest<R extends SurfaceRequest, U extends Usage>(
+  deps: AdmissionDeps,
+  surface: EngineSurface<R, U>,
+  head: RequestHead,
+  reply: Reply,
+  admitted: Admitted,
+  req: R,
+  started?: (failover: Failover<R, U>) => void,
+): void {
+  const { principal, prefs, headers } = admitted
+  const render = surface.renderError
+  const index = deps.table.model(req.model)
+  // Refusals are counted by model in /metrics: only a catalog model names one, or made-up names sent by a
+  // client would grow the label set (and the metrics' memory) without bound.
+  const model = index === undefined ? '' : req.model
+  const fail = (err: RouterError): void => {
+    sendError(reply, err, head.requestId, headers, render)
+    publishRefused(head, surface.name, model, err.status, err.code)
+  }
+  try {
+    mergeBodyPreferences(req.provider, prefs)
+  } catch (err) {
+    return fail(toRouterError(err))
+  }
+  const policy = applyKeyPolicy(principal, prefs, req.model)
+  if (policy !== null) return fail(policy)
+
+  if (index === undefined) return fail(new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
+  const type = index.offers[0]!.model.type
+  if (type !== surface.modelType) {
+    return fail(new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`))
+  }
+  const pinned = prefs.address === '' ? null : (deps.table.provider(prefs.address) ?? null)
+  const selection = select(
+    index,
+    prefs,
+    {
+      dimension: surface.dimension,
+      paramMask: req.paramMask,
+      maxOutput: req.maxOutput,
+      allowedProviders: principal.allowedProviders,
+      now: performance.now(),
+    },
+    pinned,
+  )
+  if (selection instanceof RouterError) return fail(selection)
+
+  const forward = (): void => {
+    if (reply.aborted) return
+    const budget: Budget = principal.keyId === null ? new FreeBudget() : ledger.open(principal, head.requestId)
+    const failover = new Failover(
+      deps.engine,
+      {
+        requestId: head.requestId,
+        startedAt: head.startedAt,
+        surface,
+        request: req,
+        baseHeaders: headers,
+        selection,
+        budget,
+        trace: clientTrace(head.traceparent, head.tracestate),
+      },
+      reply,
+    )
+    started?.(failover)
+    failover.start()
+  }
+  // The ledger reads a principal's books from the store once; after that admission is synchronous.
+  const ledger = deps.ledger
+  const warming = principal.keyId === null ? null : ledger.prepare(principal)
+  if (warming === null) return forward()
+  warming.then(guard(head, reply, headers, render, forward), (err: unknown) => {
+    log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
+    fail(toRouterError(err))
+  })
+}
+
+export class Refusal {
   constructor(
     readonly err: RouterError,
     readonly headers: HeaderList,
@@ -177,7 +202,7 @@ class Refusal {
 }
 
 /** Rate limit, then the routing headers: what admission knows before the body. */
-function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Principal): Admitted | Refusal {
+export function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Principal): Admitted | Refusal {
   const rate = deps.limiter.take(principal.accountId, Date.now(), principal.rateLimit)
   const headers = [
     'x-request-id',
@@ -205,7 +230,7 @@ function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Princi
  * `fn` wrapped so that whatever it throws ends this request with a 500 and nothing else: the uWS callback's own
  * net (server/app.ts) only covers the synchronous part of a request, and admission continues in promise callbacks.
  */
-function guard<A extends unknown[]>(
+export function guard<A extends unknown[]>(
   head: RequestHead,
   reply: Reply,
   headers: HeaderList,
@@ -221,7 +246,7 @@ function guard<A extends unknown[]>(
   }
 }
 
-function crashed(head: RequestHead, reply: Reply, headers: HeaderList, render: Surface<SurfaceRequest>['renderError'], err: unknown): void {
+export function crashed(head: RequestHead, reply: Reply, headers: HeaderList, render: Surface<SurfaceRequest>['renderError'], err: unknown): void {
   log.error('request failed inside the router', { request_id: head.requestId, err: String((err as Error)?.stack ?? err) })
   if (!reply.started) sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, headers, render)
   else reply.end()

@@ -33,6 +33,8 @@ export class UwsReply implements Reply {
   /** Set while a writable handler waits: the stall check timer and when the wait began. */
   #stall: NodeJS.Timeout | null = null
   #waitingSince = 0
+  /** The request body is paused (a streamed upload waiting for its reader): an answer resumes it first. */
+  #bodyPaused = false
   readonly #sendTimeoutMs: number
 
   constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS) {
@@ -92,10 +94,14 @@ export class UwsReply implements Reply {
         })
       },
       pause: () => {
-        if (live()) res.pause()
+        if (!live()) return
+        this.#bodyPaused = true
+        res.pause()
       },
       resume: () => {
-        if (live()) res.resume()
+        if (!live()) return
+        this.#bodyPaused = false
+        res.resume()
       },
     }
   }
@@ -107,8 +113,16 @@ export class UwsReply implements Reply {
     this.#started = true
   }
 
+  /** An answer that ends before the upload did: the rest of it is read (and dropped), or the socket would hang. */
+  #unpauseBody(): void {
+    if (!this.#bodyPaused) return
+    this.#bodyPaused = false
+    this.#res.resume()
+  }
+
   send(status: number, headers: HeaderList, body: string | Uint8Array): void {
     if (this.#aborted || this.#done) return
+    this.#unpauseBody()
     this.#done = true
     this.#res.cork(() => {
       this.#writeHead(status, headers)
@@ -168,6 +182,7 @@ export class UwsReply implements Reply {
 
   end(chunk?: string | Uint8Array): void {
     if (this.#aborted || this.#done) return
+    this.#unpauseBody()
     this.#done = true
     this.#stopStallTimer()
     this.#res.cork(() => {

@@ -39,6 +39,11 @@ import {
   type MessagesRequest,
 } from './messages.js'
 
+import { audioSeconds } from '../codecs/audio-duration.js'
+import { TRANSCRIPTION_FORMATS, transcript } from './audio.js'
+import { readForm, type Form } from './form.js'
+import { fileSeed, imagesBody, pngImage } from './images.js'
+
 export { SIMULATOR_FAULTS, type SimulatorFault, type SimulatorOptions } from './settings.js'
 
 /** Live counters of `/v1/chat/completions` and `/v1/messages` traffic. */
@@ -49,6 +54,7 @@ export interface SimulatorStats {
   lastBody: any // last parsed JSON request body
   lastHeaders: Record<string, string | string[] | undefined>
   lastPath: string // request target of the last request: /v1/chat/completions or /v1/messages
+  lastForm: Form | undefined // last multipart body (edits, transcriptions): fields, files' sizes and heads
 }
 
 /** A running simulator. */
@@ -106,7 +112,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   let faultsLeft = settings.faultCount
   let listening = false
   let closing: Promise<void> | undefined
-  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '' }
+  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '', lastForm: undefined }
   const sockets = new Set<Socket>()
   // Sockets the simulator destroyed on purpose: their requests are faults, not client aborts.
   const killed = new WeakSet<Socket>()
@@ -126,6 +132,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   })
   listening = true
   const port = (server.address() as AddressInfo).port
+  const baseUrl = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
   server.on('error', function onListenError(err: Error) {
     log.warn('simulator listener failed', { name: settings.name, port, error: err.message })
   })
@@ -160,12 +167,26 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const path = query === -1 ? url : url.slice(0, query)
     if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
     if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
+    if (path === '/v1/images/generations' && req.method === 'POST') return handlePost(req, res, respondImages)
+    if (path === '/v1/images/edits' && req.method === 'POST') return handleForm(req, res, respondEdits)
+    if (path === '/v1/audio/transcriptions' && req.method === 'POST') return handleForm(req, res, respondTranscription)
+    const seed = req.method === 'GET' ? fileSeed(path) : null
+    if (seed !== null) {
+      const png = pngImage(seed)
+      res.writeHead(200, { 'content-type': 'image/png', 'content-length': png.length }).end(png)
+      return
+    }
     if (path === '/v1/models' && req.method === 'GET') return sendJson(res, 200, settings.modelsBody, settings.name)
     sendError(res, 404, settings.name, `Unknown request URL: ${req.method} ${path}.`, 'invalid_request_error', 'unknown_url')
   }
 
   /** Both endpoints: the counters, the fault taken, the body read; `respond` answers in its format. */
-  function handlePost(req: IncomingMessage, res: ServerResponse, respond: (ex: Exchange, fault: SimulatorFault, text: string) => void): void {
+  function handlePost(
+    req: IncomingMessage,
+    res: ServerResponse,
+    respond: (ex: Exchange, fault: SimulatorFault, text: string) => void,
+    read?: (ex: Exchange, fault: SimulatorFault) => void,
+  ): void {
     stats.requests++
     stats.lastHeaders = req.headers
     stats.lastPath = req.url ?? ''
@@ -179,6 +200,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
       ex.timer = undefined
       if (!res.writableFinished && !killed.has(ex.socket)) stats.aborted++
     })
+    if (read !== undefined) return read(ex, fault)
     let text = ''
     req.setEncoding('utf8')
     req.on('data', function readBody(chunk: string) {
@@ -187,6 +209,100 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     req.on('end', function onBody() {
       respond(ex, fault, text)
     })
+  }
+
+  /** The multipart endpoints: counted and faulted as handlePost does, the form read by busboy. */
+  function handleForm(req: IncomingMessage, res: ServerResponse, respond: (ex: Exchange, fault: SimulatorFault, form: Form) => void): void {
+    handlePost(req, res, respond as never, (ex, fault) => {
+      readForm(req, (form) => {
+        if (form instanceof Error) {
+          // A client that went away mid-upload gets nothing: it is counted as aborted when its socket closes.
+          if (!res.headersSent && !req.socket.destroyed) sendError(res, 400, ex.s.name, `multipart body unreadable: ${form.message}`, 'invalid_request_error', 'invalid_request')
+          return
+        }
+        stats.lastForm = form
+        stats.lastBody = form.fields
+        if (faultAnswered(ex, fault)) return
+        respond(ex, fault, form)
+      })
+    })
+  }
+
+  /** Answers the faults that need no body; true when one did. */
+  function faultAnswered(ex: Exchange, fault: SimulatorFault): boolean {
+    const { res, s } = ex
+    switch (fault) {
+      case 'reset-before-headers':
+        kill(ex.socket)
+        return true
+      case 'status-500':
+        sendError(res, 500, s.name, 'The server had an error while processing your request (simulated).', 'server_error', 'server_error')
+        return true
+      case 'status-429':
+        sendError(res, 429, s.name, 'Rate limit reached (simulated).', 'requests', 'rate_limit_exceeded', '1')
+        return true
+      case 'status-400':
+        sendError(res, 400, s.name, 'Invalid request (simulated).', 'invalid_request_error', 'invalid_request')
+        return true
+    }
+    return false
+  }
+
+  /** A media answer after the simulated generation time (ttftMs, plus slowHeadersMs under slow-headers). */
+  function sendMedia(ex: Exchange, fault: SimulatorFault, contentType: string, body: string): void {
+    const { res, s } = ex
+    later(ex, s.ttftMs + (fault === 'slow-headers' ? s.slowHeadersMs : 0), function writeMedia() {
+      const bytes = Buffer.from(body)
+      res.writeHead(200, { 'content-type': contentType, 'content-length': bytes.length, 'x-simulator-name': s.name, 'x-request-id': nextId('req_') })
+      if (fault !== 'reset-mid-stream') return void res.end(bytes)
+      res.write(bytes.subarray(0, bytes.length >> 1), () => kill(ex.socket))
+    })
+  }
+
+  function respondImages(ex: Exchange, fault: SimulatorFault, text: string): void {
+    const { res, s } = ex
+    const body = readRequest(ex, fault, text) as Record<string, unknown> | undefined
+    if (body === undefined) return
+    const problem = imageProblem(body.model, body.prompt, body.n, body.response_format)
+    if (problem !== null) return sendError(res, 400, s.name, problem, 'invalid_request_error', 'invalid_request')
+    sendMedia(ex, fault, 'application/json', imagesBody(nextId('img-'), body.prompt as string, Number(body.n ?? 1), String(body.response_format ?? 'b64_json'), baseUrl))
+  }
+
+  function respondEdits(ex: Exchange, fault: SimulatorFault, form: Form): void {
+    const { res, s } = ex
+    const f = form.fields
+    if (!form.files.some((file) => file.field === 'image' || file.field === 'image[]')) {
+      return sendError(res, 400, s.name, 'image is required', 'invalid_request_error', 'invalid_request')
+    }
+    const problem = imageProblem(f.model, f.prompt, f.n, f.response_format)
+    if (problem !== null) return sendError(res, 400, s.name, problem, 'invalid_request_error', 'invalid_request')
+    const masked = form.files.some((file) => file.field === 'mask') ? ' (masked)' : ''
+    sendMedia(ex, fault, 'application/json', imagesBody(nextId('img-'), f.prompt + masked, Number(f.n ?? 1), f.response_format ?? 'b64_json', baseUrl))
+  }
+
+  function imageProblem(model: unknown, prompt: unknown, n: unknown, format: unknown): string | null {
+    if (typeof model !== 'string' || model === '') return 'model is required'
+    if (settings.models !== undefined && !settings.models.has(model)) return `model '${model}' not found`
+    if (typeof prompt !== 'string' || prompt === '') return 'prompt is required'
+    const count = Number(n ?? 1)
+    if (!Number.isInteger(count) || count < 1 || count > 10) return 'n must be an integer from 1 to 10'
+    if (format !== undefined && format !== 'b64_json' && format !== 'url') return 'response_format must be b64_json or url'
+    return null
+  }
+
+  function respondTranscription(ex: Exchange, fault: SimulatorFault, form: Form): void {
+    const { res, s } = ex
+    const f = form.fields
+    const file = form.files.find((x) => x.field === 'file')
+    if (file === undefined) return sendError(res, 400, s.name, 'file is required', 'invalid_request_error', 'invalid_request')
+    if (typeof f.model !== 'string' || f.model === '') return sendError(res, 400, s.name, 'model is required', 'invalid_request_error', 'invalid_request')
+    if (s.models !== undefined && !s.models.has(f.model)) return sendError(res, 404, s.name, `model '${f.model}' not found`, 'invalid_request_error', 'model_not_found')
+    const format = f.response_format ?? 'json'
+    if (!TRANSCRIPTION_FORMATS.has(format)) return sendError(res, 400, s.name, `response_format ${format} is not supported`, 'invalid_request_error', 'invalid_request')
+    const seconds = audioSeconds(file.head, file.bytes)
+    if (seconds === null) return sendError(res, 400, s.name, 'the audio file is not WAV or MP3', 'invalid_request_error', 'invalid_audio')
+    const answer = transcript(format, seconds, f.language ?? 'en', fault !== 'no-usage')
+    sendMedia(ex, fault, answer.contentType, answer.body)
   }
 
   /**
@@ -202,20 +318,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
       body = undefined
     }
     stats.lastBody = body
-    switch (fault) {
-      case 'reset-before-headers':
-        kill(ex.socket)
-        return undefined
-      case 'status-500':
-        sendError(res, 500, s.name, 'The server had an error while processing your request (simulated).', 'server_error', 'server_error')
-        return undefined
-      case 'status-429':
-        sendError(res, 429, s.name, 'Rate limit reached (simulated).', 'requests', 'rate_limit_exceeded', '1')
-        return undefined
-      case 'status-400':
-        sendError(res, 400, s.name, 'Invalid request (simulated).', 'invalid_request_error', 'invalid_request')
-        return undefined
-    }
+    if (faultAnswered(ex, fault)) return undefined
     if (body === undefined) sendError(res, 400, s.name, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json')
     return body
   }
@@ -399,6 +502,5 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     return closing
   }
 
-  const host6 = host.includes(':') ? `[${host}]` : host
-  return { url: `http://${host6}:${port}`, port, stats, setOptions, close }
+  return { url: baseUrl, port, stats, setOptions, close }
 }

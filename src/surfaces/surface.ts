@@ -3,8 +3,10 @@
  * attempt to one candidate is planned, what it may cost, how its answers and errors look. Admission and the
  * failover loop are the same for every surface; a new API is a new record, never a copy of the engine.
  */
-import type { ChatUsage, Cost } from '../billing/cost.js'
+import type { ChatUsage, Cost, Usage } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
+import type { FormHead } from '../codecs/multipart.js'
+import type { ReplayableBody } from '../upstream/request-body.js'
 import type { RouterError } from '../errors.js'
 import type { ModelType } from '../registry/types.js'
 import type { Offer } from '../routing/offers.js'
@@ -28,20 +30,49 @@ export interface SurfaceRequest {
   readonly promptBytes: number
 }
 
-export interface Surface<R extends SurfaceRequest> {
+/**
+ * What the engine (failover loop) needs of a surface once its request was read. `U`: the usage the surface's
+ * answers are billed by; cost() takes that kind.
+ */
+export interface EngineSurface<R extends SurfaceRequest, U extends Usage = ChatUsage> {
   /** Short name for telemetry and logs. */
   readonly name: string
   /** The catalog type of the models it serves. */
   readonly modelType: ModelType
   /** Which price ceilings apply (routing/select.ts DIMENSION_*). */
   readonly dimension: number
-  /** Validates the body; the RouterError says what is wrong. `head`: the request's copied headers. */
-  parse(body: JsonBody, head: RequestHead): R | RouterError
   /** How to try `offer`: path, headers, body and the codec of its answer. */
-  plan(req: R, offer: Offer): AttemptPlan
+  plan(req: R, offer: Offer): AttemptPlan<U>
   /** The most this request can cost at `offer`: what is reserved before trying it. */
   worstCase(req: R, offer: Offer): bigint
   /** The exact cost of `usage` at `offer`'s prices. */
-  cost(offer: Offer, usage: ChatUsage): Cost
+  cost(offer: Offer, usage: U): Cost
   readonly renderError: ErrorRenderer
+}
+
+/** A JSON surface: its request is the whole body, parsed here. */
+export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
+  /** Validates the body; the RouterError says what is wrong. `head`: the request's copied headers. */
+  parse(body: JsonBody, head: RequestHead): R | RouterError
+}
+
+/**
+ * A multipart surface (spec §4.7: routing by headers only): its request is built from the fields that came
+ * before `model` (codecs/multipart.ts) and the upload, which streams on as the attempts' body.
+ */
+export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
+  /** A file field whose first bytes the request wants (an audio header), '' for none. */
+  readonly fileField: string
+  fromForm(form: FormHead, upload: Upload, head: RequestHead): R | RouterError
+}
+
+/** The client's upload as a multipart surface sends it on. */
+export interface Upload {
+  readonly body: ReplayableBody
+  /** Bytes of the upload received so far. */
+  readonly received: () => number
+  /** The client's Content-Length, -1 when it sent none (chunked). */
+  readonly declaredLength: number
+  /** The largest upload admitted (server.max_multipart_body_bytes). */
+  readonly maxBytes: number
 }

@@ -8,6 +8,7 @@
  * Backpressure both ways: a slow receiver pauses the upstream read (and so, through TCP, the provider).
  */
 import type { Dispatcher } from 'undici'
+import type { Usage } from '../billing/cost.js'
 import type { Attempt } from '../billing/trace.js'
 import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
@@ -75,7 +76,7 @@ const enum Phase {
 
 export class AttemptHandler implements Dispatcher.DispatchHandler {
   readonly offer: Offer
-  readonly plan: AttemptPlan
+  readonly plan: AttemptPlan<Usage>
   /** The provider's HTTP status, 0 until it arrives. */
   status = 0
   readonly #owner: AttemptOwner
@@ -99,7 +100,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #writable = true
   readonly #emit = (bytes: Buffer): void => this.#emitToReceiver(bytes)
 
-  constructor(owner: AttemptOwner, settings: AttemptSettings, offer: Offer, plan: AttemptPlan) {
+  constructor(owner: AttemptOwner, settings: AttemptSettings, offer: Offer, plan: AttemptPlan<Usage>) {
     this.#owner = owner
     this.#settings = settings
     this.offer = offer
@@ -261,6 +262,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       return
     }
     health.recordSuccess(performance.now(), this.#trial)
+    this.plan.codec.onHeaders?.(headers)
     this.#phase = Phase.Relaying
   }
 

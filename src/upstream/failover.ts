@@ -11,14 +11,14 @@
  * and every other request carries on.
  */
 import type { Budget } from '../billing/budget.js'
-import type { ChatUsage, Cost } from '../billing/cost.js'
+import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
 import type { BilledCost } from '../billing/ledger.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
 import type { Offer } from '../routing/offers.js'
 import type { Selection } from '../routing/select.js'
-import type { Surface, SurfaceRequest } from '../surfaces/surface.js'
+import type { EngineSurface, SurfaceRequest } from '../surfaces/surface.js'
 import { attemptEnd, requestEnd, requestStart, settled } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
 import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } from './attempt.js'
@@ -31,11 +31,11 @@ export interface EngineContext extends AttemptSettings {
 }
 
 /** One admitted request, as the loop runs it. */
-export interface EngineRequest<R extends SurfaceRequest> {
+export interface EngineRequest<R extends SurfaceRequest, U extends Usage = Usage> {
   readonly requestId: string
   /** performance.now() at arrival. */
   readonly startedAt: number
-  readonly surface: Surface<R>
+  readonly surface: EngineSurface<R, U>
   readonly request: R
   /** Headers every answer of this request carries (request id, rate limit). */
   readonly baseHeaders: HeaderList
@@ -63,10 +63,10 @@ export function retryAfterSeconds(value: string, now = Date.now()): string {
   return '1'
 }
 
-export class Failover<R extends SurfaceRequest> implements AttemptOwner {
+export class Failover<R extends SurfaceRequest, U extends Usage = Usage> implements AttemptOwner {
   readonly sink: ResponseSink
   readonly #ctx: EngineContext
-  readonly #req: EngineRequest<R>
+  readonly #req: EngineRequest<R, U>
   readonly #attempts: Attempt[] = []
   #current: AttemptHandler | null = null
   #lastKind = MissKind.Failure
@@ -78,7 +78,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   /** Candidates skipped because their concurrency cap and queue were full. */
   #busy = 0
 
-  constructor(ctx: EngineContext, req: EngineRequest<R>, sink: ResponseSink) {
+  constructor(ctx: EngineContext, req: EngineRequest<R, U>, sink: ResponseSink) {
     this.#ctx = ctx
     this.#req = req
     this.sink = sink
@@ -99,6 +99,21 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       })
     }
     this.#tryNext()
+  }
+
+  /**
+   * Ends the request with `err` whatever attempt is under way (an upload broke a limit mid-way): the attempt is
+   * cancelled and nothing is billed. Too late once the answer began: then only the attempt is cancelled.
+   */
+  cancel(err: RouterError): void {
+    if (this.#finished && this.#current === null) return
+    const answer = !this.#finished && !this.sink.started
+    this.#finished = true
+    const current = this.#current
+    this.#current = null
+    // Answered first: the abort below may report the attempt abandoned at once, and then nothing is left to say.
+    if (answer) this.#sendFailure(err)
+    current?.abort(new Error(err.message))
   }
 
   #tryNext(): void {
@@ -335,7 +350,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
    * Settles the request at `a`'s prices for `usage`; `then` runs once the charge is durable, with the billed
    * amount, or with the error that kept it from being recorded.
    */
-  #bill(a: AttemptHandler, usage: ChatUsage, then: (billed: BilledCost, err: RouterError | null) => void): void {
+  #bill(a: AttemptHandler, usage: Usage, then: (billed: BilledCost, err: RouterError | null) => void): void {
     const req = this.#req
     const budget = req.budget
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
@@ -355,7 +370,8 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
     }
     let cost: Cost
     try {
-      cost = req.surface.cost(a.offer, usage)
+      // The attempt's codec is the one this surface planned, so its usage is the surface's own kind.
+      cost = req.surface.cost(a.offer, usage as U)
     } catch (err) {
       return this.#crash(a, err)
     }
@@ -363,10 +379,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
       {
         model: req.request.model,
         provider: a.offer.provider.address,
-        promptTokens: usage.prompt_tokens,
-        completionTokens: usage.completion_tokens,
-        images: 0,
-        audioMs: 0,
+        ...usageCounts(usage),
         cost,
       },
       guarded,
@@ -374,7 +387,7 @@ export class Failover<R extends SurfaceRequest> implements AttemptOwner {
   }
 
   /** The trace block; `billed` null: nothing was recorded, so it shows a zero cost. */
-  #trace(a: AttemptHandler | null, usage: ChatUsage | null, billed: BilledCost | null): Record<string, unknown> {
+  #trace(a: AttemptHandler | null, usage: Usage | null, billed: BilledCost | null): Record<string, unknown> {
     const req = this.#req
     return traceObject({
       requestId: req.requestId,

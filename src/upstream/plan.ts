@@ -2,15 +2,16 @@
  * One attempt as the surface plans it for one candidate (DESIGN.md §5): a messages request to an openai-only
  * candidate plans a translation, the same request to a native candidate plans a pass-through.
  */
+import type { ChatUsage, Usage } from '../billing/cost.js'
 import type { ResponseCodec } from '../codecs/codec.js'
 import type { RequestBody } from './request-body.js'
 import type { HeaderList } from './sink.js'
 
-export interface AttemptPlan {
+export interface AttemptPlan<U extends Usage = ChatUsage> {
   /** Below the provider's base URL, e.g. /v1/chat/completions. */
   readonly path: string
   /** Upstream request headers (flat list); the request id is added by the loop. */
   readonly headers: HeaderList
   readonly body: RequestBody
-  readonly codec: ResponseCodec
+  readonly codec: ResponseCodec<U>
 }

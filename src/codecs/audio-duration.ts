@@ -1,0 +1,72 @@
+/**
+ * How long a piece of audio is, from its own header (DESIGN.md §4: the fallback when a provider reports no
+ * duration): WAV (RIFF `fmt `/`data` chunks: exact) and MP3 (the first MPEG-1/2/2.5 Layer III frame header's
+ * bitrate, over the audio's size: exact for constant bitrate). Used by the router on the head of an upload and
+ * by the simulator on a whole file.
+ */
+
+export interface AudioRate {
+  readonly format: 'wav' | 'mp3'
+  readonly bytesPerSecond: number
+  /** Where the audio starts in the file. */
+  readonly offset: number
+  /** Bytes of audio as the header states them (WAV `data`), null when the header does not say. */
+  readonly dataBytes: number | null
+}
+
+/** Bytes of the header the router keeps to read the rate (WAV chunks before `data`, an ID3 tag's start). */
+export const AUDIO_HEAD_BYTES = 64 * 1024
+
+const MP3_BITRATES_V1 = [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320]
+const MP3_BITRATES_V2 = [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160]
+
+/** The audio's rate as its header gives it, or null when `head` is neither WAV nor MP3. */
+export function audioRate(head: Buffer): AudioRate | null {
+  return wavRate(head) ?? mp3Rate(head)
+}
+
+/** Seconds of audio in a file of `fileBytes` bytes whose head is `head`; null when the format is unknown. */
+export function audioSeconds(head: Buffer, fileBytes: number): number | null {
+  const rate = audioRate(head)
+  if (rate === null || rate.bytesPerSecond <= 0) return null
+  const available = Math.max(0, fileBytes - rate.offset)
+  const bytes = rate.dataBytes === null ? available : Math.min(rate.dataBytes, available)
+  return bytes / rate.bytesPerSecond
+}
+
+function wavRate(b: Buffer): AudioRate | null {
+  if (b.length < 12 || b.toString('latin1', 0, 4) !== 'RIFF' || b.toString('latin1', 8, 12) !== 'WAVE') return null
+  let at = 12
+  let byteRate = 0
+  while (at + 8 <= b.length) {
+    const id = b.toString('latin1', at, at + 4)
+    const size = b.readUInt32LE(at + 4)
+    if (id === 'fmt ' && at + 16 <= b.length) byteRate = b.readUInt32LE(at + 8 + 8)
+    if (id === 'data') {
+      if (byteRate === 0) return null
+      // 0 and 0xFFFFFFFF mark a stream whose length was not known when the header was written.
+      const known = size !== 0 && size !== 0xffffffff
+      return { format: 'wav', bytesPerSecond: byteRate, offset: at + 8, dataBytes: known ? size : null }
+    }
+    at += 8 + size + (size & 1)
+  }
+  return null
+}
+
+function mp3Rate(b: Buffer): AudioRate | null {
+  let at = 0
+  if (b.length >= 10 && b.toString('latin1', 0, 3) === 'ID3') {
+    // An ID3v2 tag: its size is four 7-bit bytes.
+    at = 10 + ((b[6]! & 0x7f) << 21) + ((b[7]! & 0x7f) << 14) + ((b[8]! & 0x7f) << 7) + (b[9]! & 0x7f)
+  }
+  if (at + 4 > b.length) return null
+  const h1 = b[at + 1]!
+  const h2 = b[at + 2]!
+  if (b[at] !== 0xff || (h1 & 0xe0) !== 0xe0) return null
+  const version = (h1 >> 3) & 3 // 3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5
+  const layer = (h1 >> 1) & 3 // 1: Layer III
+  if (version === 1 || layer !== 1) return null
+  const kbps = (version === 3 ? MP3_BITRATES_V1 : MP3_BITRATES_V2)[h2 >> 4]
+  if (kbps === undefined || kbps === 0) return null
+  return { format: 'mp3', bytesPerSecond: (kbps * 1000) / 8, offset: at, dataBytes: null }
+}

@@ -1,0 +1,121 @@
+/**
+ * Admission of a multipart surface (spec §4.7: routing by headers only; DESIGN.md §4 multipart): the same stages
+ * as a JSON surface, except that the body is never read whole. From the route callback on, the upload flows into
+ * a bounded replay buffer (upstream/request-body.ts) and, at the same time, into the multipart scanner, which
+ * stops at the `model` field; the first attempt then streams the upload on as it arrives, with backpressure both
+ * ways. Past `server.max_multipart_body_bytes` (the client's Content-Length, or the bytes counted) the answer is a
+ * 413 and any attempt under way is cancelled; nothing is billed.
+ */
+import type { Failover } from '../upstream/failover.js'
+import type { Usage } from '../billing/cost.js'
+import { AUDIO_HEAD_BYTES } from '../codecs/audio-duration.js'
+import { MultipartScan, type FormHead } from '../codecs/multipart.js'
+import { RouterError, toRouterError } from '../errors.js'
+import { log } from '../log.js'
+import type { Principal } from '../auth/principal.js'
+import type { Handler } from '../server/app.js'
+import type { HeaderList, Reply } from '../server/reply.js'
+import type { RequestHead } from '../server/request-head.js'
+import { sendError } from '../server/respond.js'
+import { publishRefused } from '../telemetry/events.js'
+import type { MultipartSurface, SurfaceRequest } from '../surfaces/surface.js'
+import { ReplayableBody, type BodySource } from '../upstream/request-body.js'
+import { admitRequest, crashed, guard, limitAndRoute, Refusal, type AdmissionDeps, type Admitted } from './admission.js'
+
+export interface MultipartDeps extends AdmissionDeps {
+  readonly maxMultipartBodyBytes: number
+  /** upstream.replay_buffer_bytes: what a failover can resend; also how far the scan looks for `model`. */
+  readonly replayBufferBytes: number
+}
+
+/** A Content-Length header as a number, -1 when absent or not a plain decimal. */
+function declaredLength(value: string): number {
+  if (value.length === 0 || value.length > 15) return -1
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if (c < 48 || c > 57) return -1
+  }
+  return Number(value)
+}
+
+/** The route handler of a multipart inference surface. */
+export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(deps: MultipartDeps, surface: MultipartSurface<R, U>): Handler {
+  const render = surface.renderError
+  const max = deps.maxMultipartBodyBytes
+
+  return function admitMultipart(head: RequestHead, reply: Reply): void {
+    let admitted: Admitted | null = null
+    let form: FormHead | null = null
+    let failover: Failover<R, U> | null = null
+    let refused = false
+    const headersNow = (): HeaderList => admitted?.headers ?? ['x-request-id', head.requestId]
+    const refuse = (err: RouterError, headers: HeaderList): void => {
+      if (refused) return
+      refused = true
+      if (failover !== null) return failover.cancel(err)
+      sendError(reply, err, head.requestId, headers, render)
+      publishRefused(head, surface.name, '', err.status, err.code)
+    }
+    const tooLarge = (): RouterError => new RouterError('request_too_large', `multipart body exceeds the limit of ${max} bytes`)
+
+    const declared = declaredLength(head.contentLength)
+    if (declared > max) return refuse(tooLarge(), headersNow())
+
+    let received = 0
+    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES }, (outcome) => {
+      if (outcome instanceof RouterError) return refuse(outcome, headersNow())
+      form = outcome
+      proceed()
+    })
+    // Not multipart at all: answered already, and uWS allows no body reader after the answer.
+    if (refused) return
+    const source = reply.bodySource()
+    // The upload as the replay buffer and the attempts read it: counted against the cap, shown to the scan.
+    const intake: BodySource = {
+      onChunk(handler) {
+        source.onChunk((chunk, last) => {
+          if (refused) return
+          received += chunk.length
+          if (received > max) return refuse(tooLarge(), headersNow())
+          if (!scan.finished) scan.push(chunk, last)
+          handler(chunk, last)
+        })
+      },
+      pause: () => source.pause(),
+      resume: () => source.resume(),
+    }
+    const upload = { body: new ReplayableBody(intake, deps.replayBufferBytes), received: () => received, declaredLength: declared, maxBytes: max }
+
+    function proceed(): void {
+      if (refused || reply.aborted || form === null || admitted === null) return
+      try {
+        const req = surface.fromForm(form, upload, head)
+        if (req instanceof RouterError) return refuse(req, admitted.headers)
+        admitRequest(deps, surface, head, reply, admitted, req, (started) => {
+          failover = started
+        })
+      } catch (err) {
+        refused = true
+        crashed(head, reply, admitted.headers, render, err)
+        publishRefused(head, surface.name, '', 500, 'server_error')
+      }
+    }
+
+    const afterAuth = (authed: Principal | RouterError): void => {
+      if (authed instanceof RouterError) return refuse(authed, headersNow())
+      const result = limitAndRoute(deps, head, authed)
+      if (result instanceof Refusal) return refuse(result.err, result.headers)
+      admitted = result
+      proceed()
+    }
+    const authed = deps.authenticate(head)
+    if (authed instanceof Promise) {
+      authed.then(guard(head, reply, headersNow(), render, afterAuth), (err: unknown) => {
+        log.error('authentication failed', { err: String(err) })
+        refuse(toRouterError(err), headersNow())
+      })
+      return
+    }
+    afterAuth(authed)
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * POST /v1/images/edits (spec §4.1, multipart; routing by headers only): the upload (image, optional mask,
+ * prompt…) streamed to the provider as the client sent it. Reserved as n × image price (n as far as the scan saw
+ * it, else the most a request may ask for), billed per image of the answer's `data[]`.
+ */
+import { imageCost, imageWorstCase, type ImageUsage } from '../billing/cost.js'
+import { ImagesJsonCodec } from '../codecs/openai-media.js'
+import { renderError, RouterError } from '../errors.js'
+import { DIMENSION_IMAGE } from '../routing/select.js'
+import type { AttemptPlan } from '../upstream/plan.js'
+import { imageCount, MAX_IMAGES } from './images.js'
+import { multipartRequest, type MultipartRequest } from './multipart-request.js'
+import type { MultipartSurface } from './surface.js'
+
+export interface ImageEditRequest extends MultipartRequest {
+  readonly n: number
+}
+
+export const EDITS_PATH = '/v1/images/edits'
+const CHECKED = { response_format: new Set(['b64_json', 'url']) }
+
+export const imageEdits: MultipartSurface<ImageEditRequest, ImageUsage> = {
+  name: 'image_edits',
+  modelType: 'text-to-image',
+  dimension: DIMENSION_IMAGE,
+  fileField: '',
+  fromForm(form, upload, head) {
+    const req = multipartRequest(form, upload, head, CHECKED)
+    if (req instanceof RouterError) return req
+    // `n` may come after `model`, past where the scan stopped: then the most an edit may ask for is held.
+    const n = imageCount(form.fields.get('n'), MAX_IMAGES)
+    if (n instanceof RouterError) return n
+    return { ...req, n }
+  },
+  plan(req): AttemptPlan<ImageUsage> {
+    return { path: EDITS_PATH, headers: req.headers, body: req.upload.body, codec: new ImagesJsonCodec() }
+  },
+  worstCase(req, offer) {
+    return imageWorstCase(offer, req.n)
+  },
+  cost: imageCost,
+  renderError,
+}

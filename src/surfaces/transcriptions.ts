@@ -1,0 +1,62 @@
+/**
+ * POST /v1/audio/transcriptions (spec §4.1, multipart; routing by headers only; no price ceiling): the upload
+ * streamed to the provider, billed per second of audio (DESIGN.md §4) from the provider's reported duration,
+ * else from the uploaded audio's own header (estimated). Non-JSON formats are relayed as they are, the trace
+ * then in a header (codecs/openai-media.ts).
+ *
+ * The reservation bounds the audio's length before it was heard: a WAV header states it; otherwise the upload's
+ * size over its bitrate (MP3 frame header), or over a floor of 8 kbit/s for a format the router cannot read.
+ */
+import { audioCost, type AudioUsage } from '../billing/cost.js'
+import { audioRate, type AudioRate } from '../codecs/audio-duration.js'
+import { TranscriptionCodec } from '../codecs/openai-media.js'
+import { renderError, RouterError } from '../errors.js'
+import { DIMENSION_AUDIO } from '../routing/select.js'
+import type { AttemptPlan } from '../upstream/plan.js'
+import { multipartRequest, type MultipartRequest } from './multipart-request.js'
+import type { MultipartSurface } from './surface.js'
+
+export interface TranscriptionRequest extends MultipartRequest {
+  /** The upload's audio header, null when it is not a format the router reads. */
+  readonly rate: AudioRate | null
+  /** The most audio the upload can hold, in seconds: what is reserved. */
+  readonly maxSeconds: number
+}
+
+export const TRANSCRIPTIONS_PATH = '/v1/audio/transcriptions'
+/** Bytes per second of the slowest speech codec in use (8 kbit/s): bounds the length of audio of unknown format. */
+const FLOOR_BYTES_PER_SECOND = 1000
+/** Bytes per second assumed to estimate a duration the provider did not report, for an unknown format (128 kbit/s). */
+const TYPICAL_BYTES_PER_SECOND = 16_000
+const CHECKED = { response_format: new Set(['json', 'text', 'srt', 'verbose_json', 'vtt']) }
+
+/** Seconds of audio in an upload of `bytes`, from its header when it has one the router reads (estimated). */
+export function uploadSeconds(rate: AudioRate | null, bytes: number): number {
+  if (rate === null) return bytes / TYPICAL_BYTES_PER_SECOND
+  const audio = Math.max(0, bytes - rate.offset)
+  return (rate.dataBytes === null ? audio : Math.min(audio, rate.dataBytes)) / rate.bytesPerSecond
+}
+
+export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> = {
+  name: 'transcriptions',
+  modelType: 'speech-to-text',
+  dimension: DIMENSION_AUDIO,
+  fileField: 'file',
+  fromForm(form, upload, head) {
+    const req = multipartRequest(form, upload, head, CHECKED)
+    if (req instanceof RouterError) return req
+    const rate = form.fileHead.length === 0 ? null : audioRate(form.fileHead)
+    const size = upload.declaredLength >= 0 ? upload.declaredLength : upload.maxBytes
+    const maxSeconds = rate?.dataBytes != null ? rate.dataBytes / rate.bytesPerSecond : size / (rate?.bytesPerSecond ?? FLOOR_BYTES_PER_SECOND)
+    return { ...req, rate, maxSeconds }
+  },
+  plan(req): AttemptPlan<AudioUsage> {
+    const codec = new TranscriptionCodec(() => uploadSeconds(req.rate, req.upload.received()))
+    return { path: TRANSCRIPTIONS_PATH, headers: req.headers, body: req.upload.body, codec }
+  },
+  worstCase(req, offer) {
+    return audioCost(offer, { seconds: req.maxSeconds }).input
+  },
+  cost: audioCost,
+  renderError,
+}

@@ -1,0 +1,225 @@
+/**
+ * The multipart surfaces through the real router: images.edit with an image and a mask and
+ * audio.transcriptions.create with a WAV file from the real `openai` client, every transcription format, billing
+ * by hand, failover inside and beyond the replay buffer, the 413 cap, a missing model, a client that stops
+ * sending mid-upload, and a 50 MiB upload with the router's memory bounded.
+ */
+import { Readable } from 'node:stream'
+import OpenAI, { toFile } from 'openai'
+import t from 'tap'
+import { request } from 'undici'
+import { formatUsd } from '../../src/billing/money.js'
+import { startSimulator } from '../../src/simulator/simulator.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
+import { startStack, type Stack } from '../helpers/stack.js'
+import { A, atto, AUDIO_MODEL, B, charges, IMAGE_MODEL, mediaProviders, mp3, PRICE_SORT, wav } from './fixtures.js'
+
+const BOUNDARY = 'svc-test-boundary'
+
+function client(stack: Stack): OpenAI {
+  return new OpenAI({ baseURL: stack.url + '/v1', apiKey: stack.key, maxRetries: 0, defaultHeaders: PRICE_SORT })
+}
+
+/** A multipart body: fields in order, then one file. */
+function form(fields: [string, string][], file?: { field: string; name: string; bytes: Buffer }): Buffer {
+  const parts: Buffer[] = []
+  for (const [name, value] of fields) parts.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`))
+  if (file !== undefined) {
+    parts.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${file.field}"; filename="${file.name}"\r\nContent-Type: application/octet-stream\r\n\r\n`))
+    parts.push(file.bytes, Buffer.from('\r\n'))
+  }
+  parts.push(Buffer.from(`--${BOUNDARY}--\r\n`))
+  return Buffer.concat(parts)
+}
+
+async function postForm(stack: Stack, path: string, body: Buffer | Readable, extra: Record<string, string> = {}) {
+  const res = await request(stack.url + path, {
+    method: 'POST',
+    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth, ...PRICE_SORT, ...extra },
+    body,
+  })
+  const text = await res.body.text()
+  return { status: res.statusCode, headers: res.headers, text, json: () => JSON.parse(text) }
+}
+
+t.test('images.edit with an image and a mask: streamed to the provider, billed per image', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const image = await toFile(wav(0.1), 'image.png', { type: 'image/png' })
+  const mask = await toFile(Buffer.alloc(2048, 7), 'mask.png', { type: 'image/png' })
+  const { data, response } = await client(stack).images.edit({ model: IMAGE_MODEL, image, mask, prompt: 'add a hat', n: 2 }).withResponse()
+  t.equal(data.data?.length, 2)
+  const trace = (data as any).x_svc_trace
+  t.equal(trace.provider, A)
+  t.equal(trace.billing.total_cost, '0.006', '2 images × 0.003')
+  t.match(response.headers.get('svc-res-key'), /^img-/)
+  t.ok(response.headers.get('x-ratelimit-limit-requests'))
+  const received = stack.sims.get(A)!.stats.lastForm!
+  t.same(received.files.map((f) => [f.field, f.bytes]).sort(), [['image', 3244], ['mask', 2048]])
+  t.equal(received.fields.prompt, 'add a hat')
+  t.equal((await charges(stack))[0]!.amount, atto('0.006'))
+})
+
+t.test('audio.transcriptions.create with a WAV file: seconds × price, every response format', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const file = await toFile(wav(2.5), 'speech.wav', { type: 'audio/wav' })
+  const { data, response } = await client(stack).audio.transcriptions.create({ model: AUDIO_MODEL, file }).withResponse()
+  t.match(data.text, /quick brown fox/)
+  const trace = (data as any).x_svc_trace
+  t.equal(trace.billing.total_cost, '0.00025', '2.5 s × 0.0001')
+  t.same(trace.usage, { seconds: 2.5 })
+  t.match(response.headers.get('svc-res-key'), /^req_/)
+  const verbose = await client(stack).audio.transcriptions.create({ model: AUDIO_MODEL, file, response_format: 'verbose_json' })
+  t.equal(verbose.duration, 2.5)
+  t.equal((verbose as any).x_svc_trace.billing.total_cost, '0.00025')
+  for (const format of ['text', 'srt', 'vtt'] as const) {
+    const res = await postForm(stack, '/v1/audio/transcriptions', form([['model', AUDIO_MODEL], ['response_format', format]], { field: 'file', name: 'a.wav', bytes: wav(2.5) }))
+    t.equal(res.status, 200, format)
+    t.notMatch(res.text, /x_svc_trace/, `${format}: the body is relayed as it is`)
+    const headerTrace = JSON.parse(res.headers['x-svc-trace'] as string)
+    t.equal(headerTrace.billing.total_cost, '0.00025', `${format}: the trace is in a header`)
+    t.same(headerTrace.usage, { seconds: 2.5, estimated: true }, `${format}: no duration from the provider, so the WAV header's`)
+    t.ok(res.headers['svc-res-key'])
+  }
+  const billed = await charges(stack)
+  t.equal(billed.length, 5)
+  for (const c of billed) t.equal(c.amount, atto('0.00025'))
+  const usage = await stack.router.store.ledger.usage(stack.account, { fromDay: '2000-01-01', toDay: '2999-12-31' })
+  t.equal(usage[0]!.audioMs, 5 * 2500, 'the usage roll-up counts audio milliseconds')
+})
+
+t.test('an MP3 whose provider reports no duration is billed from its frame header, marked estimated; price headers are inert', async (t) => {
+  const stack = await startStack(t, mediaProviders({ fault: 'no-usage' }))
+  const body = form([['model', AUDIO_MODEL]], { field: 'file', name: 'a.mp3', bytes: mp3(1000) })
+  const res = await postForm(stack, '/v1/audio/transcriptions', body, {
+    'X-SVC-Provider-Max-Price-Usd-Image': '0',
+    'X-SVC-Provider-Max-Price-Usd-Prompt': '0',
+  })
+  t.equal(res.status, 200)
+  t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 417_000)
+  // The estimate: the upload's bytes (the file and its small multipart envelope) at the 128 kbit/s of the header.
+  const seconds = body.length / 16_000
+  t.ok(seconds > 26.0625 && seconds < 26.1, 'about the 26.0625 s of 1000 frames')
+  const trace = res.json().x_svc_trace
+  t.same(trace.usage, { seconds, estimated: true })
+  t.equal(trace.billing.total_cost, formatUsd(BigInt(Math.ceil(seconds * 1000)) * atto('0.0001') / 1000n), 'ms × 0.0001 / 1000')
+})
+
+t.test('failover inside the replay buffer resends the whole upload; beyond it fallback is off and attempts say why', async (t) => {
+  const stack = await startStack(t, mediaProviders({ fault: 'status-500' }), { upstream: { replay_buffer_bytes: 256 * 1024 } })
+  const small = await postForm(stack, '/v1/audio/transcriptions', form([['model', AUDIO_MODEL]], { field: 'file', name: 'a.wav', bytes: wav(2) }))
+  t.equal(small.status, 200)
+  t.same(small.json().x_svc_trace.attempts.map((a: any) => [a.provider, a.status]), [[A, 500], [B, 200]])
+  t.equal(stack.sims.get(B)!.stats.lastForm!.files[0]!.bytes, wav(2).length, 'B got every byte')
+  t.equal(small.json().x_svc_trace.billing.total_cost, '0.0004', '2 s × B 0.0002')
+
+  const big = await postForm(stack, '/v1/audio/transcriptions', form([['model', AUDIO_MODEL]], { field: 'file', name: 'a.wav', bytes: wav(20) }))
+  t.equal(big.status, 502)
+  const body = big.json()
+  t.equal(body.error.code, 'provider_error')
+  t.same(body.x_svc_trace.attempts, [
+    { provider: A, status: 500, error: 'http_500' },
+    { provider: B, status: null, error: 'request_body_not_replayable' },
+  ])
+  t.equal(stack.sims.get(B)!.stats.requests, 1, 'B never saw the second request')
+  t.equal((await charges(stack)).length, 1, 'only the served request is billed')
+})
+
+t.test('413 past max_multipart_body_bytes (declared or counted); a missing or late model is a 400; nothing billed', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { server: { max_multipart_body_bytes: 1024 * 1024 }, upstream: { replay_buffer_bytes: 128 * 1024 } })
+  const tooBig = form([['model', AUDIO_MODEL]], { field: 'file', name: 'a.wav', bytes: wav(40) })
+  const declared = await postForm(stack, '/v1/audio/transcriptions', tooBig)
+  t.equal(declared.status, 413)
+  t.equal(declared.json().error.code, 'request_too_large')
+  t.equal(stack.sims.get(A)!.stats.requests, 0, 'refused on its Content-Length, before any attempt')
+  const counted = await postForm(stack, '/v1/audio/transcriptions', Readable.from([tooBig.subarray(0, 300_000), tooBig.subarray(300_000)]))
+  t.equal(counted.status, 413, 'a chunked upload is counted')
+  t.equal(counted.json().error.code, 'request_too_large')
+
+  const noModel = await postForm(stack, '/v1/audio/transcriptions', form([['language', 'en']], { field: 'file', name: 'a.wav', bytes: wav(1) }))
+  t.equal(noModel.status, 400)
+  t.match(noModel.json().error.message, /model is required/)
+  const late = await postForm(stack, '/v1/images/edits', Buffer.concat([form([], { field: 'image', name: 'a.png', bytes: Buffer.alloc(300_000) }).subarray(0, -(BOUNDARY.length + 6)), Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${IMAGE_MODEL}\r\n--${BOUNDARY}--\r\n`)]))
+  t.equal(late.status, 400)
+  t.match(late.json().error.message, /must come within the first 131072 bytes/)
+  const notForm = await postForm(stack, '/v1/audio/transcriptions', Buffer.from('{}'), { 'content-type': 'application/json' })
+  t.equal(notForm.status, 400)
+  t.equal((await charges(stack)).length, 0)
+})
+
+t.test('a client that stops sending mid-upload: the upstream attempt is cancelled and nothing is billed', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const head = form([['model', AUDIO_MODEL]], { field: 'file', name: 'a.wav', bytes: wav(30) }).subarray(0, 400_000)
+  let sent = false
+  const body = new Readable({
+    read() {
+      if (!sent) {
+        sent = true
+        this.push(head)
+        // Give the router time to start the attempt, then break the upload.
+        setTimeout(() => this.destroy(new Error('client gave up')), 300)
+      }
+    },
+  })
+  await t.rejects(postForm(stack, '/v1/audio/transcriptions', body))
+  const sim = stack.sims.get(A)!
+  while (sim.stats.aborted === 0) await new Promise((r) => setTimeout(r, 20))
+  t.equal(sim.stats.requests, 1, 'the upload had reached the provider')
+  t.equal(sim.stats.aborted, 1, 'and was cancelled there')
+  while (stack.router.inFlight.count > 0) await new Promise((r) => setTimeout(r, 20))
+  t.equal((await charges(stack)).length, 0)
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'the reservation was given back')
+})
+
+t.test('a 95 MiB upload streams through with the router process holding about its replay buffer, not the upload', async (t) => {
+  const sim = await startSimulator({ name: 'big' })
+  t.teardown(() => sim.close())
+  const router = await spawnRouter(t, [{ address: A, url: sim.url, trust_mode: 'standard', models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.0001' } }] }], {
+    upstream: { replay_buffer_bytes: 4 * 1024 * 1024 },
+  })
+  const chunk = Buffer.alloc(1024 * 1024, 1)
+  /** Posts a WAV of `total` MiB of samples, made from one reused chunk (the client holds no upload). */
+  async function post(total: number) {
+    const wavHead = wav(0).subarray(0, 44)
+    wavHead.writeUInt32LE(total * chunk.length, 40)
+    const opening = Buffer.concat([
+      Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${AUDIO_MODEL}\r\n`),
+      Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+      wavHead,
+    ])
+    const closing = Buffer.from(`\r\n--${BOUNDARY}--\r\n`)
+    async function* upload() {
+      yield opening
+      for (let i = 0; i < total; i++) yield chunk
+      yield closing
+    }
+    const res = await request(router.url + '/v1/audio/transcriptions', {
+      method: 'POST',
+      headers: {
+        'content-type': `multipart/form-data; boundary=${BOUNDARY}`,
+        authorization: `Bearer ${router.key}`,
+        'content-length': String(opening.length + total * chunk.length + closing.length),
+      },
+      body: Readable.from(upload()),
+    })
+    return { status: res.statusCode, text: await res.body.text() }
+  }
+  // A first, smaller upload warms the process (code, pools, the parser) so the measure is of the upload alone.
+  t.equal((await post(5)).status, 200)
+  // Near the 100 MiB cap. Each uWS chunk is copied (uWS reuses its buffer) and V8 collects such external
+  // buffers only after tens of MiB of them, so RSS grows by that garbage whatever the upload; what must not
+  // happen is growth with the upload's size (held whole, it would be ≥ 95 MiB, twice that with the copies).
+  const total = 95
+  const before = router.rssMiB()
+  let peak = before
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, router.rssMiB())
+  }, 10)
+  const res = await post(total)
+  clearInterval(sampler)
+  t.equal(res.status, 200, res.text)
+  t.equal(sim.stats.lastForm!.files[0]!.bytes, 44 + total * chunk.length, 'every byte reached the provider')
+  t.equal(JSON.parse(res.text).x_svc_trace.usage.seconds, (total * chunk.length) / 32_000, 'seconds of the 16 kHz 16-bit WAV')
+  const growth = peak - before
+  t.comment(`router RSS ${before.toFixed(1)} MiB before, peak ${peak.toFixed(1)} MiB during a ${total} MiB upload (replay buffer 4 MiB)`)
+  t.ok(growth < total * 0.8, `the router's RSS grew ${growth.toFixed(1)} MiB, under the upload's ${total} MiB`)
+})
