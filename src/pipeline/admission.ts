@@ -57,7 +57,7 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
     if (requestBody.hasSubscribers) requestBody.publish({ requestId: head.requestId, surface: surface.name, body: raw })
     const fail = (err: RouterError): void => {
       sendError(reply, err, head.requestId, admitted.headers, render)
-      publishRefused(head, surface.name, '', err.status, err.code)
+      publishRefused(head, surface.name, '', false, err.status, err.code)
     }
     const body = readJsonBody(raw)
     if (body instanceof RouterError) return fail(body)
@@ -74,7 +74,7 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
       if (refused) return
       refused = true
       sendError(reply, err, head.requestId, headers, render)
-      publishRefused(head, surface.name, '', err.status, err.code)
+      publishRefused(head, surface.name, '', false, err.status, err.code)
     }
     const proceed = (): void => {
       if (refused || raw === null || admitted === null) return
@@ -82,7 +82,7 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
         onBody(head, reply, admitted, raw)
       } catch (err) {
         crashed(head, reply, admitted.headers, render, err)
-        publishRefused(head, surface.name, '', 500, 'server_error')
+        publishRefused(head, surface.name, '', false, 500, 'server_error')
       }
     }
     reply.readBody(
@@ -129,12 +129,9 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   const { principal, prefs, headers } = admitted
   const render = surface.renderError
   const index = deps.table.model(req.model)
-  // Refusals are counted by model in /metrics: only a catalog model names one, or made-up names sent by a
-  // client would grow the label set (and the metrics' memory) without bound.
-  const model = index === undefined ? '' : req.model
   const fail = (err: RouterError): void => {
     sendError(reply, err, head.requestId, headers, render)
-    publishRefused(head, surface.name, model, err.status, err.code)
+    publishRefused(head, surface.name, req.model, index !== undefined, err.status, err.code)
   }
   try {
     mergeBodyPreferences(req.provider, prefs)

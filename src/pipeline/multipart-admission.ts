@@ -54,7 +54,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       refused = true
       if (failover !== null) return failover.cancel(err)
       sendError(reply, err, head.requestId, headers, render)
-      publishRefused(head, surface.name, '', err.status, err.code)
+      publishRefused(head, surface.name, '', false, err.status, err.code)
     }
     const tooLarge = (): RouterError => new RouterError('request_too_large', `multipart body exceeds the limit of ${max} bytes`)
 
@@ -97,7 +97,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       } catch (err) {
         refused = true
         crashed(head, reply, admitted.headers, render, err)
-        publishRefused(head, surface.name, '', 500, 'server_error')
+        publishRefused(head, surface.name, '', false, 500, 'server_error')
       }
     }
 

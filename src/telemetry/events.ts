@@ -63,7 +63,13 @@ export interface RequestEndEvent {
   /** False: refused by admission, no start event was published for it. */
   readonly admitted: boolean
   readonly surface: string
+  /** The model the client asked for ('' when the body was not read that far); may be outside the catalog. */
   readonly model: string
+  /**
+   * Whether `model` is in the catalog (always, for an admitted request). Metrics label only such models: a
+   * client's made-up names would otherwise grow the label set, and /metrics' memory, without bound.
+   */
+  readonly catalogModel: boolean
   readonly provider: string | null
   readonly status: number
   readonly attempts: number
@@ -112,7 +118,7 @@ export const ledgerCommit = channel('svc-router:ledger:commit')
  * Publishes the end of an inference request refused before the failover loop (no start event): `model` is
  * '' when the body was not read as far as the model. Nothing is computed when nobody listens.
  */
-export function publishRefused(head: RequestHead, surface: string, model: string, status: number, error: string): void {
+export function publishRefused(head: RequestHead, surface: string, model: string, catalogModel: boolean, status: number, error: string): void {
   if (!requestEnd.hasSubscribers) return
   const trace = clientTrace(head.traceparent, head.tracestate)
   const e: RequestEndEvent = {
@@ -120,6 +126,7 @@ export function publishRefused(head: RequestHead, surface: string, model: string
     admitted: false,
     surface,
     model,
+    catalogModel,
     provider: null,
     status,
     attempts: 0,

@@ -167,8 +167,9 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     const e = m as RequestEndEvent
     // A request refused by admission had no start event.
     if (e.admitted) inflightCount--
-    requests.inc({ surface: e.surface, status: String(e.status), provider: e.provider ?? '', model: e.model })
-    duration.observe({ surface: e.surface, model: e.model }, e.durationMs / 1000)
+    const model = e.catalogModel ? e.model : ''
+    requests.inc({ surface: e.surface, status: String(e.status), provider: e.provider ?? '', model })
+    duration.observe({ surface: e.surface, model }, e.durationMs / 1000)
     if (e.ttfbMs !== null && e.provider !== null) ttfb.observe({ provider: e.provider }, e.ttfbMs / 1000)
     if (e.attempts > 1) failovers.inc(e.attempts - 1)
   }

@@ -26,7 +26,7 @@ export class InFlight {
       if (this.draining) {
         const err = new RouterError('no_available_provider', 'the router is shutting down')
         sendError(reply, err, head.requestId, ['x-request-id', head.requestId, 'Connection', 'close'])
-        publishRefused(head, surface, '', err.status, err.code)
+        publishRefused(head, surface, '', false, err.status, err.code)
         return
       }
       this.count++

@@ -422,6 +422,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       admitted: true,
       surface: req.surface.name,
       model: req.request.model,
+      catalogModel: true,
       provider: a === null ? null : a.offer.provider.address,
       status,
       attempts: this.#attempts.length,
