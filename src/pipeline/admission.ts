@@ -93,22 +93,10 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
       },
       (err) => refuse(err, admitted?.headers ?? ['x-request-id', head.requestId]),
     )
-    const afterAuth = (authed: Principal | RouterError): void => {
-      if (authed instanceof RouterError) return refuse(authed, ['x-request-id', head.requestId])
-      const result = limitAndRoute(deps, head, authed)
-      if (result instanceof Refusal) return refuse(result.err, result.headers)
+    admitHead(deps, head, reply, render, refuse, (result) => {
       admitted = result
       proceed()
-    }
-    const authed = deps.authenticate(head)
-    if (authed instanceof Promise) {
-      authed.then(guard(head, reply, ['x-request-id', head.requestId], render, afterAuth), (err: unknown) => {
-        log.error('authentication failed', { err: String(err) })
-        refuse(toRouterError(err), ['x-request-id', head.requestId])
-      })
-      return
-    }
-    afterAuth(authed)
+    })
   }
 }
 
@@ -189,6 +177,37 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
     log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
     fail(toRouterError(err))
   })
+}
+
+/**
+ * The stages before the body, shared by JSON and multipart admission: authenticate (a key-cache miss finishes
+ * later), rate limit, routing headers. `admit` gets what they produced; `refuse` every refusal, with the
+ * headers to answer it with.
+ */
+export function admitHead(
+  deps: AdmissionDeps,
+  head: RequestHead,
+  reply: Reply,
+  render: (err: RouterError, requestId: string) => string,
+  refuse: (err: RouterError, headers: HeaderList) => void,
+  admit: (admitted: Admitted) => void,
+): void {
+  const bare = ['x-request-id', head.requestId]
+  const afterAuth = (authed: Principal | RouterError): void => {
+    if (authed instanceof RouterError) return refuse(authed, bare)
+    const result = limitAndRoute(deps, head, authed)
+    if (result instanceof Refusal) return refuse(result.err, result.headers)
+    admit(result)
+  }
+  const authed = deps.authenticate(head)
+  if (authed instanceof Promise) {
+    authed.then(guard(head, reply, bare, render, afterAuth), (err: unknown) => {
+      log.error('authentication failed', { err: String(err) })
+      refuse(toRouterError(err), bare)
+    })
+    return
+  }
+  afterAuth(authed)
 }
 
 export class Refusal {

@@ -10,9 +10,7 @@ import type { Failover } from '../upstream/failover.js'
 import type { Usage } from '../billing/cost.js'
 import { AUDIO_HEAD_BYTES } from '../codecs/audio-duration.js'
 import { MultipartScan, type FormHead } from '../codecs/multipart.js'
-import { RouterError, toRouterError } from '../errors.js'
-import { log } from '../log.js'
-import type { Principal } from '../auth/principal.js'
+import { RouterError } from '../errors.js'
 import type { Handler } from '../server/app.js'
 import type { HeaderList, Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
@@ -20,7 +18,7 @@ import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
 import type { MultipartSurface, SurfaceRequest } from '../surfaces/surface.js'
 import { ReplayableBody, type BodySource } from '../upstream/request-body.js'
-import { admitRequest, crashed, guard, limitAndRoute, Refusal, type AdmissionDeps, type Admitted } from './admission.js'
+import { admitHead, admitRequest, crashed, type AdmissionDeps, type Admitted } from './admission.js'
 
 export interface MultipartDeps extends AdmissionDeps {
   readonly maxMultipartBodyBytes: number
@@ -101,21 +99,9 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       }
     }
 
-    const afterAuth = (authed: Principal | RouterError): void => {
-      if (authed instanceof RouterError) return refuse(authed, headersNow())
-      const result = limitAndRoute(deps, head, authed)
-      if (result instanceof Refusal) return refuse(result.err, result.headers)
+    admitHead(deps, head, reply, render, refuse, (result) => {
       admitted = result
       proceed()
-    }
-    const authed = deps.authenticate(head)
-    if (authed instanceof Promise) {
-      authed.then(guard(head, reply, headersNow(), render, afterAuth), (err: unknown) => {
-        log.error('authentication failed', { err: String(err) })
-        refuse(toRouterError(err), headersNow())
-      })
-      return
-    }
-    afterAuth(authed)
+    })
   }
 }
