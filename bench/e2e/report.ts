@@ -239,7 +239,7 @@ function targetsSection(v: View): string[] {
     rows.push([
       `multipart throughput (${mp.fileMiB} MiB transcriptions, ${mp.concurrency} clients) ≥ 0.8× direct`,
       `${r.toFixed(0)} vs ${d.toFixed(0)} MiB/s = ${formatRatio(r, d)}`,
-      verdict(finite(r, d) && mp.throughput.router.errors === 0 ? r >= 0.8 * d : null),
+      verdict(finite(r, d) ? mp.throughput.router.errors === 0 && r >= 0.8 * d : null),
     ])
     const growth = mp.memory.peakRssMb - mp.memory.idleRssMb
     const bound = mp.uploads * mp.replayBufferMiB

@@ -330,7 +330,13 @@ async function main(): Promise<void> {
   // /v1/messages native and translated beside chat (messages.ts): a router of its own, after the other workloads.
   const messages = onlyWorkloads === null || onlyWorkloads.includes('messages') ? await measureMessages({ root, sims, workDir, quick, progress }) : null
   // Multipart uploads (transcriptions) direct and through a router of its own, and that router's RSS (multipart.ts).
-  const multipart = onlyWorkloads === null || onlyWorkloads.includes('multipart') ? await measureMultipart({ root, sims, workDir, quick, progress }) : null
+  const multipart =
+    onlyWorkloads === null || onlyWorkloads.includes('multipart')
+      ? await measureMultipart({ root, sims, workDir, quick, progress }).catch((err: unknown) => {
+          progress(`multipart failed: ${(err as Error).message}`)
+          return null
+        })
+      : null
 
   progress('stopping the measured targets')
   await Promise.all(targets.map((t) => t.stop()))
