@@ -10,14 +10,11 @@
  * raw results (`messages` in last-run.json), rendered as section 5b of BENCHMARKS.md.
  */
 import { execFile } from 'node:child_process'
-import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Client, Pool, type Dispatcher } from 'undici'
-import { createBenchKey } from './bench-key.js'
-import { startChild } from './processes.js'
 import { Samples, type Distribution } from './stats.js'
-import { PROVIDER_KEY, type SimKind, type SimSet } from './targets.js'
+import { PROVIDER_KEY, startOwnRouter, type SimKind, type SimSet } from './targets.js'
 
 type Format = 'chat' | 'messages'
 
@@ -182,27 +179,9 @@ const us = (ms: number | undefined): string => (ms === undefined || Number.isNaN
 /** Starts the workload's router, measures every case and its direct twin, stops the router. */
 export async function measureMessages(o: MessagesOptions): Promise<MessagesRun> {
   const plan = o.quick ? { latency: { warmup: 200, count: 1_000, maxMs: 3_000 }, ttft: { warmup: 4, count: 40, concurrency: 4, maxMs: 4_000 } } : { latency: { warmup: 500, count: 5_000, maxMs: 15_000 }, ttft: { warmup: 10, count: 200, concurrency: 4, maxMs: 30_000 } }
-  const dir = join(o.workDir, 'router-messages')
-  mkdirSync(dir, { recursive: true })
-  writeFileSync(join(dir, 'providers.yaml'), registry(o.sims, ['fast', 'paced']))
-  const configFile = join(dir, 'config.yaml')
-  const config = [
-    'server: { host: 127.0.0.1, port: 0 }',
-    'registry: { source: file, path: providers.yaml, watch: false }',
-    `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))} }`,
-    'limits: { requests_per_minute: 100000000 }',
-    'log: { level: error }',
-    'dev: { bootstrap: true, deposit_usd: 1000000 }',
-  ]
-  writeFileSync(configFile, config.join('\n') + '\n')
   o.progress('messages: starting its svc-router (chat and claude models on the fast and paced simulators)')
-  const { child, match } = await startChild('svc-router (messages)', process.execPath, [join(o.root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile], {
-    cwd: o.root,
-    ready: /svc-router listening on (http:\/\/[^\s]+)/,
-  })
+  const { url, key, child } = await startOwnRouter(o.root, o.workDir, 'router-messages', registry(o.sims, ['fast', 'paced']))
   try {
-    const url = match![1]!
-    const key = await createBenchKey({ url, configFile, output: () => child.output() })
     const direct = (kind: SimKind, format: Format): Route => ({
       origin: o.sims[kind].url,
       path: PATHS[format],

@@ -14,6 +14,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
 import { measureMessages } from './messages.js'
+import { measureMultipart } from './multipart.js'
 import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
@@ -328,6 +329,14 @@ async function main(): Promise<void> {
 
   // /v1/messages native and translated beside chat (messages.ts): a router of its own, after the other workloads.
   const messages = onlyWorkloads === null || onlyWorkloads.includes('messages') ? await measureMessages({ root, sims, workDir, quick, progress }) : null
+  // Multipart uploads (transcriptions) direct and through a router of its own, and that router's RSS (multipart.ts).
+  const multipart =
+    onlyWorkloads === null || onlyWorkloads.includes('multipart')
+      ? await measureMultipart({ root, sims, workDir, quick, progress }).catch((err: unknown) => {
+          progress(`multipart failed: ${(err as Error).message}`)
+          return null
+        })
+      : null
 
   progress('stopping the measured targets')
   await Promise.all(targets.map((t) => t.stop()))
@@ -367,6 +376,7 @@ async function main(): Promise<void> {
     fsync,
     stages,
     ...(messages === null ? {} : { messages }),
+    ...(multipart === null ? {} : { multipart }),
   }
   mkdirSync(dirname(LAST_RUN), { recursive: true })
   writeFileSync(LAST_RUN, JSON.stringify(data, null, 1) + '\n')

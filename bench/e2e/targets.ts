@@ -212,6 +212,46 @@ export async function routerTarget(
   }
 }
 
+/** A svc-router started by a workload of its own (messages.ts, multipart.ts), with the key the run sends to it. */
+export interface OwnRouter {
+  readonly url: string
+  readonly key: string
+  readonly child: Child
+}
+
+/**
+ * Starts a svc-router of a workload's own in `workDir`/`name`: `registry` as its providers.yaml, the bench's
+ * base config (errors-only log, a rate limit no workload reaches, a fresh store with the dev bootstrap) plus
+ * `extra` config lines.
+ */
+export async function startOwnRouter(root: string, workDir: string, name: string, registry: string, extra: readonly string[] = []): Promise<OwnRouter> {
+  const dir = join(workDir, name)
+  mkdirSync(dir, { recursive: true })
+  writeFileSync(join(dir, 'providers.yaml'), registry)
+  const configFile = join(dir, 'config.yaml')
+  const config = [
+    'server: { host: 127.0.0.1, port: 0 }',
+    'registry: { source: file, path: providers.yaml, watch: false }',
+    `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))} }`,
+    'limits: { requests_per_minute: 100000000 }',
+    'log: { level: error }',
+    'dev: { bootstrap: true, deposit_usd: 1000000 }',
+    ...extra,
+  ]
+  writeFileSync(configFile, config.join('\n') + '\n')
+  const { child, match } = await startChild(`svc-router (${name})`, process.execPath, [join(root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile], {
+    cwd: root,
+    ready: /svc-router listening on (http:\/\/[^\s]+)/,
+  })
+  try {
+    const url = match![1]!
+    return { url, key: await createBenchKey({ url, configFile, output: () => child.output() }), child }
+  } catch (err) {
+    await child.stop()
+    throw err
+  }
+}
+
 /**
  * The floor: bench/e2e/floor-relay.ts, the smallest relay on svc-router's stack (uWebSockets.js in front, one
  * undici Pool of 1,024 connections behind), with no routing, auth, trace or billing. It relays to one origin,

@@ -1,0 +1,331 @@
+/**
+ * The multipart workload of the e2e run (registered in run.ts; issue #12's benchmark): POST
+ * /v1/audio/transcriptions with WAV uploads, through a svc-router of its own and direct to the same simulator.
+ *
+ * 1. Throughput: `concurrency` clients in a closed loop, each sending a WAV of FILE_MIB MiB (within the replay
+ *    buffer, the common case: the router keeps a copy for a failover while it streams the upload through);
+ *    req/s and MiB/s of request body, direct and through the router in turn (after the memory part), best of
+ *    two rounds each in a full run.
+ * 2. Memory (first, on a router warmed by two small uploads only): UPLOADS concurrent uploads of UPLOAD_MIB MiB
+ *    each through the router, whose VmRSS is sampled every 20 ms (processes.ts); the growth over its idle RSS is
+ *    set against UPLOADS × the upload (what holding the uploads would cost) and UPLOADS ×
+ *    `upstream.replay_buffer_bytes` (REPLAY_MIB here, well under the upload, so the two bounds differ: past its
+ *    buffer the router must stream, not hold).
+ *
+ * The client of each upload holds no upload (one reused 1 MiB chunk) and every answer is checked: 200 and the
+ * audio's seconds as the provider counted them, so every byte reached it. As in load.ts the load runs in a
+ * separate process (this file with a spec as its argument); the results go to stderr and into the run's raw
+ * results (`multipart` in last-run.json), rendered as section 5c of BENCHMARKS.md.
+ */
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { Readable } from 'node:stream'
+import { fileURLToPath } from 'node:url'
+import { Pool, type Dispatcher } from 'undici'
+import { treeRssKb, UsageMonitor, type Usage } from './processes.js'
+import { Samples, type Distribution } from './stats.js'
+import { PROVIDER_KEY, startOwnRouter, type SimSet } from './targets.js'
+
+const PATH = '/v1/audio/transcriptions'
+const MODEL = 'bench-stt'
+const BOUNDARY = 'svc-bench-boundary'
+const MIB = 1024 * 1024
+/** 16 kHz mono 16-bit PCM: bytes of audio per second. */
+const BYTES_PER_SECOND = 32_000
+const FILE_MIB = 3
+const UPLOAD_MIB = 25
+const UPLOADS = 10
+/** The router's `upstream.replay_buffer_bytes` in this workload (the default, 25 MiB, would equal the upload). */
+const REPLAY_MIB = 4
+
+/** Where to send: direct (the simulator's key) or through the router (its key). */
+interface Route {
+  readonly origin: string
+  readonly authorization: string
+}
+
+type Spec =
+  | { mode: 'throughput'; route: Route; fileBytes: number; concurrency: number; warmupMs: number; durationMs: number }
+  | { mode: 'uploads'; route: Route; fileBytes: number; uploads: number; maxMs: number }
+
+export interface MultipartResult {
+  readonly ok: number
+  readonly errors: number
+  readonly firstError: string | null
+  readonly seconds: number
+  readonly rps: number
+  /** MiB of request body per second (answered 2xx). */
+  readonly mibPerS: number
+  readonly latency: Distribution | null
+  /** Requests sent, warm-up included. */
+  readonly sent: number
+}
+
+export interface MultipartRun {
+  readonly fileMiB: number
+  readonly concurrency: number
+  readonly durationMs: number
+  /** Throughput rounds (direct, router, direct, …); each one's best round is kept. */
+  readonly rounds: number
+  readonly uploadMiB: number
+  readonly uploads: number
+  readonly replayBufferMiB: number
+  readonly throughput: {
+    readonly direct: MultipartResult
+    readonly router: MultipartResult
+    /** The router's CPU time and peak RSS over its throughput run. */
+    readonly routerUsage: Usage
+    /** The simulator's CPU time over each run: the share of the 2 cores the provider's own parsing takes. */
+    readonly simCpuMs: { readonly direct: number; readonly router: number }
+  }
+  readonly memory: { readonly idleRssMb: number; readonly peakRssMb: number; readonly load: MultipartResult }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The load process.
+
+/** The 44-byte header of a PCM WAV (16 kHz, mono, 16-bit) whose `data` chunk holds `dataBytes`. */
+function wavHeader(dataBytes: number): Buffer {
+  const h = Buffer.alloc(44)
+  h.write('RIFF', 0, 'latin1')
+  h.writeUInt32LE(36 + dataBytes, 4)
+  h.write('WAVE', 8, 'latin1')
+  h.write('fmt ', 12, 'latin1')
+  // fmt chunk: size 16, PCM, 1 channel, rate, byte rate, block align, bits per sample.
+  const fmt = [16, 1 | (1 << 16), BYTES_PER_SECOND / 2, BYTES_PER_SECOND, 2 | (16 << 16)]
+  fmt.forEach((v, i) => h.writeUInt32LE(v, 16 + i * 4))
+  h.write('data', 36, 'latin1')
+  h.writeUInt32LE(dataBytes, 40)
+  return h
+}
+
+/** The form around a file of `fileBytes` (WAV header included): `model` first, as the router reads only until it. */
+function envelope(fileBytes: number): { opening: Buffer; closing: Buffer; length: number } {
+  const opening = Buffer.concat([
+    Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${MODEL}\r\n`),
+    Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="speech.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+    wavHeader(fileBytes - 44),
+  ])
+  const closing = Buffer.from(`\r\n--${BOUNDARY}--\r\n`)
+  return { opening, closing, length: opening.length + fileBytes - 44 + closing.length }
+}
+
+let sent = 0
+
+/** One upload; resolves with the status and the (small) answer. */
+function exchange(d: Dispatcher, headers: Record<string, string>, body: Buffer | Readable): Promise<{ status: number; text: string }> {
+  sent++
+  return new Promise((resolve, reject) => {
+    let status = 0
+    let text = ''
+    d.dispatch(
+      { path: PATH, method: 'POST', headers, body },
+      {
+        onRequestStart() {},
+        onResponseStart(_c, s) {
+          status = s
+        },
+        onResponseData(_c, chunk: Buffer) {
+          if (text.length < 64 * 1024) text += chunk.toString('utf8')
+        },
+        onResponseEnd() {
+          resolve({ status, text })
+        },
+        onResponseError(_c, err) {
+          reject(err)
+        },
+      },
+    )
+  })
+}
+
+/** Why an answer is wrong (null: right): 200, and the audio's length as the provider counted it, to the byte. */
+function problem(r: { status: number; text: string }, fileBytes: number): string | null {
+  if (r.status !== 200) return `HTTP ${r.status}: ${r.text.slice(0, 160)}`
+  try {
+    const body = JSON.parse(r.text) as { usage?: { seconds?: number }; x_svc_trace?: { usage?: { seconds?: number } } }
+    const seconds = body.x_svc_trace?.usage?.seconds ?? body.usage?.seconds
+    const expected = (fileBytes - 44) / BYTES_PER_SECOND
+    return seconds !== undefined && Math.abs(seconds - expected) < 0.001 ? null : `${seconds} s of audio counted, ${expected} s sent`
+  } catch {
+    return `not JSON: ${r.text.slice(0, 160)}`
+  }
+}
+
+async function runSpec(spec: Spec): Promise<MultipartResult> {
+  const { opening, closing, length } = envelope(spec.fileBytes)
+  const headers = { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, 'content-length': String(length), authorization: spec.route.authorization }
+  const lanes = spec.mode === 'throughput' ? spec.concurrency : spec.uploads
+  const pool = new Pool(spec.route.origin, { connections: lanes, pipelining: 1, keepAliveTimeout: 60_000 })
+  const samples = new Samples(1024)
+  let ok = 0
+  let errors = 0
+  let firstError: string | null = null
+  const fail = (why: string): void => {
+    errors++
+    firstError ??= why
+  }
+  let seconds: number
+  if (spec.mode === 'throughput') {
+    // One whole body, sent again and again: the cheapest client, the same for both targets.
+    const whole = Buffer.concat([opening, Buffer.alloc(spec.fileBytes - 44), closing])
+    const begin = performance.now()
+    const measureFrom = begin + spec.warmupMs
+    const end = measureFrom + spec.durationMs
+    await Promise.all(
+      Array.from({ length: lanes }, async () => {
+        while (performance.now() < end) {
+          const t0 = performance.now()
+          try {
+            const r = await exchange(pool, headers, whole)
+            const t1 = performance.now()
+            // Only requests that start and finish inside the window count, so warm-up and tail do not.
+            if (t0 < measureFrom || t1 > end) continue
+            const why = problem(r, spec.fileBytes)
+            if (why !== null) fail(why)
+            else {
+              ok++
+              samples.push(t1 - t0)
+            }
+          } catch (err) {
+            if (t0 >= measureFrom) fail(String(err))
+          }
+        }
+      }),
+    )
+    seconds = spec.durationMs / 1000
+  } else {
+    // All uploads at once, each from one reused chunk: the client holds no upload.
+    const chunk = Buffer.alloc(MIB)
+    const audio = spec.fileBytes - 44
+    async function* upload(): AsyncGenerator<Buffer> {
+      yield opening
+      for (let left = audio; left > 0; left -= chunk.length) yield left >= chunk.length ? chunk : chunk.subarray(0, left)
+      yield closing
+    }
+    const begin = performance.now()
+    const stopAt = begin + spec.maxMs
+    await Promise.all(
+      Array.from({ length: lanes }, async () => {
+        const t0 = performance.now()
+        try {
+          const body = Readable.from(upload(), { objectMode: false })
+          const bound = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('not answered in time')), stopAt - t0).unref())
+          const why = problem(await Promise.race([exchange(pool, headers, body), bound]), spec.fileBytes)
+          if (why !== null) return fail(why)
+          ok++
+          samples.push(performance.now() - t0)
+        } catch (err) {
+          fail(String(err))
+        }
+      }),
+    )
+    seconds = (performance.now() - begin) / 1000
+  }
+  await pool.destroy()
+  const rps = seconds > 0 ? ok / seconds : 0
+  return { ok, errors, firstError, seconds, rps, mibPerS: (rps * length) / MIB, latency: samples.distribution(), sent }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The run's side.
+
+export interface MultipartOptions {
+  readonly root: string
+  readonly sims: SimSet
+  readonly workDir: string
+  readonly quick: boolean
+  readonly progress: (line: string) => void
+}
+
+function runLoad(root: string, spec: Spec, boundMs: number): Promise<MultipartResult> {
+  const script = join(root, 'dist', 'bench', 'e2e', 'multipart.js')
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: boundMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
+      if (err !== null) return reject(new Error(`multipart load failed: ${err.message} ${stderr.slice(-300)}`))
+      resolve(JSON.parse(stdout.trim().split('\n').pop() ?? 'null') as MultipartResult)
+    })
+  })
+}
+
+const ms = (v: number | undefined): string => (v === undefined || Number.isNaN(v) ? 'n/a' : `${v.toFixed(1)} ms`)
+
+function line(r: MultipartResult): string {
+  const errs = r.errors > 0 ? `, ${r.errors} errors (first: ${r.firstError?.slice(0, 160)})` : ''
+  return `${r.rps.toFixed(1)} req/s, ${r.mibPerS.toFixed(0)} MiB/s, p50 ${ms(r.latency?.p50)}, p99 ${ms(r.latency?.p99)}${errs}`
+}
+
+/** Starts the workload's router (replay buffer REPLAY_MIB), measures throughput both ways and the router's RSS, stops it. */
+export async function measureMultipart(o: MultipartOptions): Promise<MultipartRun> {
+  const plan = o.quick ? { concurrency: 8, warmupMs: 1_000, durationMs: 3_000, rounds: 1 } : { concurrency: 8, warmupMs: 2_000, durationMs: 10_000, rounds: 2 }
+  const fileBytes = FILE_MIB * MIB
+  const sim = o.sims.fast
+  const registry = ['providers:', '  - address: "0x' + 'd'.repeat(40) + '"', `    url: "${sim.url}"`, '    trust_mode: standard', '    models:', `      - { id: ${MODEL}, type: speech-to-text, price: { audio_second: 0.0001 } }`, ''].join('\n')
+  o.progress(`multipart: starting its svc-router (${MODEL} on the fast simulator, replay buffer ${REPLAY_MIB} MiB)`)
+  const router = await startOwnRouter(o.root, o.workDir, 'router-multipart', registry, [`upstream: { replay_buffer_bytes: ${REPLAY_MIB * MIB} }`])
+  try {
+    const viaRouter: Route = { origin: router.url, authorization: `Bearer ${router.key}` }
+    // Memory first, on a router that has served only a warm-up (code, pools, the parser): after the throughput
+    // run its heap would hold that run's garbage, which the uploads could reuse unseen.
+    const maxMs = o.quick ? 60_000 : 120_000
+    const uploads = (count: number, bytes: number): Promise<MultipartResult> => runLoad(o.root, { mode: 'uploads', route: viaRouter, fileBytes: bytes, uploads: count, maxMs }, maxMs + 30_000)
+    const warm = await uploads(2, FILE_MIB * MIB)
+    if (warm.errors > 0) o.progress(`multipart: warm-up failed: ${warm.firstError}`)
+    await new Promise((r) => setTimeout(r, 500))
+    const idleRssMb = treeRssKb(router.child.pid) / 1024
+    const rss = new UsageMonitor(router.child.pid)
+    rss.start(20)
+    const load = await uploads(UPLOADS, UPLOAD_MIB * MIB)
+    const { peakRssMb } = rss.stop()
+    o.progress(
+      `multipart: ${UPLOADS} concurrent ${UPLOAD_MIB} MiB uploads through svc-router: ${load.ok}/${UPLOADS} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; ${UPLOADS} × upload ${UPLOADS * UPLOAD_MIB} MiB, ${UPLOADS} × replay buffer ${UPLOADS * REPLAY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
+    )
+
+    // Throughput: direct and through the router in turn, `rounds` times on a shared machine, each one's best kept.
+    type Turn = { r: MultipartResult; router: Usage; simCpuMs: number }
+    const throughput = async (label: string, route: Route, best: Turn | null): Promise<Turn> => {
+      const routerMonitor = new UsageMonitor(router.child.pid)
+      const simMonitor = new UsageMonitor(sim.child.pid)
+      routerMonitor.start()
+      simMonitor.start()
+      const r = await runLoad(o.root, { mode: 'throughput', route, fileBytes, concurrency: plan.concurrency, warmupMs: plan.warmupMs, durationMs: plan.durationMs }, plan.warmupMs + plan.durationMs + 60_000)
+      const turn = { r, router: routerMonitor.stop(), simCpuMs: simMonitor.stop().cpuMs }
+      o.progress(`multipart: ${FILE_MIB} MiB transcriptions, ${plan.concurrency} clients, ${label}: ${line(r)}; CPU per request: simulator ${ms(turn.simCpuMs / r.sent)}, router ${ms(turn.router.cpuMs / r.sent)}`)
+      return best !== null && best.r.mibPerS >= r.mibPerS ? best : turn
+    }
+    let direct: Turn | null = null
+    let routed: Turn | null = null
+    for (let round = 1; round <= plan.rounds; round++) {
+      direct = await throughput(`direct (round ${round}/${plan.rounds})`, { origin: sim.url, authorization: `Bearer ${PROVIDER_KEY}` }, direct)
+      routed = await throughput(`svc-router (round ${round}/${plan.rounds})`, viaRouter, routed)
+    }
+    o.progress(`multipart: throughput through svc-router ${(routed!.r.mibPerS / direct!.r.mibPerS).toFixed(2)}× direct`)
+
+    return {
+      fileMiB: FILE_MIB,
+      concurrency: plan.concurrency,
+      durationMs: plan.durationMs,
+      rounds: plan.rounds,
+      uploadMiB: UPLOAD_MIB,
+      uploads: UPLOADS,
+      replayBufferMiB: REPLAY_MIB,
+      throughput: { direct: direct!.r, router: routed!.r, routerUsage: routed!.router, simCpuMs: { direct: direct!.simCpuMs, router: routed!.simCpuMs } },
+      memory: { idleRssMb, peakRssMb, load },
+    }
+  } finally {
+    await router.child.stop()
+  }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] !== undefined) {
+  runSpec(JSON.parse(process.argv[2]) as Spec).then(
+    (r) => {
+      process.stdout.write(JSON.stringify(r) + '\n')
+      process.exit(0)
+    },
+    (err: unknown) => {
+      process.stderr.write(String((err as Error)?.stack ?? err) + '\n')
+      process.exit(1)
+    },
+  )
+}
