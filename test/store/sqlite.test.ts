@@ -274,3 +274,22 @@ t.test('charges a crash left unfolded are in the totals and the roll-up of the n
   await store.close()
   t.equal((await next.ledger.totals(A)).spent, expected)
 })
+
+t.test('a fold that fails after a batch committed does not fail the batch; the next read folds it', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const store = await openSqliteStore({ path })
+  t.teardown(() => store.close())
+  await store.ledger.addFunds(A, 'deposit', 10n ** 18n, '', T0)
+  // Another process makes the fold fail (here: its watermark table is gone for a moment).
+  const other = new Database(path)
+  t.teardown(() => other.close())
+  other.exec('ALTER TABLE ledger_fold RENAME TO ledger_fold_away')
+  const charges = Array.from({ length: 300 }, (_, i) => ({
+    requestId: `req_f${i}`, accountId: A, keyId: 'k', model: 'm', provider: 'p', at: T0, promptTokens: 1, completionTokens: 1, images: 0, audioMs: 0, cost: 2n,
+  }))
+  const outcomes = await store.ledger.recordCharges(charges)
+  t.equal(outcomes.filter((o) => o instanceof Error).length, 0, 'every charge of the batch is reported billed: it was committed')
+  other.exec('ALTER TABLE ledger_fold_away RENAME TO ledger_fold')
+  t.equal((await store.ledger.totals(A)).spent, 600n, 'the next read folds them, once')
+  t.equal((await store.ledger.totals(A)).spent, 600n)
+})

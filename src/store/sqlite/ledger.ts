@@ -5,6 +5,7 @@
  * never by SQL.
  */
 import type { Transaction } from 'better-sqlite3'
+import { log } from '../../log.js'
 import { utcDay } from '../days.js'
 import type { AccountTotals, Charge, JournalEntry, JournalKind, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
 import { StoreConflictError } from '../store.js'
@@ -204,7 +205,16 @@ export class SqliteLedger implements LedgerStore {
     const appended = this.#appendCharges.immediate(charges, out)
     this.#unfolded += appended
     // The fold rides the same flush as this batch (it runs before durable() is asked for): nothing waits longer.
-    if (this.#unfolded >= FOLD_EVERY) this.fold()
+    // The batch is committed whatever the fold does: a fold that fails (the write lock held by another process
+    // past busy_timeout) must not report these charges as failed. The next fold, or the next reader, redoes it.
+    if (this.#unfolded >= FOLD_EVERY) {
+      try {
+        this.fold()
+      } catch (err) {
+        this.#unfolded = FOLD_EVERY - 1
+        log.warn('ledger: folding charges into the totals failed; the next charge or read retries', { err: String(err) })
+      }
+    }
     // The transaction ran on the event loop without a disk flush; the flush, when 'full', runs on the thread
     // pool, and the batch's charges are acknowledged (their responses' last bytes released) only after it.
     return this.#conn.flushed(out)
