@@ -32,6 +32,9 @@ let accessStream: ReturnType<typeof pino.destination> | null = null
 function bufferedStderr(): ReturnType<typeof pino.destination> {
   if (accessStream !== null) return accessStream
   const stream = pino.destination({ dest: 2, sync: false, minLength: 4096 })
+  // An asynchronous write that fails (stderr's reader gone: EPIPE) is reported as an 'error' event, which
+  // with no listener would end the process. Losing access lines is the lesser harm.
+  stream.on('error', () => {})
   setInterval(() => {
     try {
       stream.flush()
