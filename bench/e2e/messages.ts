@@ -11,8 +11,8 @@
  */
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { Client, Pool, type Dispatcher } from 'undici'
+import { runAsLoadProcess } from './processes.js'
 import { Samples, type Distribution } from './stats.js'
 import { PROVIDER_KEY, startOwnRouter, type SimKind, type SimSet } from './targets.js'
 
@@ -220,15 +220,4 @@ export async function measureMessages(o: MessagesOptions): Promise<MessagesRun> 
   }
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] !== undefined) {
-  runSpec(JSON.parse(process.argv[2]) as Spec).then(
-    (r) => {
-      process.stdout.write(JSON.stringify(r) + '\n')
-      process.exit(0)
-    },
-    (err: unknown) => {
-      process.stderr.write(String((err as Error)?.stack ?? err) + '\n')
-      process.exit(1)
-    },
-  )
-}
+runAsLoadProcess(import.meta.url, runSpec)

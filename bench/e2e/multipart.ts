@@ -20,9 +20,8 @@
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
-import { fileURLToPath } from 'node:url'
 import { Pool, type Dispatcher } from 'undici'
-import { treeRssKb, UsageMonitor, type Usage } from './processes.js'
+import { runAsLoadProcess, treeRssKb, UsageMonitor, type Usage } from './processes.js'
 import { Samples, type Distribution } from './stats.js'
 import { PROVIDER_KEY, startOwnRouter, type SimSet } from './targets.js'
 
@@ -317,15 +316,4 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
   }
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] !== undefined) {
-  runSpec(JSON.parse(process.argv[2]) as Spec).then(
-    (r) => {
-      process.stdout.write(JSON.stringify(r) + '\n')
-      process.exit(0)
-    },
-    (err: unknown) => {
-      process.stderr.write(String((err as Error)?.stack ?? err) + '\n')
-      process.exit(1)
-    },
-  )
-}
+runAsLoadProcess(import.meta.url, runSpec)

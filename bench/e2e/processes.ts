@@ -6,6 +6,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { readFileSync, readdirSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
 
 export interface Child {
   readonly name: string
@@ -240,4 +241,22 @@ export async function waitForPort(port: number, timeoutMs: number): Promise<void
     if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`)
     await new Promise((r) => setTimeout(r, 50))
   }
+}
+
+/**
+ * The entry point of a file that is also run as a load process (messages.ts, multipart.ts): when `moduleUrl`
+ * is the script node was started with and a spec was passed, runs it and prints its result as one JSON line.
+ */
+export function runAsLoadProcess<S, R>(moduleUrl: string, run: (spec: S) => Promise<R>): void {
+  if (process.argv[1] !== fileURLToPath(moduleUrl) || process.argv[2] === undefined) return
+  run(JSON.parse(process.argv[2]) as S).then(
+    (r) => {
+      process.stdout.write(JSON.stringify(r) + '\n')
+      process.exit(0)
+    },
+    (err: unknown) => {
+      process.stderr.write(String((err as Error)?.stack ?? err) + '\n')
+      process.exit(1)
+    },
+  )
 }
