@@ -1,8 +1,8 @@
 /**
  * The durable state of the router behind one interface (DESIGN.md §1), split by concern so that an
  * implementation can provide one part at a time (the PostgreSQL store of a later issue): accounts
- * (accounts.ts), `sk-`/`mk-` keys (keys.ts), the ledger (ledger.ts) and what other writers changed
- * (changes.ts). SQLite is the embedded implementation (sqlite/); every implementation must pass the one
+ * (accounts.ts), `sk-`/`mk-` keys (keys.ts), the ledger (ledger.ts), async jobs (jobs.ts) and what other
+ * writers changed (changes.ts). SQLite is the embedded implementation (sqlite/); every implementation must pass the one
  * contract suite (test/store/contract.ts).
  *
  * Every method returns a Promise so that a networked store fits; callers on the hot path never await one on a
@@ -12,11 +12,13 @@
  */
 import type { AccountStore } from './accounts.js'
 import type { ChangeFeed } from './changes.js'
+import type { JobStore } from './jobs.js'
 import type { KeyStore } from './keys.js'
 import type { LedgerStore } from './ledger.js'
 
 export * from './accounts.js'
 export * from './changes.js'
+export * from './jobs.js'
 export * from './keys.js'
 export * from './ledger.js'
 
@@ -26,8 +28,8 @@ export interface Store {
   readonly ledger: LedgerStore
   /** Changes committed by other writers, for the caches of this process. */
   readonly changes: ChangeFeed
-  // jobs: JobStore — async image jobs (DESIGN.md §4: stored, resumed after a restart, billed once) come with
-  // their own issue, as one more part here and one more file beside these.
+  /** Async image jobs (DESIGN.md §4: stored, resumed after a restart, billed once). */
+  readonly jobs: JobStore
   close(): Promise<void>
 }
 

@@ -473,6 +473,54 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     t.strictSame(await store.ledger.spendByKey(B, null), new Map())
   })
 
+  t.test('jobs: created pending, processing, ended once; unfinished ones listed; charged by id; ended ones removed after', async (t) => {
+    const store = await factory(t)
+    const job = (id: string, createdAt: number) => ({
+      id,
+      accountId: A,
+      keyId: null,
+      surface: 'images',
+      model: 'img',
+      providerAddress: B,
+      params: '{"n":1}',
+      body: Buffer.from('{"prompt":"x"}'),
+      bodyPath: null,
+      createdAt,
+    })
+    const one = randomUUID()
+    const two = randomUUID()
+    await store.jobs.createJob(job(one, T0))
+    await store.jobs.createJob(job(two, T0 + 1))
+    await t.rejects(store.jobs.createJob(job(one, T0)), 'an id is never reused')
+    const fresh = await store.jobs.getJob(one)
+    t.equal(fresh?.status, 'pending')
+    t.equal(fresh?.updatedAt, T0)
+    t.same(fresh?.body, Buffer.from('{"prompt":"x"}'))
+    t.equal(await store.jobs.getJob(randomUUID()), null)
+    await store.jobs.markProcessing(one, T0 + 5)
+    t.equal((await store.jobs.getJob(one))?.status, 'processing')
+    t.same((await store.jobs.unfinishedJobs()).map((j) => j.id), [one, two], 'oldest first')
+    const done = { status: 'completed' as const, provider: B, result: '{"data":[]}', trace: '{"provider":"b"}', error: null, resKey: 'img-1', at: T0 + 10 }
+    t.equal(await store.jobs.finishJob(one, done), true)
+    t.equal(await store.jobs.finishJob(one, { ...done, status: 'failed', error: 'late', at: T0 + 11 }), false, 'ended once')
+    const ended = await store.jobs.getJob(one)
+    t.match(ended, { status: 'completed', result: '{"data":[]}', trace: '{"provider":"b"}', resKey: 'img-1', updatedAt: T0 + 10, error: null, body: null })
+    await store.jobs.markProcessing(one, T0 + 20)
+    t.equal((await store.jobs.getJob(one))?.status, 'completed', 'an ended job never goes back')
+    t.same((await store.jobs.unfinishedJobs()).map((j) => j.id), [two])
+
+    t.equal(await store.jobs.jobCharged(two), false)
+    await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+    const k = await store.keys.createApiKey(apiKey(A))
+    await store.ledger.recordCharge(charge(A, k.id, { requestId: two }))
+    t.equal(await store.jobs.jobCharged(two), true)
+
+    t.same(await store.jobs.removeEndedJobs(T0 + 10), [], 'ended at T0+10 is not before T0+10')
+    t.same((await store.jobs.removeEndedJobs(T0 + 11)).map((j) => j.id), [one])
+    t.equal(await store.jobs.getJob(one), null)
+    t.equal((await store.jobs.getJob(two))?.status, 'pending', 'unfinished jobs are never removed')
+  })
+
   t.test('a closed store refuses calls', async (t) => {
     const store = await factory(t)
     await store.close()

@@ -222,4 +222,33 @@ export const MIGRATIONS: readonly Migration[] = [
       INSERT INTO ledger_fold (id, folded_seq) VALUES (1, coalesce((SELECT max(seq) FROM journal), 0));
     `,
   },
+  {
+    version: 4,
+    name: 'async image jobs',
+    // One row per job (src/store/jobs.ts). A job's charge is a journal row under the job's id, so "billed" is
+    // the journal's to say (jobCharged), never a column here that a crash could leave out of step with it.
+    sql: `
+      CREATE TABLE jobs (
+        id                 TEXT PRIMARY KEY,
+        account_id         TEXT NOT NULL,
+        key_id             TEXT,
+        surface            TEXT NOT NULL,
+        model              TEXT NOT NULL,
+        provider_address   TEXT NOT NULL,
+        params             TEXT NOT NULL,
+        body               BLOB,
+        body_path          TEXT,
+        status             TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'completed', 'failed')),
+        provider           TEXT,
+        result             TEXT,
+        trace              TEXT,
+        error              TEXT,
+        res_key            TEXT NOT NULL DEFAULT '',
+        created_at         INTEGER NOT NULL,
+        updated_at         INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX jobs_unfinished ON jobs (created_at) WHERE status IN ('pending', 'processing');
+      CREATE INDEX jobs_ended ON jobs (updated_at) WHERE status IN ('completed', 'failed');
+    `,
+  },
 ]

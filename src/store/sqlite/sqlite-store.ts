@@ -1,11 +1,12 @@
 /**
  * The embedded Store: one better-sqlite3 connection in WAL mode (connection.ts) shared by one part per concern
- * (accounts.ts, keys.ts, ledger.ts, changes.ts).
+ * (accounts.ts, keys.ts, ledger.ts, jobs.ts, changes.ts).
  */
 import type { Store } from '../store.js'
 import { SqliteAccounts } from './accounts.js'
 import { SqliteChanges } from './changes.js'
 import { SqliteConnection, type SqliteStoreOptions } from './connection.js'
+import { SqliteJobs } from './jobs.js'
 import { SqliteKeys } from './keys.js'
 import { SqliteLedger } from './ledger.js'
 
@@ -16,6 +17,7 @@ export class SqliteStore implements Store {
   readonly keys: SqliteKeys
   readonly ledger: SqliteLedger
   readonly changes: SqliteChanges
+  readonly jobs: SqliteJobs
   readonly #conn: SqliteConnection
 
   constructor(options: SqliteStoreOptions) {
@@ -25,6 +27,7 @@ export class SqliteStore implements Store {
       this.keys = new SqliteKeys(this.#conn)
       this.ledger = new SqliteLedger(this.#conn)
       this.changes = new SqliteChanges(this.#conn, options.changePollMs)
+      this.jobs = new SqliteJobs(this.#conn)
     } catch (err) {
       this.#conn.close()
       throw err

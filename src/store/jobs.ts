@@ -1,0 +1,69 @@
+/**
+ * Async image jobs (DESIGN.md §4): what a job asked for, where it stands, and its result. The job runner
+ * (src/jobs/runner.ts) writes a job when it accepts it (before the 202), when an attempt starts, and when the
+ * engine's answer lands; a restart reads back every job that had not finished and resumes it. Results are
+ * kept for a while after the job ended, then removed.
+ */
+
+export type JobStatus = 'pending' | 'processing' | 'completed' | 'failed'
+
+/** What a job runs: the surface, and the request as the runner rebuilds it after a restart. */
+export interface NewJob {
+  /** UUID; also the request id its charge is recorded under (one charge per job, ever). */
+  readonly id: string
+  readonly accountId: string
+  /** The sk- key that pays, null for an unauthenticated deployment. */
+  readonly keyId: string | null
+  /** 'images' (JSON generation) or 'image_edits' (multipart). */
+  readonly surface: string
+  readonly model: string
+  /** The provider the job was assigned to when it was accepted (the 202's `provider_address`). */
+  readonly providerAddress: string
+  /** The request's parameters the runner needs to run it again (routing preferences, n, content type…), JSON. */
+  readonly params: string
+  /** The upstream body held in the store (JSON generations), null when it is a spooled file (`bodyPath`). */
+  readonly body: Buffer | null
+  readonly bodyPath: string | null
+  readonly createdAt: number
+}
+
+export interface JobRecord extends NewJob {
+  readonly status: JobStatus
+  readonly updatedAt: number
+  /** The provider that answered last (completed or failed), null before. */
+  readonly provider: string | null
+  /** A completed job's body (the sync endpoint's answer without the trace), JSON. */
+  readonly result: string | null
+  /** The x_svc_trace block of the run, JSON, null before it ended. */
+  readonly trace: string | null
+  readonly error: string | null
+  /** The provider's id of the answer (SVC-Res-Key), '' when it gave none. */
+  readonly resKey: string
+}
+
+/** How a job ended. */
+export interface JobOutcome {
+  readonly status: 'completed' | 'failed'
+  readonly provider: string | null
+  readonly result: string | null
+  readonly trace: string | null
+  readonly error: string | null
+  readonly resKey: string
+  readonly at: number
+}
+
+export interface JobStore {
+  /** Stores a new pending job, durably (its 202 goes out after). */
+  createJob(job: NewJob): Promise<void>
+  getJob(id: string): Promise<JobRecord | null>
+  /** A pending job's first attempt is under way. */
+  markProcessing(id: string, at: number): Promise<void>
+  /** Records how the job ended (once: a job that ended already is left as it is); false when it had. */
+  finishJob(id: string, outcome: JobOutcome): Promise<boolean>
+  /** Jobs not ended (pending or processing), oldest first: what a restart resumes. */
+  unfinishedJobs(): Promise<JobRecord[]>
+  /** Whether the ledger holds a charge recorded under the job's id (it was billed before a crash). */
+  jobCharged(id: string): Promise<boolean>
+  /** Removes jobs that ended before `endedBefore`; returns them (their spooled bodies are the caller's to delete). */
+  removeEndedJobs(endedBefore: number): Promise<JobRecord[]>
+}
