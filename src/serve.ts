@@ -33,6 +33,8 @@ import { messages } from './surfaces/messages.js'
 import { imageGenerations } from './surfaces/images.js'
 import { imageEdits } from './surfaces/image-edits.js'
 import { transcriptions } from './surfaces/transcriptions.js'
+import { asyncImageEdits, asyncImageGenerations, editJobs, generationJobs } from './surfaces/async-images.js'
+import { JobRunner } from './jobs/runner.js'
 import { createMultipartRoute, type MultipartDeps } from './pipeline/multipart-admission.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
 import { UpstreamPools } from './upstream/pools.js'
@@ -40,6 +42,8 @@ import { InFlight } from './upstream/drain.js'
 import { startAccessLog, startPromptLog } from './telemetry/access-log.js'
 import { startMetrics, type Metrics } from './telemetry/metrics.js'
 import { createOpsRoutes } from './telemetry/ops.js'
+import { tmpdir } from 'node:os'
+import { basename, dirname, join } from 'node:path'
 import type { Tracing } from './telemetry/tracing.js'
 
 /** How long requests ended at the drain's deadline get to bill and send their error events. */
@@ -212,6 +216,21 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     maxMultipartBodyBytes: config.server.max_multipart_body_bytes,
     replayBufferBytes: config.upstream.replay_buffer_bytes,
   }
+  // Async image jobs run through the same engine into a job sink; the ones a previous process left unfinished
+  // are resumed below, before the listener opens.
+  const jobs = new JobRunner({
+    store,
+    table,
+    engine: deps.engine,
+    ledger,
+    authenticate: auth.inference,
+    resultTtlMs: config.jobs.result_ttl_ms,
+    maxRunning: config.jobs.max_running,
+    spoolDir: config.jobs.spool_dir !== '' ? config.jobs.spool_dir : basename(config.store.path) === ':memory:' ? join(tmpdir(), 'svc-router-jobs') : join(dirname(config.store.path), 'jobs'),
+    defaultRateLimit: config.limits.requests_per_minute,
+  })
+  const asyncGenerations = jobs.kind(generationJobs)
+  const asyncEdits = jobs.kind(editJobs)
   // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
   const inFlight = new InFlight()
   const catalog = createCatalog(table)
@@ -234,6 +253,17 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     { method: 'post', pattern: '/v1/images/generations', handler: inFlight.track(createInferenceRoute(deps, imageGenerations), imageGenerations.name) },
     { method: 'post', pattern: '/v1/images/edits', handler: inFlight.track(createMultipartRoute(multipartDeps, imageEdits), imageEdits.name) },
     { method: 'post', pattern: '/v1/audio/transcriptions', handler: inFlight.track(createMultipartRoute(multipartDeps, transcriptions), transcriptions.name) },
+    {
+      method: 'post',
+      pattern: '/v1/async/images/generations',
+      handler: inFlight.track(createInferenceRoute(deps, asyncImageGenerations, jobs.launcher(asyncGenerations)), asyncImageGenerations.name),
+    },
+    {
+      method: 'post',
+      pattern: '/v1/async/images/edits',
+      handler: inFlight.track(createMultipartRoute(multipartDeps, asyncImageEdits, jobs.spooled(asyncEdits)), asyncImageEdits.name),
+    },
+    { method: 'get', pattern: '/v1/async/jobs/:jobId', handler: jobs.poll },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
@@ -276,6 +306,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     await tracing?.close()
     watcher?.close()
     stopWatchingLedger()
+    // Jobs still running are detached (resumed at the next start); what they billed is written just below.
+    await jobs.close()
     // Charges settled before the close are written before the store goes.
     await writer.close()
     await table.close()
@@ -287,6 +319,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   let app: Awaited<ReturnType<typeof listen>>
   let opsApp: Awaited<ReturnType<typeof listen>> | null = null
   try {
+    await jobs.resume()
     if (config.ops.separate_port) opsApp = await listen(config.ops.host, config.ops.port, opsRoutes)
     else routes.push(...opsRoutes)
     app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms })

@@ -104,7 +104,7 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   for (const dotted of PATH_KEYS) {
     const [section, key] = dotted.split('.') as [string, string]
     const holder = (config as unknown as Record<string, Record<string, string>>)[section]!
-    holder[key] = resolve(baseDir, holder[key]!)
+    if (holder[key] !== '') holder[key] = resolve(baseDir, holder[key]!)
   }
   return deepFreeze(config)
 }

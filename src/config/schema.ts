@@ -132,6 +132,19 @@ const HealthSchema = z.strictObject({
   uptime_window_ms: timeoutMs(300_000),
 })
 
+/** Async image jobs (src/jobs/runner.ts). */
+const JobsSchema = z.strictObject({
+  /** How long a finished job's result (or error) can be fetched; then GET answers 404 job_not_found. */
+  result_ttl_ms: timeoutMs(30 * 60_000),
+  /** Jobs running at once; later ones wait, pending, in arrival order (their reservation held). */
+  max_running: z.int().positive().default(32),
+  /**
+   * Where async edits' uploads are written until their job ends; '' = a `jobs` directory beside the store's
+   * file (the system temp directory for an in-memory store). Relative paths are resolved like store.path.
+   */
+  spool_dir: z.string().default(''),
+})
+
 // `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
 export const ConfigSchema = z.strictObject({
   server: ServerSchema.prefault({}),
@@ -144,11 +157,12 @@ export const ConfigSchema = z.strictObject({
   log: LogSchema.prefault({}),
   ops: OpsSchema.prefault({}),
   tracing: TracingSchema.prefault({}),
+  jobs: JobsSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })
 
-/** Dotted paths of the keys that hold file paths (resolved to absolute by the loader). */
-export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path']
+/** Dotted paths of the keys that hold file paths (resolved to absolute by the loader; '' stays '': unset). */
+export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path', 'jobs.spool_dir']
 
 /** Readonly all the way down: what `deepFreeze` returns. */
 export type DeepReadonly<T> = T extends (infer U)[]

@@ -17,7 +17,7 @@ import { readJsonBody } from '../codecs/json-body.js'
 import { RouterError, toRouterError } from '../errors.js'
 import { log } from '../log.js'
 import { mergeBodyPreferences, parseRoutingHeaders, RoutingPrefs } from '../routing/preferences.js'
-import { select } from '../routing/select.js'
+import { select, type Selection } from '../routing/select.js'
 import type { RoutingTable } from '../routing/table.js'
 import type { Handler } from '../server/app.js'
 import type { HeaderList, Reply } from '../server/reply.js'
@@ -50,7 +50,11 @@ const resetClock = new ResetClock()
 
 
 /** The route handler of a JSON inference surface. */
-export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(deps: AdmissionDeps, surface: Surface<R, U>): Handler {
+export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
+  deps: AdmissionDeps,
+  surface: Surface<R, U>,
+  launcher: Launcher<R, U> = answerNow(deps),
+): Handler {
   const render = surface.renderError
 
   function onBody(head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer): void {
@@ -63,7 +67,7 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
     if (body instanceof RouterError) return fail(body)
     const req = surface.parse(body, head)
     if (req instanceof RouterError) return fail(req)
-    admitRequest(deps, surface, head, reply, admitted, req)
+    admitRequest(deps, surface, head, reply, admitted, req, launcher)
   }
 
   return function admitInference(head: RequestHead, reply: Reply): void {
@@ -100,10 +104,55 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
   }
 }
 
+/** An admitted request and its candidates: what a launcher runs. */
+export interface Launch<R extends SurfaceRequest, U extends Usage> {
+  readonly head: RequestHead
+  readonly reply: Reply
+  readonly admitted: Admitted
+  readonly surface: EngineSurface<R, U>
+  readonly request: R
+  readonly selection: Selection
+}
+
+/**
+ * What runs an admitted request: the failover loop answering on the client's reply (answerNow), or an async
+ * job that answers 202 and runs the same loop into a job sink (src/jobs/runner.ts).
+ */
+export type Launcher<R extends SurfaceRequest, U extends Usage> = (launch: Launch<R, U>) => void
+
+/**
+ * The launcher of every synchronous surface: the request's budget, then the failover loop writing to the
+ * client's reply. `started` receives the loop once it runs (a multipart upload may still have to cancel it).
+ */
+export function answerNow<R extends SurfaceRequest, U extends Usage>(
+  deps: Pick<AdmissionDeps, 'engine' | 'ledger'>,
+  started?: (failover: Failover<R, U>) => void,
+): Launcher<R, U> {
+  return function runFailover({ head, reply, admitted, surface, request, selection }: Launch<R, U>): void {
+    const principal = admitted.principal
+    const budget: Budget = principal.keyId === null ? new FreeBudget() : deps.ledger.open(principal, head.requestId)
+    const failover = new Failover(
+      deps.engine,
+      {
+        requestId: head.requestId,
+        startedAt: head.startedAt,
+        surface,
+        request,
+        baseHeaders: admitted.headers,
+        selection,
+        budget,
+        trace: clientTrace(head.traceparent, head.tracestate),
+      },
+      reply,
+    )
+    started?.(failover)
+    failover.start()
+  }
+}
+
 /**
  * The stages after the body, shared by JSON and multipart surfaces: the body's `provider` object, key policy,
- * selection, the books, then the failover loop. `started` receives the loop once it runs (a multipart upload
- * may still have to cancel it).
+ * selection, the books, then `launcher` (the failover loop, at once or as a job).
  */
 export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   deps: AdmissionDeps,
@@ -112,7 +161,7 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   reply: Reply,
   admitted: Admitted,
   req: R,
-  started?: (failover: Failover<R, U>) => void,
+  launcher: Launcher<R, U>,
 ): void {
   const { principal, prefs, headers } = admitted
   const render = surface.renderError
@@ -151,23 +200,7 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
 
   const forward = (): void => {
     if (reply.aborted) return
-    const budget: Budget = principal.keyId === null ? new FreeBudget() : ledger.open(principal, head.requestId)
-    const failover = new Failover(
-      deps.engine,
-      {
-        requestId: head.requestId,
-        startedAt: head.startedAt,
-        surface,
-        request: req,
-        baseHeaders: headers,
-        selection,
-        budget,
-        trace: clientTrace(head.traceparent, head.tracestate),
-      },
-      reply,
-    )
-    started?.(failover)
-    failover.start()
+    launcher({ head, reply, admitted, surface, request: req, selection })
   }
   // The ledger reads a principal's books from the store once; after that admission is synchronous.
   const ledger = deps.ledger

@@ -17,8 +17,9 @@ import type { RequestHead } from '../server/request-head.js'
 import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
 import type { MultipartSurface, SurfaceRequest } from '../surfaces/surface.js'
-import { ReplayableBody, type BodySource } from '../upstream/request-body.js'
-import { admitHead, admitRequest, crashed, type AdmissionDeps, type Admitted } from './admission.js'
+import { ReplayableBody, type BodySource, type RequestBody } from '../upstream/request-body.js'
+import { discardOnAnswer, type SpoolBody } from '../jobs/spool.js'
+import { admitHead, admitRequest, answerNow, crashed, type AdmissionDeps, type Admitted, type Launcher } from './admission.js'
 
 export interface MultipartDeps extends AdmissionDeps {
   readonly maxMultipartBodyBytes: number
@@ -36,20 +37,39 @@ function declaredLength(value: string): number {
   return Number(value)
 }
 
-/** The route handler of a multipart inference surface. */
-export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(deps: MultipartDeps, surface: MultipartSurface<R, U>): Handler {
+/**
+ * An upload held whole on disk instead of streamed on (async edits: the job runs after the client's 202, and
+ * again after a restart). `launcher` runs the request once `spool` has all of it.
+ */
+export interface SpooledUploads<R extends SurfaceRequest, U extends Usage> {
+  spool(intake: BodySource): SpoolBody
+  launcher(spool: SpoolBody): Launcher<R, U>
+}
+
+/**
+ * The route handler of a multipart inference surface: the upload streams through a replay buffer to the first
+ * attempt as it arrives, or with `spooled` it is written to disk and the request launched once it is all there.
+ */
+export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
+  deps: MultipartDeps,
+  surface: MultipartSurface<R, U>,
+  spooled?: SpooledUploads<R, U>,
+): Handler {
   const render = surface.renderError
   const max = deps.maxMultipartBodyBytes
 
-  return function admitMultipart(head: RequestHead, reply: Reply): void {
+  return function admitMultipart(head: RequestHead, client: Reply): void {
+    let reply = client
     let admitted: Admitted | null = null
     let form: FormHead | null = null
     let failover: Failover<R, U> | null = null
+    let spool: SpoolBody | null = null
     let refused = false
     const headersNow = (): HeaderList => admitted?.headers ?? ['x-request-id', head.requestId]
     const refuse = (err: RouterError, headers: HeaderList): void => {
       if (refused) return
       refused = true
+      spool?.discard()
       if (failover !== null) return failover.cancel(err)
       sendError(reply, err, head.requestId, headers, render)
       publishRefused(head, surface.name, '', false, err.status, err.code)
@@ -68,7 +88,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     // Not multipart at all: answered already, and uWS allows no body reader after the answer.
     if (refused) return
     const source = reply.bodySource()
-    // The upload as the replay buffer and the attempts read it: counted against the cap, shown to the scan.
+    // The upload as the replay buffer (or the spool) and the attempts read it: counted against the cap, shown
+    // to the scan.
     const intake: BodySource = {
       onChunk(handler) {
         source.onChunk((chunk, last) => {
@@ -82,18 +103,33 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       pause: () => source.pause(),
       resume: () => source.resume(),
     }
-    const upload = { body: new ReplayableBody(intake, deps.replayBufferBytes), received: () => received, declaredLength: declared, maxBytes: max }
+    let body: RequestBody
+    let launcher: Launcher<R, U>
+    if (spooled === undefined) {
+      body = new ReplayableBody(intake, deps.replayBufferBytes)
+      launcher = answerNow(deps, (started) => {
+        failover = started
+      })
+    } else {
+      const held = spooled.spool(intake)
+      spool = held
+      body = held
+      launcher = spooled.launcher(held)
+      // Until the job owns the file, a client that goes away or a refusal takes the upload with it.
+      client.onAborted(() => held.discard())
+      reply = discardOnAnswer(client, held)
+    }
+    const upload = { body, received: () => received, declaredLength: declared, maxBytes: max }
 
     function proceed(): void {
       if (refused || reply.aborted || form === null || admitted === null) return
       try {
         const req = surface.fromForm(form, upload, head)
         if (req instanceof RouterError) return refuse(req, admitted.headers)
-        admitRequest(deps, surface, head, reply, admitted, req, (started) => {
-          failover = started
-        })
+        admitRequest(deps, surface, head, reply, admitted, req, launcher)
       } catch (err) {
         refused = true
+        spool?.discard()
         crashed(head, reply, admitted.headers, render, err)
         publishRefused(head, surface.name, '', false, 500, 'server_error')
       }

@@ -97,6 +97,11 @@ export class Selection {
     this.#yielded = 0
   }
 
+  /** The candidate tried first (the pin, or the one select() drew), without moving the cursor. */
+  get first(): Offer | null {
+    return this.#pinned ?? this.#first
+  }
+
   next(): Offer | null {
     // Without fallbacks (an explicit false, or a pin without true), only the first candidate is ever tried.
     if (this.#yielded > 0 && !this.#prefs.fallbacksAllowed()) return null

@@ -6,7 +6,7 @@
 import type { ChatUsage, Cost, Usage } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import type { FormHead } from '../codecs/multipart.js'
-import type { ReplayableBody } from '../upstream/request-body.js'
+import type { RequestBody } from '../upstream/request-body.js'
 import type { RouterError } from '../errors.js'
 import type { ModelType } from '../registry/types.js'
 import type { Offer } from '../routing/offers.js'
@@ -68,7 +68,7 @@ export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = Ch
 
 /** The client's upload as a multipart surface sends it on. */
 export interface Upload {
-  readonly body: ReplayableBody
+  readonly body: RequestBody
   /** Bytes of the upload received so far. */
   readonly received: () => number
   /** The client's Content-Length, -1 when it sent none (chunked). */

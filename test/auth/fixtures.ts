@@ -42,6 +42,7 @@ export async function countingStore(): Promise<CountingStore> {
     keys,
     ledger: inner.ledger,
     changes: inner.changes,
+    jobs: inner.jobs,
     close: () => inner.close(),
     calls,
     get gate() {

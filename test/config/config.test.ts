@@ -42,6 +42,7 @@ function defaultsWithPathsIn(dir: string): Config {
     log: { level: 'info', format: 'auto', access_log: true, prompts: false },
     ops: { metrics: true, separate_port: false, host: '127.0.0.1', port: 9464 },
     tracing: { otlp_endpoint: '', service_name: 'svc-router' },
+    jobs: { result_ttl_ms: 1800000, max_running: 32, spool_dir: '' },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }
 }

@@ -14,6 +14,8 @@ export interface SpawnedRouter {
   /** The dev account's sk- key, printed once by the router on its empty store. */
   readonly key: string
   readonly child: ChildProcess
+  /** The directory of its config, registry and store (pass it as `dir` to start it again on the same store). */
+  readonly dir: string
   /** What the router wrote on stderr so far, with `captureStderr` (otherwise it goes to the test's stderr). */
   stderr(): string
   /** Resident set size of the router process, in MiB. */
@@ -29,9 +31,11 @@ export async function spawnRouter(
   t: TapLike,
   providers: object[],
   config: Record<string, Record<string, unknown>> = {},
-  options: { captureStderr?: boolean } = {},
+  options: { captureStderr?: boolean; dir?: string } = {},
 ): Promise<SpawnedRouter> {
-  const dir = t.testdir()
+  // `dir` given: the router of an earlier spawn starts again on its store (no dev key is printed then).
+  const again = options.dir !== undefined
+  const dir = options.dir ?? t.testdir()
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers }))
   writeFileSync(
     join(dir, 'config.yaml'),
@@ -58,7 +62,7 @@ export async function spawnRouter(
       out += b.toString()
       const listening = /listening on (http:\/\/\S+)/.exec(out)
       const devKey = /(sk-[A-Za-z0-9_-]{43})/.exec(out)
-      if (listening && devKey) resolve([listening[1]!, devKey[1]!])
+      if (listening && (devKey || again)) resolve([listening[1]!, devKey?.[1] ?? ''])
     })
     child.once('exit', (code) => reject(new Error(`router exited with ${code} before listening: ${out}`)))
   })
@@ -66,6 +70,7 @@ export async function spawnRouter(
     url,
     key,
     child,
+    dir,
     stderr: () => stderr,
     rssMiB() {
       const status = readFileSync(`/proc/${child.pid}/status`, 'utf8')

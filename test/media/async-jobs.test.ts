@@ -1,0 +1,355 @@
+/**
+ * Async image jobs through the real router (DESIGN.md §4): POST /v1/async/images/{generations,edits} → 202 with
+ * jobId, status pending, provider_address and Retry-After; GET /v1/async/jobs/:jobId until completed, with the
+ * sync body as `data` and the trace beside it; billed once under the job's id, by hand; failover before a job
+ * fails; a failed job costs nothing; owner-only 404s; expiry; a synchronous 402; jobs across a graceful restart,
+ * a SIGKILL, and a crash between the charge and the job's record.
+ */
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { loadConfig } from '../../src/config/index.js'
+import { serve } from '../../src/serve.js'
+import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
+import { startSimulator } from '../../src/simulator/simulator.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
+import { startStack, type Stack } from '../helpers/stack.js'
+import { A, atto, B, charges, IMAGE_MODEL, mediaProviders, PRICE_SORT, wav } from './fixtures.js'
+
+const PNG_SIGNATURE = '89504e470d0a1a0a'
+const BOUNDARY = 'svc-async-boundary'
+
+interface Answer {
+  status: number
+  headers: Record<string, string | string[] | undefined>
+  json: any
+}
+
+async function call(url: string, init: Parameters<typeof request>[1]): Promise<Answer> {
+  const res = await request(url, init)
+  const text = await res.body.text()
+  let json: any = null
+  try {
+    json = JSON.parse(text)
+  } catch {}
+  return { status: res.statusCode, headers: res.headers, json }
+}
+
+function submit(url: string, auth: Record<string, string>, body: object, extra: Record<string, string> = {}): Promise<Answer> {
+  return call(url + '/v1/async/images/generations', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...auth, ...PRICE_SORT, ...extra },
+    body: JSON.stringify(body),
+  })
+}
+
+function poll(url: string, auth: Record<string, string>, id: string, query = ''): Promise<Answer> {
+  return call(`${url}/v1/async/jobs/${id}${query}`, { headers: auth })
+}
+
+/** Polls until the job ended; every answer before must be pending or processing with Retry-After: 5. */
+async function settle(t: Test, url: string, auth: Record<string, string>, id: string): Promise<Answer> {
+  for (let i = 0; i < 400; i++) {
+    const res = await poll(url, auth, id)
+    if (res.status !== 200) return res
+    if (res.json.status === 'completed' || res.json.status === 'failed') return res
+    if (!['pending', 'processing'].includes(res.json.status)) t.fail(`status ${res.json.status} while running`)
+    if (res.headers['retry-after'] !== '5') t.fail(`Retry-After ${res.headers['retry-after']} while running`)
+    await new Promise((r) => setTimeout(r, 25))
+  }
+  throw new Error(`job ${id} did not end`)
+}
+
+function multipart(fields: [string, string][], files: { field: string; name: string; bytes: Buffer }[]): Buffer {
+  const parts: Buffer[] = []
+  for (const [name, value] of fields) parts.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`))
+  for (const file of files) {
+    parts.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${file.field}"; filename="${file.name}"\r\nContent-Type: image/png\r\n\r\n`))
+    parts.push(file.bytes, Buffer.from('\r\n'))
+  }
+  parts.push(Buffer.from(`--${BOUNDARY}--\r\n`))
+  return Buffer.concat(parts)
+}
+
+function submitEdit(stack: Stack, body: Buffer, extra: Record<string, string> = {}): Promise<Answer> {
+  return call(stack.url + '/v1/async/images/edits', {
+    method: 'POST',
+    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth, ...PRICE_SORT, ...extra },
+    body,
+  })
+}
+
+function spooled(stack: Stack): string[] {
+  try {
+    return readdirSync(join(stack.dir, 'jobs'))
+  } catch {
+    return []
+  }
+}
+
+t.test('a generation job: 202 pending with provider_address, polled to completed, data as the sync body, billed once', async (t) => {
+  const stack = await startStack(t, mediaProviders({ ttftMs: 300 }))
+  const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'a red fox', n: 2, response_format: 'b64_json' })
+  t.equal(res.status, 202)
+  t.same(Object.keys(res.json).sort(), ['jobId', 'provider_address', 'status'])
+  t.equal(res.json.status, 'pending')
+  t.equal(res.json.provider_address, A)
+  t.match(res.json.jobId, /^[0-9a-f-]{36}$/)
+  t.equal(res.headers['retry-after'], '5')
+  t.ok(res.headers['x-request-id'])
+  t.ok(res.headers['x-ratelimit-remaining-requests'])
+  t.equal((await charges(stack)).length, 0, 'nothing billed before the job completes')
+
+  const done = await settle(t, stack.url, stack.auth, res.json.jobId)
+  t.equal(done.status, 200)
+  const job = done.json
+  t.equal(job.jobId, res.json.jobId)
+  t.equal(job.status, 'completed')
+  t.ok(Date.parse(job.createdAt) <= Date.parse(job.updatedAt))
+  t.equal(job.errorMessage, undefined)
+  t.equal(done.headers['retry-after'], undefined, 'no Retry-After once it ended')
+  t.match(done.headers['svc-res-key'], /^img-/)
+  t.type(job.data.created, 'number', 'data is the sync body…')
+  t.equal(job.data.x_svc_trace, undefined, '…without the trace, which sits beside it')
+  t.equal(job.data.data.length, 2)
+  for (const image of job.data.data) t.equal(Buffer.from(image.b64_json, 'base64').subarray(0, 8).toString('hex'), PNG_SIGNATURE)
+  t.equal(job.x_svc_trace.request_id, job.jobId)
+  t.equal(job.x_svc_trace.provider, A)
+  t.equal(job.x_svc_trace.billing.total_cost, '0.006', '2 images × 0.003')
+  const billed = await charges(stack)
+  t.equal(billed.length, 1)
+  t.equal(billed[0]!.requestId, job.jobId, 'the charge is recorded under the job id')
+  t.equal(billed[0]!.amount, atto('0.006'))
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no hold left')
+  // Polling again changes nothing and bills nothing.
+  t.same((await poll(stack.url, stack.auth, job.jobId)).json, job)
+  t.equal((await charges(stack)).length, 1)
+})
+
+t.test('owner only: another account, an unknown id, a mismatched query → 404 job_not_found; matching query and mk- keys', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x' })
+  const id = res.json.jobId
+  await settle(t, stack.url, stack.auth, id)
+  const other = await stack.newApiKey({ account: await stack.newAccount() })
+  for (const [auth, query, why] of [
+    [other.auth, '', 'another account'],
+    [stack.auth, '?provider_address=' + B, 'another provider'],
+    [stack.auth, '?model=other-model', 'another model'],
+  ] as const) {
+    const r = await poll(stack.url, auth, id, query)
+    t.equal(r.status, 404, why)
+    t.equal(r.json.error.code, 'job_not_found', why)
+    t.equal(r.json.error.type, 'not_found_error')
+  }
+  const unknown = await poll(stack.url, stack.auth, '00000000-0000-0000-0000-000000000000')
+  t.equal(unknown.status, 404)
+  t.equal(unknown.json.error.code, 'job_not_found')
+  const sameKeyOtherAccountKey = await stack.newApiKey()
+  t.equal((await poll(stack.url, sameKeyOtherAccountKey.auth, id)).status, 200, 'another key of the same account sees it')
+  const matching = await poll(stack.url, stack.auth, id, `?provider_address=${A.toUpperCase().replace('0X', '0x')}&model=${IMAGE_MODEL}`)
+  t.equal(matching.status, 200, 'the query the original clients send')
+  t.equal((await poll(stack.url, {}, id)).status, 401)
+  const mgmt = await poll(stack.url, { authorization: 'Bearer ' + stack.mgmtKey }, id)
+  t.equal(mgmt.status, 403, 'an mk- key cannot read inference jobs')
+})
+
+t.test('a failing provider is retried on the next candidate; a job every provider fails is failed and costs nothing', async (t) => {
+  const stack = await startStack(t, mediaProviders({ fault: 'status-500' }))
+  const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x' })
+  t.equal(res.json.provider_address, A)
+  const done = await settle(t, stack.url, stack.auth, res.json.jobId)
+  t.equal(done.json.status, 'completed')
+  t.same(done.json.x_svc_trace.attempts.map((a: any) => [a.provider, a.status]), [[A, 500], [B, 200]])
+  t.equal(done.json.x_svc_trace.billing.total_cost, '0.005')
+  t.equal((await poll(stack.url, stack.auth, res.json.jobId, `?provider_address=${B}`)).status, 200, 'the provider that served it matches too')
+  t.equal((await charges(stack)).length, 1)
+
+  stack.sims.get(B)!.setOptions({ fault: 'status-500' })
+  const failing = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x', n: 3 })
+  t.equal(failing.status, 202)
+  const failed = await settle(t, stack.url, stack.auth, failing.json.jobId)
+  t.equal(failed.json.status, 'failed')
+  t.match(failed.json.errorMessage, /every provider tried failed/)
+  t.equal(failed.json.data, undefined)
+  t.equal(failed.json.x_svc_trace.billing.total_cost, '0')
+  t.equal((await charges(stack)).length, 1, 'the failed job is not billed')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'its hold was given back')
+})
+
+t.test('admission is synchronous: bad input, unknown models and an empty balance are refused before a job exists', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const bad = await submit(stack.url, stack.auth, { model: IMAGE_MODEL })
+  t.equal(bad.status, 400)
+  t.equal(bad.json.error.code, 'invalid_request')
+  const unknown = await submit(stack.url, stack.auth, { model: 'nope', prompt: 'x' })
+  t.equal(unknown.status, 404)
+  t.equal(unknown.json.error.code, 'model_not_found')
+  const poor = await stack.newApiKey({ account: await stack.newAccount('0.004') })
+  const broke = await submit(stack.url, poor.auth, { model: IMAGE_MODEL, prompt: 'x', n: 2 })
+  t.equal(broke.status, 402, '2 × 0.003 > 0.004')
+  t.equal(broke.json.error.code, 'insufficient_balance')
+  const capped = await stack.newApiKey({ creditLimit: atto('0.001') })
+  t.equal((await submit(stack.url, capped.auth, { model: IMAGE_MODEL, prompt: 'x' })).json.error.code, 'credit_limit_exceeded')
+  t.same(await stack.router.store.jobs.unfinishedJobs(), [], 'no job was created')
+  t.equal((await charges(stack)).length, 0)
+})
+
+t.test('an async edit: the upload is spooled, sent whole to the provider (and again on failover), then deleted', async (t) => {
+  const stack = await startStack(t, mediaProviders({ fault: 'status-500', faultCount: 1 }))
+  const image = wav(0.1)
+  const mask = Buffer.alloc(2048, 7)
+  const body = multipart([['model', IMAGE_MODEL], ['prompt', 'add a hat'], ['n', '2']], [{ field: 'image', name: 'image.png', bytes: image }, { field: 'mask', name: 'mask.png', bytes: mask }])
+  const res = await submitEdit(stack, body)
+  t.equal(res.status, 202)
+  t.equal(res.json.status, 'pending')
+  t.equal(res.headers['retry-after'], '5')
+  const done = await settle(t, stack.url, stack.auth, res.json.jobId)
+  t.equal(done.json.status, 'completed')
+  t.same(done.json.x_svc_trace.attempts.map((a: any) => [a.provider, a.status]), [[A, 500], [B, 200]], 'the spooled upload was sent again')
+  t.equal(done.json.data.data.length, 2)
+  const received = stack.sims.get(B)!.stats.lastForm!
+  t.same(received.files.map((f) => [f.field, f.bytes]).sort(), [['image', image.length], ['mask', 2048]], 'the whole upload reached the provider')
+  t.equal(received.fields.prompt, 'add a hat')
+  const billed = await charges(stack)
+  t.equal(billed.length, 1)
+  t.equal(billed[0]!.requestId, res.json.jobId)
+  t.equal(billed[0]!.amount, atto('0.01'), '2 images × 0.005 at B')
+  // The spool is emptied once the job ended (deleted asynchronously).
+  for (let i = 0; i < 50 && spooled(stack).length > 0; i++) await new Promise((r) => setTimeout(r, 20))
+  t.same(spooled(stack), [], 'no upload left on disk')
+})
+
+t.test('a refused async edit leaves nothing on disk; a chunked upload gets its length', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const refused = await submitEdit(stack, multipart([['model', 'nope'], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(50_000, 1) }]))
+  t.equal(refused.status, 404)
+  t.equal(refused.json.error.code, 'model_not_found')
+  const noModel = await submitEdit(stack, multipart([['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(10, 1) }]))
+  t.equal(noModel.status, 400)
+  for (let i = 0; i < 50 && spooled(stack).length > 0; i++) await new Promise((r) => setTimeout(r, 20))
+  t.same(spooled(stack), [], 'refused uploads were deleted')
+  // Sent chunked (no Content-Length): the provider still receives a sized body.
+  const body = multipart([['model', IMAGE_MODEL], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(70_000, 2) }])
+  const { Readable } = await import('node:stream')
+  const chunked = await call(stack.url + '/v1/async/images/edits', {
+    method: 'POST',
+    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth, ...PRICE_SORT },
+    body: Readable.from([body.subarray(0, 1000), body.subarray(1000)]),
+  })
+  t.equal(chunked.status, 202)
+  const done = await settle(t, stack.url, stack.auth, chunked.json.jobId)
+  t.equal(done.json.status, 'completed')
+  t.equal(stack.sims.get(A)!.stats.lastHeaders['content-length'], String(body.length))
+  t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 70_000)
+})
+
+t.test('results are kept result_ttl_ms, then 404', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { jobs: { result_ttl_ms: 300 } })
+  const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x' })
+  const done = await settle(t, stack.url, stack.auth, res.json.jobId)
+  t.equal(done.json.status, 'completed')
+  await new Promise((r) => setTimeout(r, 400))
+  const gone = await poll(stack.url, stack.auth, res.json.jobId)
+  t.equal(gone.status, 404)
+  t.equal(gone.json.error.code, 'job_not_found')
+  // The sweep removes the row itself (it runs at least every second).
+  for (let i = 0; i < 60 && (await stack.router.store.jobs.getJob(res.json.jobId)) !== null; i++) await new Promise((r) => setTimeout(r, 50))
+  t.equal(await stack.router.store.jobs.getJob(res.json.jobId), null)
+  t.equal((await charges(stack)).length, 1, 'the charge stays on the ledger')
+})
+
+/** A second router on the first one's store and simulators (the first one must be closed). */
+async function restart(t: Test, stack: Stack) {
+  const router = await serve(loadConfig({ file: join(stack.dir, 'config.yaml'), env: {} }))
+  t.teardown(() => router.close())
+  return router
+}
+
+t.test('a job running when the router stops gracefully is resumed by the next start and billed once', async (t) => {
+  const stack = await startStack(t, mediaProviders({ ttftMs: 600 }))
+  const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x', n: 2 })
+  t.equal(res.status, 202)
+  await new Promise((r) => setTimeout(r, 150))
+  t.equal((await poll(stack.url, stack.auth, res.json.jobId)).json.status, 'processing')
+  await stack.router.close()
+  const again = await restart(t, stack)
+  const done = await settle(t, again.url, stack.auth, res.json.jobId)
+  t.equal(done.json.status, 'completed')
+  t.equal(done.json.data.data.length, 2)
+  const billed = (await again.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+  t.equal(billed.length, 1)
+  t.equal(billed[0]!.amount, atto('0.006'))
+})
+
+t.test('a job billed just before a crash is run again at the next start without a second charge', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const store = stack.router.store
+  const id = '11111111-2222-3333-4444-555555555555'
+  const now = Date.now()
+  // As a crash leaves it: the job's charge committed, its own record still processing.
+  await store.jobs.createJob({
+    id,
+    accountId: stack.account,
+    keyId: stack.keyId,
+    surface: 'images',
+    model: IMAGE_MODEL,
+    providerAddress: A,
+    params: JSON.stringify({ n: 1, prefs: { sort: 2, sortSet: true } }),
+    body: Buffer.from(JSON.stringify({ model: IMAGE_MODEL, prompt: 'x' })),
+    bodyPath: null,
+    createdAt: now,
+  })
+  await store.jobs.markProcessing(id, now)
+  await store.ledger.recordCharge({ requestId: id, accountId: stack.account, keyId: stack.keyId, model: IMAGE_MODEL, provider: A, at: now, promptTokens: 0, completionTokens: 0, images: 1, audioMs: 0, cost: atto('0.003') })
+  await stack.router.close()
+  const again = await restart(t, stack)
+  const done = await settle(t, again.url, stack.auth, id)
+  t.equal(done.json.status, 'completed')
+  t.equal(done.json.data.data.length, 1)
+  const billed = (await again.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+  t.equal(billed.length, 1, 'billed once')
+})
+
+t.test('a job whose key was revoked before the restart fails at no cost', async (t) => {
+  const stack = await startStack(t, mediaProviders({ ttftMs: 800 }))
+  const key = await stack.newApiKey()
+  const res = await submit(stack.url, key.auth, { model: IMAGE_MODEL, prompt: 'x' })
+  t.equal(res.status, 202)
+  // Revoked while its job runs (that run is not stopped), then the router stops before the job ends.
+  await stack.router.credentials.revokeApiKey(stack.account, key.id)
+  await new Promise((r) => setTimeout(r, 100))
+  await stack.router.close()
+  const again = await restart(t, stack)
+  const done = await settle(t, again.url, stack.auth, res.json.jobId)
+  t.equal(done.json.status, 'failed')
+  t.match(done.json.errorMessage, /revoked/)
+  t.equal((await again.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge').length, 0)
+})
+
+t.test('SIGKILL while a job runs: the next start resumes it; it completes and is billed exactly once', async (t) => {
+  const sim = await startSimulator({ name: 'slow', ttftMs: 1500 })
+  t.teardown(() => sim.close())
+  const providers = [{ address: A, url: sim.url, trust_mode: 'standard', models: [{ id: IMAGE_MODEL, type: 'text-to-image', price: { image: '0.003' } }] }]
+  const first = await spawnRouter(t, providers)
+  const auth = { authorization: 'Bearer ' + first.key }
+  const res = await submit(first.url, auth, { model: IMAGE_MODEL, prompt: 'x', n: 2 })
+  t.equal(res.status, 202)
+  await new Promise((r) => setTimeout(r, 300))
+  first.child.kill('SIGKILL')
+  await new Promise((r) => first.child.once('exit', r))
+  const second = await spawnRouter(t, providers, {}, { dir: first.dir })
+  const done = await settle(t, second.url, auth, res.json.jobId)
+  t.equal(done.json.status, 'completed')
+  t.equal(done.json.data.data.length, 2)
+  t.equal(done.json.x_svc_trace.billing.total_cost, '0.006')
+  second.child.kill('SIGKILL')
+  await new Promise((r) => second.child.once('exit', r))
+  const store = await openSqliteStore({ path: join(first.dir, 'svc.db') })
+  t.teardown(() => store.close())
+  const job = await store.jobs.getJob(res.json.jobId)
+  t.equal(job?.status, 'completed')
+  const billed = (await store.ledger.journal(job!.accountId)).filter((e) => e.kind === 'charge')
+  t.same(billed.map((e) => [e.requestId, e.amount]), [[res.json.jobId, atto('0.006')]], 'one charge, under the job id')
+})
