@@ -343,7 +343,10 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     async drain(deadlineMs) {
       inFlight.draining = true
       app.stopListening()
-      if (await inFlight.idle(deadlineMs)) return 0
+      // Async jobs get the same deadline; what still runs then is detached and resumed by the next start.
+      const [idle] = await Promise.all([inFlight.idle(deadlineMs), jobs.drain(deadlineMs)])
+      await jobs.close()
+      if (idle) return 0
       const cut = inFlight.count
       log.warn('drain deadline reached: ending the requests still in flight', { in_flight: cut })
       pools.failAll()

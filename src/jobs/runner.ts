@@ -82,6 +82,8 @@ interface Queued {
   readonly budget: Budget
   readonly selection: Selection
   readonly trace: ClientTrace
+  /** Its body was dropped while it waited: read the job back from the store before it runs. */
+  readonly reload?: boolean
 }
 
 /** The POST's own end for telemetry (an access log line, a metric): accepted, 202. The job's run is its own request. */
@@ -146,6 +148,8 @@ export class JobRunner {
   readonly #running = new Set<JobSink>()
   #sweep: NodeJS.Timeout | null = null
   #closed = false
+  #draining = false
+  #idle: (() => void)[] = []
   #spoolReady = false
 
   constructor(options: JobRunnerOptions) {
@@ -170,7 +174,8 @@ export class JobRunner {
       spool: (intake) => new SpoolBody(intake, this.#spoolPath()),
       launcher: (spool) => (launch) => {
         spool.whenWritten((err) => {
-          if (launch.reply.aborted) return
+          // Discarded: refused (413, a scan error), and that refusal was the answer.
+          if (launch.reply.aborted || spool.discarded) return
           if (err !== null) return this.#refuse(launch, new RouterError('server_error', 'the upload could not be stored'))
           this.#submit(kind, launch, spool)
         })
@@ -261,17 +266,47 @@ export class JobRunner {
   }
 
   #enqueue(q: Queued): void {
-    if (this.#closed) {
+    if (this.#closed || this.#draining) {
       // Stays pending in the store: the next start resumes it.
       if (q.budget.open) q.budget.release()
       return
     }
-    if (this.#running.size < this.#o.maxRunning) this.#start(q)
-    else this.#queue.push(q)
+    if (this.#running.size < this.#o.maxRunning) return this.#start(q)
+    // A waiting job keeps its hold, not its body: that is read back from the store when its turn comes, so a
+    // long queue costs rows on disk, not request bodies in memory.
+    this.#queue.push(q.job.body === null ? q : { ...q, job: { ...q.job, body: null }, reload: true })
   }
 
   #next(): void {
-    while (!this.#closed && this.#running.size < this.#o.maxRunning && this.#queue.length > 0) this.#start(this.#queue.shift()!)
+    while (!this.#closed && !this.#draining && this.#running.size < this.#o.maxRunning && this.#queue.length > 0) {
+      const q = this.#queue.shift()!
+      if (q.reload !== true) {
+        this.#start(q)
+        continue
+      }
+      // Its slot is taken now, while the body is read back.
+      const slot = new JobSink(() => {})
+      this.#running.add(slot)
+      this.#o.store.jobs.getJob(q.job.id).then(
+        (job) => {
+          this.#running.delete(slot)
+          if (job === null || (job.status !== 'pending' && job.status !== 'processing')) {
+            if (q.budget.open) q.budget.release()
+          } else if (this.#closed || this.#draining || slot.aborted) {
+            if (q.budget.open) q.budget.release()
+          } else this.#start({ ...q, job, reload: false })
+          this.#next()
+          this.#wakeIdle()
+        },
+        (err: unknown) => {
+          this.#running.delete(slot)
+          if (q.budget.open) q.budget.release()
+          log.error('jobs: reading a queued job back failed; it runs at the next start', { job: q.job.id, err: String(err) })
+          this.#next()
+          this.#wakeIdle()
+        },
+      )
+    }
   }
 
   #start({ job, kind, budget, selection, trace }: Queued): void {
@@ -286,6 +321,7 @@ export class JobRunner {
       this.#running.delete(sink)
       this.#ended(job, status, headers, body)
       this.#next()
+      this.#wakeIdle()
     })
     this.#running.add(sink)
     this.#o.store.jobs.markProcessing(job.id, this.#now()).catch((err: unknown) => log.warn('jobs: marking a job processing failed', { job: job.id, err: String(err) }))
@@ -447,6 +483,30 @@ export class JobRunner {
   }
 
   /**
+   * The router is stopping: no job starts any more (waiting ones stay pending for the next start) and this
+   * resolves once the running ones ended, or after `ms`; close() then detaches what still runs.
+   */
+  drain(ms: number): Promise<boolean> {
+    this.#draining = true
+    for (const q of this.#queue.splice(0)) if (q.budget.open) q.budget.release()
+    if (this.#running.size === 0) return Promise.resolve(true)
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), ms)
+      this.#idle.push(() => {
+        clearTimeout(timer)
+        resolve(true)
+      })
+    })
+  }
+
+  #wakeIdle(): void {
+    if (this.#running.size !== 0 || this.#idle.length === 0) return
+    const idle = this.#idle
+    this.#idle = []
+    for (const fn of idle) fn()
+  }
+
+  /**
    * Stops running jobs: queued ones stay pending and running ones are detached (their attempt is cancelled and
    * nothing is recorded for them), so the next start resumes them all. What a provider already produced and
    * was billed is never billed again (see the file's comment).
@@ -456,7 +516,9 @@ export class JobRunner {
     this.#closed = true
     if (this.#sweep !== null) clearInterval(this.#sweep)
     for (const q of this.#queue.splice(0)) if (q.budget.open) q.budget.release()
-    for (const sink of [...this.#running]) sink.detach()
+    const running = [...this.#running]
     this.#running.clear()
+    for (const sink of running) sink.detach()
+    this.#wakeIdle()
   }
 }

@@ -62,6 +62,11 @@ export class SpoolBody extends FileBody {
     })
   }
 
+  /** Whether discard() ran (then whoever discarded it answered the client). */
+  get discarded(): boolean {
+    return this.#discarded
+  }
+
   /** Bytes written so far (all of the upload once done). */
   get bytes(): number {
     return this.#bytes

@@ -221,18 +221,40 @@ t.test('an async edit: the upload is spooled, sent whole to the provider (and ag
   t.same(spooled(stack), [], 'no upload left on disk')
 })
 
-t.test('a refused async edit leaves nothing on disk; a chunked upload gets its length', async (t) => {
-  const stack = await startStack(t, mediaProviders())
+t.test('a refused, oversized or abandoned async edit leaves nothing on disk; a chunked upload gets its length', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { server: { max_multipart_body_bytes: 100_000 } })
+  const big = multipart([['model', IMAGE_MODEL], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(150_000, 1) }])
+  const { Readable } = await import('node:stream')
+  const tooLarge = await call(stack.url + '/v1/async/images/edits', {
+    method: 'POST',
+    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth },
+    body: Readable.from([big.subarray(0, 60_000), big.subarray(60_000)]),
+  })
+  t.equal(tooLarge.status, 413, 'counted past the cap while spooling')
+  t.equal(tooLarge.json.error.code, 'request_too_large')
+  // A client that goes away mid-upload.
+  const { connect } = await import('node:net')
+  const url = new URL(stack.url)
+  const socket = connect(Number(url.port), url.hostname)
+  await new Promise((r) => socket.once('connect', r))
+  const head = multipart([['model', IMAGE_MODEL], ['prompt', 'x']], []).subarray(0, -(BOUNDARY.length + 6))
+  socket.write(
+    `POST /v1/async/images/edits HTTP/1.1\r\nHost: x\r\nAuthorization: ${stack.auth.authorization}\r\n` +
+      `Content-Type: multipart/form-data; boundary=${BOUNDARY}\r\nContent-Length: 90000\r\n\r\n`,
+  )
+  socket.write(head)
+  await new Promise((r) => setTimeout(r, 100))
+  socket.destroy()
   const refused = await submitEdit(stack, multipart([['model', 'nope'], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(50_000, 1) }]))
   t.equal(refused.status, 404)
   t.equal(refused.json.error.code, 'model_not_found')
   const noModel = await submitEdit(stack, multipart([['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(10, 1) }]))
   t.equal(noModel.status, 400)
   for (let i = 0; i < 50 && spooled(stack).length > 0; i++) await new Promise((r) => setTimeout(r, 20))
-  t.same(spooled(stack), [], 'refused uploads were deleted')
+  t.same(spooled(stack), [], 'refused, oversized and abandoned uploads were deleted')
+  t.same(await stack.router.store.jobs.unfinishedJobs(), [], 'and none became a job')
   // Sent chunked (no Content-Length): the provider still receives a sized body.
   const body = multipart([['model', IMAGE_MODEL], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(70_000, 2) }])
-  const { Readable } = await import('node:stream')
   const chunked = await call(stack.url + '/v1/async/images/edits', {
     method: 'POST',
     headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth, ...PRICE_SORT },
@@ -243,6 +265,21 @@ t.test('a refused async edit leaves nothing on disk; a chunked upload gets its l
   t.equal(done.json.status, 'completed')
   t.equal(stack.sims.get(A)!.stats.lastHeaders['content-length'], String(body.length))
   t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 70_000)
+})
+
+t.test('past jobs.max_running, jobs wait pending (holds kept) and run in arrival order', async (t) => {
+  const stack = await startStack(t, mediaProviders({ ttftMs: 200 }), { jobs: { max_running: 1 } })
+  const ids: string[] = []
+  for (let i = 1; i <= 3; i++) ids.push((await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'job ' + i, n: i })).json.jobId)
+  const states = await Promise.all(ids.map(async (id) => (await poll(stack.url, stack.auth, id)).json.status))
+  t.same(states, ['processing', 'pending', 'pending'])
+  t.equal(stack.router.ledger.reserved(stack.account), atto('0.018'), 'every job holds n × 0.003 while it waits')
+  const ended = []
+  for (const id of ids) ended.push((await settle(t, stack.url, stack.auth, id)).json)
+  t.same(ended.map((j) => [j.status, j.data.data.length]), [['completed', 1], ['completed', 2], ['completed', 3]])
+  t.ok(ended[0].updatedAt <= ended[1].updatedAt && ended[1].updatedAt <= ended[2].updatedAt, 'in arrival order')
+  t.same((await charges(stack)).map((c) => c.amount), [atto('0.003'), atto('0.006'), atto('0.009')])
+  t.equal(stack.router.ledger.reserved(stack.account), 0n)
 })
 
 t.test('results are kept result_ttl_ms, then 404', async (t) => {
@@ -273,6 +310,8 @@ t.test('a job running when the router stops gracefully is resumed by the next st
   t.equal(res.status, 202)
   await new Promise((r) => setTimeout(r, 150))
   t.equal((await poll(stack.url, stack.auth, res.json.jobId)).json.status, 'processing')
+  // A drain whose deadline comes before the job ends leaves it to the next start (not failed by the cut).
+  t.equal(await stack.router.drain(50), 0, 'no HTTP request was in flight')
   await stack.router.close()
   const again = await restart(t, stack)
   const done = await settle(t, again.url, stack.auth, res.json.jobId)
