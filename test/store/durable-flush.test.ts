@@ -58,3 +58,24 @@ t.test("'normal': writes resolve without a flush", async (t) => {
   for (let i = 0; i < 5; i++) await ledger.recordCharges([charge(200 + i)])
   t.equal(conn.flushes, 0)
 })
+
+t.test('the WAL is checkpointed off the event loop and stays bounded under a steady stream of charges', async (t) => {
+  const dir = t.testdir()
+  const conn = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal', checkpointEvery: 100 })
+  t.teardown(() => conn.close())
+  const ledger = new SqliteLedger(conn)
+  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
+  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
+  t.equal(conn.db.pragma('wal_autocheckpoint', { simple: true }), 0, 'SQLite never checkpoints inside a commit')
+  const { statSync } = await import('node:fs')
+  const wal = () => statSync(join(dir, 'svc.db-wal')).size
+  // Back to back, never idle: without the gated checkpoint the WAL would only grow (about 6 MB here).
+  for (let i = 0; i < 3000; i++) await ledger.recordCharges([charge(i)])
+  t.ok(wal() < 2 * 1024 * 1024, `the WAL was started over (${wal()} bytes after 3,000 charges)`)
+  const totals = await ledger.totals(ACCOUNT)
+  t.equal(totals.spent, 30_000n, 'every charge is there')
+  conn.close()
+  const again = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal' })
+  t.teardown(() => again.close())
+  t.equal((await new SqliteLedger(again).totals(ACCOUNT)).spent, 30_000n, 'and after a reopen')
+})

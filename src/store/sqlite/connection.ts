@@ -6,6 +6,7 @@
  */
 import { closeSync, fdatasync, mkdirSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
+import { Worker } from 'node:worker_threads'
 import Database from 'better-sqlite3'
 import { migrate } from './migrate.js'
 
@@ -20,6 +21,8 @@ export interface SqliteStoreOptions {
   readonly synchronous?: 'full' | 'normal'
   /** How often to look for commits by other processes (PRAGMA data_version). */
   readonly changePollMs?: number
+  /** Write transactions between two checkpoints of the WAL (see checkpoint()). */
+  readonly checkpointEvery?: number
   readonly now?: () => number
 }
 
@@ -31,6 +34,12 @@ export class SqliteConnection {
   readonly #path: string
   readonly #full: boolean
   #closed = false
+  /** The thread that checkpoints the WAL (file databases only), and the checkpoint it is running. */
+  #checkpointer: Worker | null = null
+  #checkpointing: Promise<void> | null = null
+  #endCheckpoint: (() => void) | null = null
+  readonly #checkpointEvery: number
+  #writes = 0
   /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
   flushes = 0
   /** The WAL file, opened once it exists; -1 before. Kept open for the connection's life (see durable). */
@@ -48,6 +57,7 @@ export class SqliteConnection {
     this.memory = options.path === ':memory:' || options.path === ''
     this.#path = options.path
     this.#full = options.synchronous !== 'normal'
+    this.#checkpointEvery = options.checkpointEvery ?? 500
     if (!this.memory) mkdirSync(dirname(options.path), { recursive: true })
     this.db = new Database(options.path)
     try {
@@ -59,6 +69,22 @@ export class SqliteConnection {
       this.db.pragma('foreign_keys = ON')
       this.db.pragma('busy_timeout = 5000')
       migrate(this.db, this.now())
+      if (!this.memory) {
+        // Checkpoints leave the event loop: SQLite's automatic one would run (and fsync twice) inside the commit
+        // that crossed its threshold, stalling every request behind it; a thread of ours does it instead.
+        this.db.pragma('wal_autocheckpoint = 0')
+        const worker = new Worker(new URL('./checkpoint-worker.js', import.meta.url), { workerData: { path: options.path } })
+        worker.unref()
+        worker.on('message', () => this.#checkpointed())
+        worker.on('error', (err) => {
+          // Back to SQLite's own checkpoints (on the loop) rather than a WAL that only grows.
+          process.emitWarning(`svc-router: the SQLite checkpoint thread stopped (${err.message}); checkpoints run in commits again`)
+          this.#checkpointer = null
+          this.#checkpointed()
+          if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
+        })
+        this.#checkpointer = worker
+      }
     } catch (err) {
       this.db.close()
       throw err
@@ -86,11 +112,39 @@ export class SqliteConnection {
    * the -shm and the database file), so holding a descriptor of our own is safe.
    */
   durable(): Promise<void> | null {
+    // Every write ends here: count it towards the next checkpoint.
+    if (++this.#writes >= this.#checkpointEvery) this.#checkpoint()
     if (!this.#full || this.memory) return null
     if (this.#again !== null) return this.#again
     if (this.#syncing === null) return (this.#syncing = this.#sync())
     // The flush under way may have started before this commit was written: wait for the next one.
     return (this.#again = this.#syncing.then(this.#syncNext, this.#syncNext))
+  }
+
+  /**
+   * While the checkpoint thread runs a checkpoint: the promise of its end. The charge path waits for it before
+   * its next batch (sqlite/ledger.ts recordCharges), so the checkpoint sees no new commit, completes, and the next
+   * commit starts the WAL over from its beginning; otherwise, under a steady stream of charges, the WAL would
+   * never be wholly copied back and would grow without bound. Only charges wait (a few milliseconds, every
+   * `checkpointEvery` writes); the event loop does not.
+   */
+  checkpointGate(): Promise<void> | null {
+    return this.#checkpointing
+  }
+
+  #checkpoint(): void {
+    const worker = this.#checkpointer
+    if (worker === null || this.#checkpointing !== null || this.#closed) return
+    this.#writes = 0
+    this.#checkpointing = new Promise<void>((resolve) => (this.#endCheckpoint = resolve))
+    worker.postMessage('checkpoint')
+  }
+
+  #checkpointed(): void {
+    const end = this.#endCheckpoint
+    this.#endCheckpoint = null
+    this.#checkpointing = null
+    end?.()
   }
 
   /** `value` once the write that produced it is durable (see durable()): what a write method returns. */
@@ -129,6 +183,15 @@ export class SqliteConnection {
   close(): void {
     if (this.#closed) return
     this.#closed = true
+    // The thread closes its own connection; ours, the last one, then checkpoints what is left and removes the WAL.
+    const checkpointer = this.#checkpointer
+    this.#checkpointer = null
+    if (checkpointer !== null) {
+      checkpointer.removeAllListeners()
+      checkpointer.on('error', () => {})
+      checkpointer.postMessage('close')
+    }
+    this.#checkpointed()
     this.db.close()
     const fd = this.#walFd
     if (fd === -1) return

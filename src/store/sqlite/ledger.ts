@@ -200,6 +200,9 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
+    // Held back while the WAL is checkpointed off the loop (connection.ts checkpointGate).
+    const gate = this.#conn.checkpointGate()
+    if (gate !== null) await gate
     this.#conn.check()
     const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
     const appended = this.#appendCharges.immediate(charges, out)
