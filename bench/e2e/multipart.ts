@@ -77,7 +77,16 @@ export interface MultipartRun {
     /** The simulator's CPU time over each run: the share of the 2 cores the provider's own parsing takes. */
     readonly simCpuMs: { readonly direct: number; readonly router: number }
   }
-  readonly memory: { readonly idleRssMb: number; readonly peakRssMb: number; readonly load: MultipartResult }
+  readonly memory: MemoryRound
+  /** The same uploads twice as large, right after: what the upload size adds to the router's memory. */
+  readonly memoryDouble?: MemoryRound
+}
+
+export interface MemoryRound {
+  readonly uploadMiB: number
+  readonly idleRssMb: number
+  readonly peakRssMb: number
+  readonly load: MultipartResult
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -271,14 +280,21 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
     const warm = await uploads(2, FILE_MIB * MIB)
     if (warm.errors > 0) o.progress(`multipart: warm-up failed: ${warm.firstError}`)
     await new Promise((r) => setTimeout(r, 500))
-    const idleRssMb = treeRssKb(router.child.pid) / 1024
-    const rss = new UsageMonitor(router.child.pid)
-    rss.start(20)
-    const load = await uploads(UPLOADS, UPLOAD_MIB * MIB)
-    const { peakRssMb } = rss.stop()
-    o.progress(
-      `multipart: ${UPLOADS} concurrent ${UPLOAD_MIB} MiB uploads through svc-router: ${load.ok}/${UPLOADS} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; ${UPLOADS} × upload ${UPLOADS * UPLOAD_MIB} MiB, ${UPLOADS} × replay buffer ${UPLOADS * REPLAY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
-    )
+    const round = async (uploadMiB: number): Promise<MemoryRound> => {
+      const idleRssMb = treeRssKb(router.child.pid) / 1024
+      const rss = new UsageMonitor(router.child.pid)
+      rss.start(20)
+      const load = await uploads(UPLOADS, uploadMiB * MIB)
+      const { peakRssMb } = rss.stop()
+      o.progress(
+        `multipart: ${UPLOADS} concurrent ${uploadMiB} MiB uploads through svc-router: ${load.ok}/${UPLOADS} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; ${UPLOADS} × upload ${UPLOADS * uploadMiB} MiB, ${UPLOADS} × replay buffer ${UPLOADS * REPLAY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
+      )
+      return { uploadMiB, idleRssMb, peakRssMb, load }
+    }
+    const memory = await round(UPLOAD_MIB)
+    // Twice the upload size on the same router: if the router held uploads, its growth would double too.
+    await new Promise((r) => setTimeout(r, 500))
+    const memoryDouble = await round(2 * UPLOAD_MIB)
 
     // Throughput: direct and through the router in turn, `rounds` times on a shared machine, each one's best kept.
     type Turn = { r: MultipartResult; router: Usage; simCpuMs: number }
@@ -309,7 +325,8 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
       uploads: UPLOADS,
       replayBufferMiB: REPLAY_MIB,
       throughput: { direct: direct!.r, router: routed!.r, routerUsage: routed!.router, simCpuMs: { direct: direct!.simCpuMs, router: routed!.simCpuMs } },
-      memory: { idleRssMb, peakRssMb, load },
+      memory,
+      memoryDouble,
     }
   } finally {
     await router.child.stop()
