@@ -21,8 +21,13 @@ export interface SqliteStoreOptions {
   readonly synchronous?: 'full' | 'normal'
   /** How often to look for commits by other processes (PRAGMA data_version). */
   readonly changePollMs?: number
-  /** Write transactions between two checkpoints of the WAL (see checkpoint()). */
+  /** Write transactions between two upkeeps (fold and WAL checkpoint, see upkeep()). */
   readonly checkpointEvery?: number
+  /**
+   * Whether the upkeep runs on a thread of its own (default, file databases); false: SQLite checkpoints inside
+   * commits and the ledger folds inline (the upkeep thread's own connection, and in-memory databases).
+   */
+  readonly upkeep?: boolean
   readonly now?: () => number
 }
 
@@ -34,10 +39,10 @@ export class SqliteConnection {
   readonly #path: string
   readonly #full: boolean
   #closed = false
-  /** The thread that checkpoints the WAL (file databases only), and the checkpoint it is running. */
-  #checkpointer: Worker | null = null
-  #checkpointing: Promise<void> | null = null
-  #endCheckpoint: (() => void) | null = null
+  /** The upkeep thread (maintenance-worker.ts), and the upkeep it is running. */
+  #upkeep: Worker | null = null
+  #upkeeping: Promise<void> | null = null
+  #endUpkeep: (() => void) | null = null
   readonly #checkpointEvery: number
   #writes = 0
   /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
@@ -69,21 +74,23 @@ export class SqliteConnection {
       this.db.pragma('foreign_keys = ON')
       this.db.pragma('busy_timeout = 5000')
       migrate(this.db, this.now())
-      if (!this.memory) {
-        // Checkpoints leave the event loop: SQLite's automatic one would run (and fsync twice) inside the commit
-        // that crossed its threshold, stalling every request behind it; a thread of ours does it instead.
+      if (!this.memory && options.upkeep !== false) {
+        // The fold and the checkpoints leave the event loop: SQLite's automatic checkpoint would run (and fsync
+        // twice) inside the commit that crossed its threshold, stalling every request behind it.
         this.db.pragma('wal_autocheckpoint = 0')
-        const worker = new Worker(new URL('./checkpoint-worker.js', import.meta.url), { workerData: { path: options.path } })
-        worker.unref()
-        worker.on('message', () => this.#checkpointed())
+        const worker = new Worker(new URL('./maintenance-worker.js', import.meta.url), { workerData: { path: options.path } })
+        worker.on('message', () => this.#upkept())
         worker.on('error', (err) => {
-          // Back to SQLite's own checkpoints (on the loop) rather than a WAL that only grows.
-          process.emitWarning(`svc-router: the SQLite checkpoint thread stopped (${err.message}); checkpoints run in commits again`)
-          this.#checkpointer = null
-          this.#checkpointed()
+          // Back to checkpoints in commits and inline folds rather than a WAL that only grows.
+          process.emitWarning(`svc-router: the SQLite upkeep thread stopped (${err.message}); checkpoints and folds run on the loop again`)
+          this.#upkeep = null
+          this.#upkept()
           if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
         })
-        this.#checkpointer = worker
+        // After the listeners (adding a 'message' listener refs the port again): the thread never keeps the
+        // process alive.
+        worker.unref()
+        this.#upkeep = worker
       }
     } catch (err) {
       this.db.close()
@@ -113,7 +120,7 @@ export class SqliteConnection {
    */
   durable(): Promise<void> | null {
     // Every write ends here: count it towards the next checkpoint.
-    if (++this.#writes >= this.#checkpointEvery) this.#checkpoint()
+    if (++this.#writes >= this.#checkpointEvery) this.upkeep()
     if (!this.#full || this.memory) return null
     if (this.#again !== null) return this.#again
     if (this.#syncing === null) return (this.#syncing = this.#sync())
@@ -122,28 +129,37 @@ export class SqliteConnection {
   }
 
   /**
-   * While the checkpoint thread runs a checkpoint: the promise of its end. The charge path waits for it before
-   * its next batch (sqlite/ledger.ts recordCharges), so the checkpoint sees no new commit, completes, and the next
-   * commit starts the WAL over from its beginning; otherwise, under a steady stream of charges, the WAL would
-   * never be wholly copied back and would grow without bound. Only charges wait (a few milliseconds, every
-   * `checkpointEvery` writes); the event loop does not.
+   * While the upkeep thread works: the promise of its end. The charge path waits for it before its next batch
+   * (sqlite/ledger.ts recordCharges), so the fold takes the write lock from no one and the checkpoint sees no new
+   * commit, completes, and the next commit starts the WAL over from its beginning; otherwise, under a steady
+   * stream of charges, the WAL would never be wholly copied back and would grow without bound. Only charges wait
+   * (a millisecond or two, every few hundred writes); the event loop does not.
    */
-  checkpointGate(): Promise<void> | null {
-    return this.#checkpointing
+  upkeepGate(): Promise<void> | null {
+    return this.#upkeeping
   }
 
-  #checkpoint(): void {
-    const worker = this.#checkpointer
-    if (worker === null || this.#checkpointing !== null || this.#closed) return
+  /**
+   * Asks the upkeep thread to fold and checkpoint now (the ledger, every FOLD_EVERY charges). False when there
+   * is no upkeep thread: the caller folds itself.
+   */
+  upkeep(): boolean {
+    const worker = this.#upkeep
+    if (worker === null || this.#closed) return false
+    if (this.#upkeeping !== null) return true
     this.#writes = 0
-    this.#checkpointing = new Promise<void>((resolve) => (this.#endCheckpoint = resolve))
-    worker.postMessage('checkpoint')
+    this.#upkeeping = new Promise<void>((resolve) => (this.#endUpkeep = resolve))
+    // Charges wait for its answer: the thread keeps the process alive until it comes.
+    worker.ref()
+    worker.postMessage('upkeep')
+    return true
   }
 
-  #checkpointed(): void {
-    const end = this.#endCheckpoint
-    this.#endCheckpoint = null
-    this.#checkpointing = null
+  #upkept(): void {
+    this.#upkeep?.unref()
+    const end = this.#endUpkeep
+    this.#endUpkeep = null
+    this.#upkeeping = null
     end?.()
   }
 
@@ -184,14 +200,15 @@ export class SqliteConnection {
     if (this.#closed) return
     this.#closed = true
     // The thread closes its own connection; ours, the last one, then checkpoints what is left and removes the WAL.
-    const checkpointer = this.#checkpointer
-    this.#checkpointer = null
-    if (checkpointer !== null) {
-      checkpointer.removeAllListeners()
-      checkpointer.on('error', () => {})
-      checkpointer.postMessage('close')
+    const worker = this.#upkeep
+    this.#upkeep = null
+    if (worker !== null) {
+      worker.removeAllListeners()
+      worker.on('error', () => {})
+      worker.postMessage('close')
+      worker.unref()
     }
-    this.#checkpointed()
+    this.#upkept()
     this.db.close()
     const fd = this.#walFd
     if (fd === -1) return

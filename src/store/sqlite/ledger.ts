@@ -200,8 +200,8 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
-    // Held back while the WAL is checkpointed off the loop (connection.ts checkpointGate).
-    const gate = this.#conn.checkpointGate()
+    // Held back while the upkeep thread folds and checkpoints (connection.ts upkeepGate).
+    const gate = this.#conn.upkeepGate()
     if (gate !== null) await gate
     this.#conn.check()
     const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
@@ -212,7 +212,9 @@ export class SqliteLedger implements LedgerStore {
     // past busy_timeout) must not report these charges as failed. The next fold, or the next reader, redoes it.
     if (this.#unfolded >= FOLD_EVERY) {
       try {
-        this.fold()
+        // On the upkeep thread when there is one (it folds whatever is past the watermark); else here.
+        if (this.#conn.upkeep()) this.#unfolded = 0
+        else this.fold()
       } catch (err) {
         this.#unfolded = FOLD_EVERY - 1
         log.warn('ledger: folding charges into the totals failed; the next charge or read retries', { err: String(err) })
