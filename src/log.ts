@@ -5,7 +5,7 @@
  * second line of defence, not the first.
  */
 import pino, { type Logger } from 'pino'
-import pretty from 'pino-pretty'
+import { createRequire } from 'node:module'
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug'
 export type LogFormat = 'auto' | 'json' | 'pretty'
@@ -52,6 +52,11 @@ function bufferedStderr(): ReturnType<typeof pino.destination> {
   return (accessStream = stream)
 }
 
+/** pino-pretty, loaded only when lines are pretty (about 10 MiB of memory otherwise spent on every start). */
+function loadPretty(): typeof import('pino-pretty') {
+  return createRequire(import.meta.url)('pino-pretty') as typeof import('pino-pretty')
+}
+
 function build(level: LogLevel, format: LogFormat): { logger: Logger; access: Logger } {
   const options: pino.LoggerOptions = {
     level,
@@ -61,7 +66,7 @@ function build(level: LogLevel, format: LogFormat): { logger: Logger; access: Lo
   }
   const usePretty = format === 'pretty' || (format === 'auto' && process.stderr.isTTY === true)
   // Synchronous writes: a line logged just before process.exit is not lost, as with process.stderr.write before.
-  const stream = usePretty ? pretty({ destination: 2, sync: true, colorize: process.stderr.isTTY === true }) : pino.destination({ dest: 2, sync: true })
+  const stream = usePretty ? loadPretty()({ destination: 2, sync: true, colorize: process.stderr.isTTY === true }) : pino.destination({ dest: 2, sync: true })
   return {
     logger: pino({ ...options, redact: { paths: REDACT_PATHS, censor: '[redacted]' } }, stream),
     // The access line's fields are fixed (access-log.ts) and none can hold a secret: no redaction pass, which

@@ -317,7 +317,7 @@ async function main(): Promise<void> {
         progress(`${label}: ${TARGET_NAMES[t.id]} …`)
         const measured = await measure(w, t)
         row[t.id] = better(before, measured)
-        progress(`${label}: ${TARGET_NAMES[t.id]}: ${measured.load === null ? `failed: ${measured.error}` : summary(w.id, measured.load)}`)
+        progress(`${label}: ${TARGET_NAMES[t.id]}: ${measured.load === null ? `failed: ${measured.error}` : summary(w.id, measured.load)}${measured.usage === null ? '' : `; peak RSS ${measured.usage.peakRssMb.toFixed(0)} MB`}`)
         await new Promise((r) => setTimeout(r, 300))
       }
     }

@@ -9,7 +9,6 @@
  * the Store (several replicas behind one console address) would be one more Store part with this interface.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { generateSiweNonce } from 'viem/siwe'
 
 /** Default idle expiry: a session unused for this long is gone. */
 export const SESSION_IDLE_MS = 30 * 60_000
@@ -68,7 +67,8 @@ export class SessionBook {
       for (const [nonce, expiresAt] of this.#nonces) if (expiresAt <= now) this.#nonces.delete(nonce)
       if (this.#nonces.size >= this.#maxPending) return null
     }
-    const nonce = generateSiweNonce()
+    // EIP-4361: at least 8 alphanumeric characters; 128 random bits as hex.
+    const nonce = randomBytes(16).toString('hex')
     const expiresAt = now + this.nonceTtlMs
     this.#nonces.set(nonce, expiresAt)
     return { nonce, expiresAt }

@@ -78,7 +78,13 @@ export class SqliteConnection {
         // The fold and the checkpoints leave the event loop: SQLite's automatic checkpoint would run (and fsync
         // twice) inside the commit that crossed its threshold, stalling every request behind it.
         this.db.pragma('wal_autocheckpoint = 0')
-        const worker = new Worker(new URL('./maintenance-worker.js', import.meta.url), { workerData: { path: options.path } })
+        const worker = new Worker(new URL('./maintenance-worker.js', import.meta.url), {
+          workerData: { path: options.path },
+          // Not the parent's flags or loaders (a test runner's hooks, --cpu-prof): it runs two statements.
+          execArgv: [],
+          // A small heap: it folds a few hundred rows at a time (its isolate is most of its ~11 MiB).
+          resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 32 },
+        })
         worker.on('message', () => this.#upkept())
         worker.on('error', (err) => {
           // Back to checkpoints in commits and inline folds rather than a WAL that only grows.
