@@ -34,7 +34,7 @@ import type { Handler } from '../server/app.js'
 import type { HeaderList, Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendError, sendJson } from '../server/respond.js'
-import type { JobRecord, Store } from '../store/store.js'
+import type { JobOutcome, JobRecord, Store } from '../store/store.js'
 import type { EngineSurface, SurfaceRequest } from '../surfaces/surface.js'
 import { publishRefused, requestEnd } from '../telemetry/events.js'
 import { clientTrace, type ClientTrace } from '../telemetry/trace-context.js'
@@ -335,23 +335,21 @@ export class JobRunner {
 
   /** The engine's answer, as the job's outcome. */
   #ended(job: JobRecord, status: number, headers: HeaderList, body: Buffer): void {
-    const outcome = parseJobAnswer(status, headers, body, this.#now())
+    this.#record(job, parseJobAnswer(status, headers, body, this.#now()))
+  }
+
+  #fail(job: JobRecord, message: string): void {
+    log.warn('jobs: job failed before it could run', { job: job.id, reason: message })
+    this.#record(job, { status: 'failed', provider: null, result: null, trace: null, error: message, resKey: '', at: this.#now() })
+  }
+
+  /** Stores how the job ended; its spooled upload goes once that is recorded (a job left unfinished still needs it). */
+  #record(job: JobRecord, outcome: JobOutcome): void {
     this.#o.store.jobs.finishJob(job.id, outcome).then(
       () => {
         if (job.bodyPath !== null) removeSpoolFile(job.bodyPath)
       },
       (err: unknown) => log.error('jobs: recording how a job ended failed; it runs again at the next start', { job: job.id, err: String(err) }),
-    )
-  }
-
-  #fail(job: JobRecord, message: string): void {
-    log.warn('jobs: job failed before it could run', { job: job.id, reason: message })
-    const at = this.#now()
-    this.#o.store.jobs.finishJob(job.id, { status: 'failed', provider: null, result: null, trace: null, error: message, resKey: '', at }).then(
-      () => {
-        if (job.bodyPath !== null) removeSpoolFile(job.bodyPath)
-      },
-      (err: unknown) => log.error('jobs: recording a failed job failed', { job: job.id, err: String(err) }),
     )
   }
 
