@@ -16,7 +16,7 @@ import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
 import { classifyUpstreamError, isRetryableStatus, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
-import { basePath, type UpstreamPools } from './pools.js'
+import type { UpstreamPools } from './pools.js'
 import type { ResponseSink } from './sink.js'
 
 const MAX_ERROR_BODY = 64 * 1024
@@ -152,17 +152,9 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
         : tracestate === ''
           ? [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent]
           : [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
-    pools.get(provider.url).dispatch(
-      {
-        path: basePath(provider.url) + this.plan.path,
-        method: 'POST',
-        headers,
-        body,
-        headersTimeout: pools.settings.headersTimeoutMs,
-        bodyTimeout: pools.settings.bodyTimeoutMs,
-      },
-      this,
-    )
+    const upstream = pools.upstream(provider.url)
+    // No per-request headersTimeout / bodyTimeout: the pool was made with the same settings (pools.ts).
+    upstream.pool.dispatch({ path: upstream.basePath + this.plan.path, method: 'POST', headers, body }, this)
   }
 
   abort(reason: Error): void {

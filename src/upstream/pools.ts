@@ -24,8 +24,15 @@ export interface PoolSettings {
   readonly queueTimeoutMs: number
 }
 
+/** A provider base URL's pool and path prefix, worked out once (a URL parse per request cost more than the Map get). */
+export interface Upstream {
+  readonly pool: Pool
+  /** basePath() of the URL. */
+  readonly basePath: string
+}
+
 export class UpstreamPools {
-  readonly #pools = new Map<string, Pool>()
+  readonly #pools = new Map<string, Upstream>()
   readonly #settings: PoolSettings
   /** Attempts dispatched and not yet over (attempt.ts adds and removes itself). */
   readonly active = new Set<ActiveAttempt>()
@@ -45,10 +52,18 @@ export class UpstreamPools {
 
   /** The pool for a provider base URL (its origin; the path prefix is added per request). */
   get(url: string): Pool {
-    let pool = this.#pools.get(url)
-    if (pool === undefined) {
+    return this.upstream(url).pool
+  }
+
+  /**
+   * The pool and path prefix for a provider base URL. The pool's headers and body timeouts are the settings':
+   * a request that sends none gets them.
+   */
+  upstream(url: string): Upstream {
+    let upstream = this.#pools.get(url)
+    if (upstream === undefined) {
       const s = this.#settings
-      pool = new Pool(new URL(url).origin, {
+      const pool = new Pool(new URL(url).origin, {
         connections: s.connections,
         pipelining: 1,
         keepAliveTimeout: s.keepAliveTimeoutMs,
@@ -57,14 +72,15 @@ export class UpstreamPools {
         bodyTimeout: s.bodyTimeoutMs,
         connect: { timeout: s.connectTimeoutMs },
       })
-      this.#pools.set(url, pool)
+      upstream = { pool, basePath: basePath(url) }
+      this.#pools.set(url, upstream)
     }
-    return pool
+    return upstream
   }
 
   /** Closes pools of providers that left the registry (in-flight requests on them finish first). */
   retain(urls: ReadonlySet<string>): void {
-    for (const [url, pool] of this.#pools) {
+    for (const [url, { pool }] of this.#pools) {
       if (!urls.has(url)) {
         this.#pools.delete(url)
         pool.close().catch(() => {})
@@ -81,7 +97,7 @@ export class UpstreamPools {
   async close(): Promise<void> {
     const pools = [...this.#pools.values()]
     this.#pools.clear()
-    await Promise.all(pools.map((p) => p.destroy().catch(() => {})))
+    await Promise.all(pools.map(({ pool }) => pool.destroy().catch(() => {})))
   }
 }
 
