@@ -5,9 +5,15 @@
 import { Pool } from 'undici'
 import { ProviderLimiter } from './limiter.js'
 
-/** What the pools need of an attempt under way: a way to end it as failed (the drain's deadline). */
+/** What the pools need of an attempt under way: its deadline, and a way to end it as failed. */
 export interface ActiveAttempt {
+  /** performance.now() by which the request must be over (upstream.total_timeout_ms from its arrival). */
+  readonly deadline: number
   fail(err: Error): void
+}
+
+function totalTimeout(): Error {
+  return Object.assign(new Error('the request ran past upstream.total_timeout_ms'), { code: 'SVC_TOTAL_TIMEOUT' })
 }
 
 export interface PoolSettings {
@@ -34,8 +40,17 @@ export interface Upstream {
 export class UpstreamPools {
   readonly #pools = new Map<string, Upstream>()
   readonly #settings: PoolSettings
-  /** Attempts dispatched and not yet over (attempt.ts adds and removes itself). */
+  /** Attempts dispatched and not yet over (attempt.ts: watch() and forget()). */
   readonly active = new Set<ActiveAttempt>()
+  /**
+   * One timer for every attempt's total timeout, armed for the earliest deadline it knows of: an attempt
+   * whose deadline is later (every new request's, the deadline being its arrival plus a constant) costs no
+   * timer of its own, where a setTimeout and clearTimeout per attempt cost a few µs of the request path. It
+   * is not disarmed when attempts end: it fires, fails what is past its deadline, and is armed again for the
+   * earliest deadline left. Unref'd: it never keeps the process alive (the sockets of attempts do).
+   */
+  #timer: NodeJS.Timeout | null = null
+  #armedFor = Infinity
   /** Set when the drain's deadline passed: every attempt under way and any new one fails with it. */
   drainError: Error | null = null
 
@@ -88,6 +103,37 @@ export class UpstreamPools {
     }
   }
 
+  /** An attempt is under way: failed with SVC_TOTAL_TIMEOUT once its deadline passes, unless forgotten first. */
+  watch(a: ActiveAttempt): void {
+    this.active.add(a)
+    if (a.deadline < this.#armedFor) this.#arm(a.deadline)
+  }
+
+  /** The attempt is over. */
+  forget(a: ActiveAttempt): void {
+    this.active.delete(a)
+  }
+
+  #arm(at: number): void {
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    this.#armedFor = at
+    this.#timer = setTimeout(this.#expire, Math.max(1, Math.ceil(at - performance.now()))).unref()
+  }
+
+  readonly #expire = (): void => {
+    this.#timer = null
+    this.#armedFor = Infinity
+    const now = performance.now()
+    let next = Infinity
+    const expired: ActiveAttempt[] = []
+    for (const a of this.active) {
+      if (a.deadline <= now) expired.push(a)
+      else if (a.deadline < next) next = a.deadline
+    }
+    if (next !== Infinity) this.#arm(next)
+    for (const a of expired) a.fail(totalTimeout())
+  }
+
   /** Ends every attempt under way, and any started from now on, as failed: what is left at the drain's deadline. */
   failAll(): void {
     this.drainError = Object.assign(new Error('the router is shutting down'), { code: 'SVC_SHUTTING_DOWN' })
@@ -95,6 +141,9 @@ export class UpstreamPools {
   }
 
   async close(): Promise<void> {
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    this.#timer = null
+    this.#armedFor = Infinity
     const pools = [...this.#pools.values()]
     this.#pools.clear()
     await Promise.all(pools.map(({ pool }) => pool.destroy().catch(() => {})))
