@@ -1,7 +1,8 @@
 /**
  * Authentication of every endpoint (spec §5, §7): `Authorization: Bearer sk-…` for inference, `Bearer mk-…`
- * with a scope for the account and key endpoints. Synchronous on a cache hit (hash, LRU get, constant-time
- * compare, expiry check), a Promise only when the store must be read. Errors are prebuilt: a flood of bad
+ * with a scope for the account and key endpoints. Synchronous on a cache hit (a secret already verified: one
+ * Map get and the expiry check; else hash, LRU get, constant-time compare, expiry check), a Promise only when
+ * the store must be read. Errors are prebuilt: a flood of bad
  * tokens costs no allocation beyond its hash, and every invalid key gets the very same answer, whatever the
  * reason (unknown, malformed, truncated, revoked, expired).
  *
@@ -80,11 +81,15 @@ export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, '
     })
   }
 
-  function check(entry: CacheEntry | null, hash: string, head: RequestHead): CacheEntry | RouterError {
-    if (entry === null || !digestMatches(entry.hashBytes, hash)) return INVALID_API_KEY
+  /**
+   * A live entry the presented key matches: refused once expired; a management key's use is audited. `hash`
+   * is null on the fast path (knownSecret): the digest is then needed only if the key just expired, and taken
+   * from the entry.
+   */
+  function admit(entry: CacheEntry, hash: string | null, head: RequestHead): CacheEntry | RouterError {
     if (entry.kind === 'api') {
       if (entry.expiresAt !== Infinity && entry.expiresAt <= now()) {
-        cache.markDead(hash)
+        cache.markDead(hash ?? entry.hashBytes.toString('latin1'))
         return INVALID_API_KEY
       }
       return entry
@@ -93,16 +98,25 @@ export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, '
     return entry
   }
 
+  function check(entry: CacheEntry | null, token: string, hash: string, head: RequestHead): CacheEntry | RouterError {
+    if (entry === null || !digestMatches(entry.hashBytes, hash)) return INVALID_API_KEY
+    const admitted = admit(entry, hash, head)
+    if (admitted === entry) cache.rememberSecret(token, hash, entry)
+    return admitted
+  }
+
   function resolve(head: RequestHead): CacheEntry | RouterError | Promise<CacheEntry | RouterError> {
     // The Anthropic SDK sends its key as `x-api-key`; Authorization wins when both are sent.
     const xApiKey = head.xApiKey
     const token = parseAuthorization(head.authorization === '' && xApiKey !== undefined && xApiKey !== '' ? 'Bearer ' + xApiKey : head.authorization)
     if (token === NO_TOKEN) return MISSING_AUTHORIZATION
     if (token === BAD_TOKEN) return INVALID_API_KEY
+    const known = cache.knownSecret(token)
+    if (known !== undefined) return admit(known, null, head)
     const hash = digestToken(token)
     const found = cache.lookup(hash)
-    if (found instanceof Promise) return found.then((entry) => check(entry, hash, head))
-    return check(found, hash, head)
+    if (found instanceof Promise) return found.then((entry) => check(entry, token, hash, head))
+    return check(found, token, hash, head)
   }
 
   function asInference(result: CacheEntry | RouterError): Principal | RouterError {

@@ -12,6 +12,16 @@
  * Writes by other processes (the operator CLI) arrive as store changes (`applyChange`): a changed key drops
  * that key's entry, a changed account the entries of its keys (they carry its rate limit), found through
  * indexes kept beside the LRU so that a change costs no scan of the cache.
+ *
+ * A hot key skips even its SHA-256 (issue #10: a third of authentication's CPU): once a presented secret has
+ * been verified against a live entry, the secret itself maps to that entry (`knownSecret`). The map holds one
+ * secret per live entry and follows the LRU exactly: every way an entry leaves it (revocation, expiry, a store
+ * change, eviction, replacement, clear) runs dispose, which drops its secret too, so the fast path can never
+ * answer for an entry the slow path would not. The lookup is by the whole presented string: a hit means the
+ * two strings are equal, which is what the constant-time compare of the digests establishes on the slow path.
+ * It is not constant-time, and need not be: the Map compares only strings whose hashes (seeded per process,
+ * unknown to a client) collide, so how long a miss takes tells a client nothing about any stored secret. The
+ * secrets are held in memory only while their key is cached, as each request holds its own anyway.
  */
 import { LRUCache } from 'lru-cache'
 import type { Principal } from './principal.js'
@@ -98,10 +108,15 @@ export class KeyCache {
   /** Key id → hash of its live entry, and account id → hashes of its live entries: kept by #index / #unindex. */
   readonly #byKey = new Map<string, string>()
   readonly #byAccount = new Map<string, Set<string>>()
+  /** Presented secret → its verified live entry, and hash → that secret: kept by rememberSecret / #unindex. */
+  readonly #bySecret = new Map<string, CacheEntry>()
+  readonly #secretOf = new Map<string, string>()
   /** Bumped by every invalidation: a load that started before one must not fill the cache. */
   #generation = 0
   /** Store reads made, for tests and the benchmark's no-I/O check. */
   storeReads = 0
+  /** Requests answered by knownSecret, for tests. */
+  secretHits = 0
 
   constructor(store: Pick<KeyStore, 'findCredential'>, options: KeyCacheOptions) {
     this.#store = store
@@ -125,6 +140,23 @@ export class KeyCache {
     const pending = this.#loading.get(hash)
     if (pending !== undefined) return pending
     return this.#load(hash)
+  }
+
+  /** The live entry a presented secret was verified against (rememberSecret), undefined when not known. */
+  knownSecret(secret: string): CacheEntry | undefined {
+    const entry = this.#bySecret.get(secret)
+    if (entry !== undefined) this.secretHits++
+    return entry
+  }
+
+  /**
+   * Lets `secret`, whose digest `hash` was just verified against `entry`, find it without hashing next time:
+   * only while `entry` is the live entry of `hash` (not one replaced or dropped while the store was read).
+   */
+  rememberSecret(secret: string, hash: string, entry: CacheEntry): void {
+    if (this.#live.peek(hash) !== entry || this.#secretOf.has(hash)) return
+    this.#bySecret.set(secret, entry)
+    this.#secretOf.set(hash, secret)
   }
 
   #load(hash: string): Promise<CacheEntry | null> {
@@ -225,6 +257,11 @@ export class KeyCache {
   }
 
   #unindex(hash: string, entry: CacheEntry): void {
+    const secret = this.#secretOf.get(hash)
+    if (secret !== undefined) {
+      this.#secretOf.delete(hash)
+      this.#bySecret.delete(secret)
+    }
     const keyId = keyIdOf(entry)
     if (this.#byKey.get(keyId) === hash) this.#byKey.delete(keyId)
     const accountId = accountIdOf(entry)

@@ -5,10 +5,11 @@
  * own, so two routers in one process (tests) do not share counters.
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { ProviderEntry } from '../routing/offers.js'
 import type { RoutingTable } from '../routing/table.js'
 import type { AttemptEvent, LedgerCommitEvent, RequestEndEvent, SettleEvent } from './events.js'
+import { type CounterCell, CounterCells, type HistogramCell, level, SeriesHistogram } from './series.js'
 
 /** Ledger commits are fsyncs: finer at the low end than request latencies. */
 const COMMIT_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
@@ -36,26 +37,24 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   // process_resident_memory_bytes, …).
   collectDefaultMetrics({ register: registry, prefix: 'svc_' })
 
-  const requests = new Counter({
+  // The per-request series are cells (series.ts): an event updates fields, prom-client sees the sums on scrape.
+  const requestCells = new CounterCells()
+  new Counter({
     name: 'svc_requests_total',
     help: 'Inference requests answered, by surface, HTTP status, answering provider and model.',
     labelNames: ['surface', 'status', 'provider', 'model'] as const,
     registers: [registry],
+    collect() {
+      requestCells.flush(this)
+    },
   })
-  const duration = new Histogram({
-    name: 'svc_request_duration_seconds',
-    help: 'Time from arrival to the last byte of the answer.',
-    labelNames: ['surface', 'model'] as const,
-    buckets: SECONDS_BUCKETS,
-    registers: [registry],
-  })
-  const ttfb = new Histogram({
-    name: 'svc_time_to_first_token_seconds',
-    help: 'Time from dispatch to the first byte of the answering provider.',
-    labelNames: ['provider'] as const,
-    buckets: SECONDS_BUCKETS,
-    registers: [registry],
-  })
+  const duration = new SeriesHistogram('svc_request_duration_seconds', 'Time from arrival to the last byte of the answer.', SECONDS_BUCKETS, registry)
+  const ttfb = new SeriesHistogram(
+    'svc_time_to_first_token_seconds',
+    'Time from dispatch to the first byte of the answering provider.',
+    SECONDS_BUCKETS,
+    registry,
+  )
   let inflightCount = 0
   new Gauge({
     name: 'svc_requests_in_flight',
@@ -65,40 +64,67 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       this.set(inflightCount)
     },
   })
-  const attempts = new Counter({
+  const attemptCells = new CounterCells()
+  new Counter({
     name: 'svc_upstream_attempts_total',
     help: 'Tries against providers, by provider and outcome (ok, or the failure reason).',
     labelNames: ['provider', 'outcome'] as const,
     registers: [registry],
+    collect() {
+      attemptCells.flush(this)
+    },
   })
-  const failovers = new Counter({
+  let failoverCount = 0
+  new Counter({
     name: 'svc_failovers_total',
     help: 'Requests that moved on from one provider to another (one per extra attempt).',
     registers: [registry],
+    collect() {
+      this.inc(failoverCount)
+      failoverCount = 0
+    },
   })
-  const charges = new Counter({
+  const chargeCells = new CounterCells()
+  const durableCharges = chargeCells.cell({ durable: 'true' })
+  const lostCharges = chargeCells.cell({ durable: 'false' })
+  new Counter({
     name: 'svc_charges_total',
     help: 'Charges settled, by durability (durable=false: the charge could not be recorded).',
     labelNames: ['durable'] as const,
     registers: [registry],
+    collect() {
+      chargeCells.flush(this)
+    },
   })
-  const billedUsd = new Counter({
+  let billedPending = 0
+  new Counter({
     name: 'svc_billed_usd_total',
     help: 'USD billed by durable charges.',
     registers: [registry],
+    collect() {
+      this.inc(billedPending)
+      billedPending = 0
+    },
   })
-  const commits = new Histogram({
-    name: 'svc_ledger_commit_seconds',
-    help: 'Group-commit transactions of charges: time from the store call to its outcome, by outcome.',
-    labelNames: ['ok'] as const,
-    buckets: COMMIT_BUCKETS,
-    registers: [registry],
-  })
-  const committed = new Counter({
+  const commits = new SeriesHistogram(
+    'svc_ledger_commit_seconds',
+    'Group-commit transactions of charges: time from the store call to its outcome, by outcome.',
+    COMMIT_BUCKETS,
+    registry,
+  )
+  const commitsOk = commits.cell({ ok: 'true' })
+  const commitsFailed = commits.cell({ ok: 'false' })
+  const committedCells = new CounterCells()
+  const committedOk = committedCells.cell({ ok: 'true' })
+  const committedFailed = committedCells.cell({ ok: 'false' })
+  new Counter({
     name: 'svc_ledger_committed_charges_total',
     help: 'Charges in group-commit transactions, by outcome (ok=false: the transaction failed).',
     labelNames: ['ok'] as const,
     registers: [registry],
+    collect() {
+      committedCells.flush(this)
+    },
   })
   new Gauge({
     name: 'svc_ledger_charges_queued',
@@ -150,28 +176,54 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   }
   const onCommit = (m: unknown): void => {
     const e = m as LedgerCommitEvent
-    const ok = e.ok ? 'true' : 'false'
-    commits.observe({ ok }, e.durationMs / 1000)
-    committed.inc({ ok }, e.charges)
+    commits.observe(e.ok ? commitsOk : commitsFailed, e.durationMs / 1000)
+    ;(e.ok ? committedOk : committedFailed).pending += e.charges
   }
+  // Cells by label values, one Map level per label: provider → outcome.
+  const attemptIndex = new Map<string, Map<unknown, CounterCell>>()
   const onAttempt = (m: unknown): void => {
     const e = m as AttemptEvent
-    attempts.inc({ provider: e.provider, outcome: e.error ?? 'ok' })
+    const outcome = e.error ?? 'ok'
+    const byOutcome = level(attemptIndex, e.provider)
+    let c = byOutcome.get(outcome)
+    if (c === undefined) byOutcome.set(outcome, (c = attemptCells.cell({ provider: e.provider, outcome })))
+    c.pending++
   }
   const onSettle = (m: unknown): void => {
     const e = m as SettleEvent
-    charges.inc({ durable: e.durable ? 'true' : 'false' })
-    if (e.durable && e.cost > 0n) billedUsd.inc(Number(e.cost) / Number(ATTO_PER_USD))
+    if (!e.durable) {
+      lostCharges.pending++
+      return
+    }
+    durableCharges.pending++
+    if (e.cost > 0n) billedPending += Number(e.cost) / Number(ATTO_PER_USD)
   }
+  // surface → status → provider → model, and surface → model, and provider.
+  const requestIndex = new Map<string, Map<unknown, Map<unknown, Map<unknown, CounterCell>>>>()
+  const durationIndex = new Map<string, Map<unknown, HistogramCell>>()
+  const ttfbIndex = new Map<string, HistogramCell>()
   const onEnd = (m: unknown): void => {
     const e = m as RequestEndEvent
     // A request refused by admission had no start event.
     if (e.admitted) inflightCount--
     const model = e.catalogModel ? e.model : ''
-    requests.inc({ surface: e.surface, status: String(e.status), provider: e.provider ?? '', model })
-    duration.observe({ surface: e.surface, model }, e.durationMs / 1000)
-    if (e.ttfbMs !== null && e.provider !== null) ttfb.observe({ provider: e.provider }, e.ttfbMs / 1000)
-    if (e.attempts > 1) failovers.inc(e.attempts - 1)
+    const provider = e.provider ?? ''
+    const byModel = level(level(level(requestIndex, e.surface), e.status), provider)
+    let req = byModel.get(model)
+    if (req === undefined) {
+      byModel.set(model, (req = requestCells.cell({ surface: e.surface, status: String(e.status), provider, model })))
+    }
+    req.pending++
+    const durations = level(durationIndex, e.surface)
+    let d = durations.get(model)
+    if (d === undefined) durations.set(model, (d = duration.cell({ surface: e.surface, model })))
+    duration.observe(d, e.durationMs / 1000)
+    if (e.ttfbMs !== null && e.provider !== null) {
+      let f = ttfbIndex.get(e.provider)
+      if (f === undefined) ttfbIndex.set(e.provider, (f = ttfb.cell({ provider: e.provider })))
+      ttfb.observe(f, e.ttfbMs / 1000)
+    }
+    if (e.attempts > 1) failoverCount += e.attempts - 1
   }
   const subs: [string, (m: unknown) => void][] = [
     ['svc-router:request:start', onStart],

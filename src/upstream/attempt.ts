@@ -16,7 +16,7 @@ import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
 import { classifyUpstreamError, isRetryableStatus, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
-import { basePath, type UpstreamPools } from './pools.js'
+import type { UpstreamPools } from './pools.js'
 import type { ResponseSink } from './sink.js'
 
 const MAX_ERROR_BODY = 64 * 1024
@@ -91,7 +91,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #abortReason: Error | null = null
   /** The request's total time ran out: a provider failure (a timeout), unlike #abortReason (we gave up). */
   #expired: Error | null = null
-  #totalTimer: NodeJS.Timeout | null = null
+  /** performance.now() by which the whole request must be over: the pools fail the attempt then (pools.ts). */
+  deadline = Infinity
   #inflight = false
   /** This try is its provider's half-open trial (health.ts): released with the attempt. */
   #trial = false
@@ -122,8 +123,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     this.#trial = this.offer.provider.health.claimTrial(this.#startedAt)
     this.offer.stats.inflight++
     this.#inflight = true
-    this.#totalTimer = setTimeout(this.#expire, Math.max(1, deadline - this.#startedAt))
-    pools.active.add(this)
+    this.deadline = deadline
+    pools.watch(this)
     if (pools.drainError !== null) this.fail(pools.drainError)
     try {
       this.#send(requestId, body, trace)
@@ -152,17 +153,9 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
         : tracestate === ''
           ? [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent]
           : [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
-    pools.get(provider.url).dispatch(
-      {
-        path: basePath(provider.url) + this.plan.path,
-        method: 'POST',
-        headers,
-        body,
-        headersTimeout: pools.settings.headersTimeoutMs,
-        bodyTimeout: pools.settings.bodyTimeoutMs,
-      },
-      this,
-    )
+    const upstream = pools.upstream(provider.url)
+    // No per-request headersTimeout / bodyTimeout: the pool was made with the same settings (pools.ts).
+    upstream.pool.dispatch({ path: upstream.basePath + this.plan.path, method: 'POST', headers, body }, this)
   }
 
   abort(reason: Error): void {
@@ -174,11 +167,6 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     this.#controller = controller
     if (this.#abortReason !== null) controller.abort(this.#abortReason)
     else if (this.#expired !== null) controller.abort(this.#expired)
-  }
-
-  readonly #expire = (): void => {
-    this.#totalTimer = null
-    this.fail(Object.assign(new Error('the request ran past upstream.total_timeout_ms'), { code: 'SVC_TOTAL_TIMEOUT' }))
   }
 
   /** Ends the attempt as a provider failure (`err.code` as failures.ts classifies it), unlike abort(). */
@@ -358,16 +346,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   }
 
   #release(): void {
-    if (this.#totalTimer !== null) {
-      clearTimeout(this.#totalTimer)
-      this.#totalTimer = null
-    }
     if (!this.#inflight) return
     if (this.#trial) {
       this.#trial = false
       this.offer.provider.health.endTrial()
     }
-    this.#settings.pools.active.delete(this)
+    this.#settings.pools.forget(this)
     this.#settings.pools.limiter.release(this.offer.provider.address)
     this.#inflight = false
     this.offer.stats.inflight--

@@ -5,9 +5,15 @@
 import { Pool } from 'undici'
 import { ProviderLimiter } from './limiter.js'
 
-/** What the pools need of an attempt under way: a way to end it as failed (the drain's deadline). */
+/** What the pools need of an attempt under way: its deadline, and a way to end it as failed. */
 export interface ActiveAttempt {
+  /** performance.now() by which the request must be over (upstream.total_timeout_ms from its arrival). */
+  readonly deadline: number
   fail(err: Error): void
+}
+
+function totalTimeout(): Error {
+  return Object.assign(new Error('the request ran past upstream.total_timeout_ms'), { code: 'SVC_TOTAL_TIMEOUT' })
 }
 
 export interface PoolSettings {
@@ -24,11 +30,27 @@ export interface PoolSettings {
   readonly queueTimeoutMs: number
 }
 
+/** A provider base URL's pool and path prefix, worked out once (a URL parse per request cost more than the Map get). */
+export interface Upstream {
+  readonly pool: Pool
+  /** basePath() of the URL. */
+  readonly basePath: string
+}
+
 export class UpstreamPools {
-  readonly #pools = new Map<string, Pool>()
+  readonly #pools = new Map<string, Upstream>()
   readonly #settings: PoolSettings
-  /** Attempts dispatched and not yet over (attempt.ts adds and removes itself). */
+  /** Attempts dispatched and not yet over (attempt.ts: watch() and forget()). */
   readonly active = new Set<ActiveAttempt>()
+  /**
+   * One timer for every attempt's total timeout, armed for the earliest deadline it knows of: an attempt
+   * whose deadline is later (every new request's, the deadline being its arrival plus a constant) costs no
+   * timer of its own, where a setTimeout and clearTimeout per attempt cost a few µs of the request path. It
+   * is not disarmed when attempts end: it fires, fails what is past its deadline, and is armed again for the
+   * earliest deadline left. Unref'd: it never keeps the process alive (the sockets of attempts do).
+   */
+  #timer: NodeJS.Timeout | null = null
+  #armedFor = Infinity
   /** Set when the drain's deadline passed: every attempt under way and any new one fails with it. */
   drainError: Error | null = null
 
@@ -45,10 +67,18 @@ export class UpstreamPools {
 
   /** The pool for a provider base URL (its origin; the path prefix is added per request). */
   get(url: string): Pool {
-    let pool = this.#pools.get(url)
-    if (pool === undefined) {
+    return this.upstream(url).pool
+  }
+
+  /**
+   * The pool and path prefix for a provider base URL. The pool's headers and body timeouts are the settings':
+   * a request that sends none gets them.
+   */
+  upstream(url: string): Upstream {
+    let upstream = this.#pools.get(url)
+    if (upstream === undefined) {
       const s = this.#settings
-      pool = new Pool(new URL(url).origin, {
+      const pool = new Pool(new URL(url).origin, {
         connections: s.connections,
         pipelining: 1,
         keepAliveTimeout: s.keepAliveTimeoutMs,
@@ -57,19 +87,51 @@ export class UpstreamPools {
         bodyTimeout: s.bodyTimeoutMs,
         connect: { timeout: s.connectTimeoutMs },
       })
-      this.#pools.set(url, pool)
+      upstream = { pool, basePath: basePath(url) }
+      this.#pools.set(url, upstream)
     }
-    return pool
+    return upstream
   }
 
   /** Closes pools of providers that left the registry (in-flight requests on them finish first). */
   retain(urls: ReadonlySet<string>): void {
-    for (const [url, pool] of this.#pools) {
+    for (const [url, { pool }] of this.#pools) {
       if (!urls.has(url)) {
         this.#pools.delete(url)
         pool.close().catch(() => {})
       }
     }
+  }
+
+  /** An attempt is under way: failed with SVC_TOTAL_TIMEOUT once its deadline passes, unless forgotten first. */
+  watch(a: ActiveAttempt): void {
+    this.active.add(a)
+    if (a.deadline < this.#armedFor) this.#arm(a.deadline)
+  }
+
+  /** The attempt is over. */
+  forget(a: ActiveAttempt): void {
+    this.active.delete(a)
+  }
+
+  #arm(at: number): void {
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    this.#armedFor = at
+    this.#timer = setTimeout(this.#expire, Math.max(1, Math.ceil(at - performance.now()))).unref()
+  }
+
+  readonly #expire = (): void => {
+    this.#timer = null
+    this.#armedFor = Infinity
+    const now = performance.now()
+    let next = Infinity
+    const expired: ActiveAttempt[] = []
+    for (const a of this.active) {
+      if (a.deadline <= now) expired.push(a)
+      else if (a.deadline < next) next = a.deadline
+    }
+    if (next !== Infinity) this.#arm(next)
+    for (const a of expired) a.fail(totalTimeout())
   }
 
   /** Ends every attempt under way, and any started from now on, as failed: what is left at the drain's deadline. */
@@ -79,9 +141,12 @@ export class UpstreamPools {
   }
 
   async close(): Promise<void> {
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    this.#timer = null
+    this.#armedFor = Infinity
     const pools = [...this.#pools.values()]
     this.#pools.clear()
-    await Promise.all(pools.map((p) => p.destroy().catch(() => {})))
+    await Promise.all(pools.map(({ pool }) => pool.destroy().catch(() => {})))
   }
 }
 

@@ -178,3 +178,28 @@ t.test('a rate-limit override reaches the cached Principal', async (t) => {
   await credentials.setRateLimit(A, 5)
   t.equal(((await auth.inference(fakeHead(bearer(secret)))) as Principal).rateLimit, 5)
 })
+
+t.test('a verified secret skips its hash; revocation, expiry and store changes still take effect at once', async (t) => {
+  const { auth, cache, clock, credentials } = await setup(t)
+  const revoked = await credentials.issueApiKey(A, { name: 'revoked' })
+  const expiring = await credentials.issueApiKey(A, { name: 'expiring', expiresAt: T0 + 1000 })
+  const changed = await credentials.issueApiKey(A, { name: 'changed' })
+  for (const k of [revoked, expiring, changed]) t.notOk((await auth.inference(fakeHead(bearer(k.secret)))) instanceof RouterError)
+  t.equal(cache.secretHits, 0, 'first uses verify the digest')
+  for (const k of [revoked, expiring, changed]) t.equal((auth.inference(fakeHead(bearer(k.secret))) as Principal).keyId, k.record.id)
+  t.equal(cache.secretHits, 3, 'then each is known by its secret')
+
+  await credentials.revokeApiKey(A, revoked.record.id)
+  t.equal(await auth.inference(fakeHead(bearer(revoked.secret))), INVALID_API_KEY, 'revoked: refused at the next request')
+  t.equal(auth.inference(fakeHead(bearer(revoked.secret))), INVALID_API_KEY, 'and stays refused')
+
+  clock.now = T0 + 1000
+  t.equal(auth.inference(fakeHead(bearer(expiring.secret))), INVALID_API_KEY, 'expired: refused on the fast path')
+  t.equal(auth.inference(fakeHead(bearer(expiring.secret))), INVALID_API_KEY, 'and then from the negative cache')
+
+  cache.applyChange({ kind: 'account', accountId: A })
+  const hits = cache.secretHits
+  t.type(auth.inference(fakeHead(bearer(changed.secret))), Promise, 'a store change: the key is read again')
+  t.equal(cache.secretHits, hits, 'not answered by its secret')
+  t.equal(cache.secretHits, 4, 'only the expiring key was answered by its secret since')
+})

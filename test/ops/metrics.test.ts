@@ -94,6 +94,24 @@ t.test('/metrics parses as Prometheus text and its counters match the requests s
   t.equal(m.get('svc_ledger_commit_seconds_bucket{le="+Inf",ok="true"}'), commits, 'the commit latency histogram counts each')
   t.ok(m.has('svc_nodejs_eventloop_lag_seconds'), 'event-loop lag')
   t.ok(m.get('svc_process_resident_memory_bytes')! > 0, 'RSS')
+  t.notOk(m.has('svc_ledger_commit_seconds_count{ok="false"}'), 'no series for an outcome never seen')
+  const series = `surface="chat",model="${MODEL}"`
+  const buckets = [...m].filter(([k]) => k.startsWith('svc_request_duration_seconds_bucket{') && k.endsWith(`,${series}}`)).map(([, v]) => v)
+  t.equal(buckets.length, 16, 'fifteen bounds and +Inf')
+  t.ok(buckets.every((v, i) => i === 0 || v >= buckets[i - 1]!), 'cumulative buckets')
+  t.equal(buckets.at(-1), 5)
+  t.ok(m.get(`svc_request_duration_seconds_sum{${series}}`)! > 0)
+
+  // Counts keep adding up across scrapes (the per-request series are folded into the exposition on scrape).
+  t.equal(await chat(stack, false), 200)
+  const again = parseProm((await get(stack.url + '/metrics')).body)
+  t.equal(again.get(`svc_requests_total{surface="chat",status="200",provider="${b}",model="${MODEL}"}`), 6)
+  t.equal(again.get('svc_failovers_total'), 6)
+  t.equal(again.get(`svc_upstream_attempts_total{provider="${b}",outcome="ok"}`), 6)
+  t.equal(again.get(`svc_request_duration_seconds_count{${series}}`), 6)
+  t.equal(again.get(`svc_request_duration_seconds_bucket{le="+Inf",${series}}`), 6)
+  t.equal(again.get('svc_charges_total{durable="true"}'), 6)
+  t.ok(again.get('svc_billed_usd_total')! > m.get('svc_billed_usd_total')!, 'billed USD grows')
 })
 
 t.test('ops.separate_port: the ops endpoints answer on their own port and not beside the API', async (t) => {

@@ -12,6 +12,11 @@ import { StoreConflictError } from '../store.js'
 import { ACCOUNT_BY_ID, INSERT_ACCOUNT, type AccountRow } from './accounts.js'
 import { isUniqueViolation, type SqliteConnection } from './connection.js'
 
+/** A row that names a missing parent (a charge of an account that does not exist: the journal's foreign key). */
+function isForeignKeyViolation(err: unknown): boolean {
+  return (err as { code?: string }).code === 'SQLITE_CONSTRAINT_FOREIGNKEY'
+}
+
 interface JournalRow {
   seq: number
   account_id: string
@@ -36,12 +41,13 @@ interface UsageDailyRow {
 }
 
 /**
- * Every statement a batch of charges runs: an existence check and one journal append per charge. None may
- * start a trigger (the change triggers of migration 2 stay off this path); test/store/sqlite.test.ts checks
- * each one's plan. The totals and the daily roll-up are not on this path: fold() adds charges into them later.
+ * Every statement a batch of charges runs: one journal append per charge. The account's existence is the
+ * journal's foreign key (foreign_keys is on), checked by the insert itself: a separate SELECT per batch would
+ * probe the same index again. None may start a trigger (the change triggers of migration 2 stay off this
+ * path); test/store/sqlite.test.ts checks each one's plan. The totals and the daily roll-up are not on this
+ * path: fold() adds charges into them later.
  */
 export const CHARGE_SQL = {
-  account: 'SELECT 1 FROM accounts WHERE id = ?',
   insertCharge: `INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at,
       model, provider, prompt_tokens, completion_tokens, images, audio_ms)
       VALUES (?, 'charge', ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)`,
@@ -70,18 +76,19 @@ export const FOLD_SQL = {
  */
 export const FOLD_EVERY = 256
 
-interface ChargeRow {
-  seq: number
-  account_id: string
-  key_id: string
-  model: string
-  created_at: number
-  prompt_tokens: number
-  completion_tokens: number
-  images: number
-  audio_ms: number
-  amount: string
-}
+/** A row of FOLD_SQL.charges, read raw (an array: no object with ten named properties per charge). */
+type ChargeRow = [
+  seq: number,
+  accountId: string,
+  keyId: string,
+  model: string,
+  createdAt: number,
+  promptTokens: number,
+  completionTokens: number,
+  images: number,
+  audioMs: number,
+  amount: string,
+]
 
 function toJournal(row: JournalRow): JournalEntry {
   return {
@@ -96,17 +103,18 @@ function toJournal(row: JournalRow): JournalEntry {
   }
 }
 
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0
+}
+
 /** The error recordCharge gives a malformed charge before touching the database, or null. */
 function invalidCharge(c: Charge): RangeError | null {
   if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
   if (c.requestId.length === 0) return new RangeError('a charge must name its request')
-  for (const [n, what] of [
-    [c.promptTokens, 'promptTokens'],
-    [c.completionTokens, 'completionTokens'],
-    [c.images, 'images'],
-    [c.audioMs, 'audioMs'],
-  ] as const) {
-    if (!Number.isSafeInteger(n) || n < 0) return new RangeError(`${what} must be a non-negative integer (got ${n})`)
+  // Checked without building a list per charge (this runs for every charge on the commit path).
+  if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
+  for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {
+    if (!isCount(c[what])) return new RangeError(`${what} must be a non-negative integer (got ${c[what]})`)
   }
   return null
 }
@@ -130,7 +138,6 @@ function prepareStatements(conn: SqliteConnection) {
   return {
     insertAccount: db.prepare<[string, number]>(INSERT_ACCOUNT),
     accountRow: db.prepare<[string], AccountRow>(ACCOUNT_BY_ID),
-    accountExists: db.prepare<[string], { 1: number }>(CHARGE_SQL.account).pluck(),
     // Deposits and credits name these two columns, which is what reports them as funds changes (migration 2).
     setFunds: db.prepare<[string, string, string]>('UPDATE accounts SET deposited = ?, credited = ? WHERE id = ?'),
     insertFunds: db.prepare<[string, JournalKind, string, string, number]>(
@@ -144,7 +151,7 @@ function prepareStatements(conn: SqliteConnection) {
       'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE account_id = ? ORDER BY seq',
     ),
     watermark: db.prepare<[], number>(FOLD_SQL.watermark).pluck(),
-    unfolded: db.prepare<[number, number], ChargeRow>(FOLD_SQL.charges),
+    unfolded: db.prepare<[number, number], ChargeRow>(FOLD_SQL.charges).raw(),
     spent: db.prepare<[string], string>(FOLD_SQL.spent).pluck(),
     setSpent: db.prepare<[string, string]>(FOLD_SQL.setSpent),
     dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(FOLD_SQL.dailyRow),
@@ -228,20 +235,12 @@ export class SqliteLedger implements LedgerStore {
   /** Appends each valid charge of the batch, filling `out`; returns how many were appended. In a transaction. */
   #append(charges: readonly Charge[], out: (JournalEntry | Error)[]): number {
     let appended = 0
-    let known = ''
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]!
       const invalid = invalidCharge(c)
       if (invalid !== null) {
         out[i] = invalid
         continue
-      }
-      if (c.accountId !== known) {
-        if (this.#q.accountExists.get(c.accountId) === undefined) {
-          out[i] = new Error(`no account ${c.accountId}`)
-          continue
-        }
-        known = c.accountId
       }
       const cost = c.cost.toString()
       let seq: number | bigint
@@ -251,8 +250,9 @@ export class SqliteLedger implements LedgerStore {
           c.accountId, cost, c.requestId, c.keyId, c.at, c.model, c.provider, c.promptTokens, c.completionTokens, c.images, c.audioMs,
         ).lastInsertRowid
       } catch (err) {
-        if (!isUniqueViolation(err)) throw err
-        out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+        if (isForeignKeyViolation(err)) out[i] = new Error(`no account ${c.accountId}`)
+        else if (isUniqueViolation(err)) out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+        else throw err
         continue
       }
       appended++
@@ -279,21 +279,26 @@ export class SqliteLedger implements LedgerStore {
     if (rows.length === 0) return 0
     const spent = new Map<string, bigint>()
     const daily = new Map<string, DailySum>()
-    for (const r of rows) {
-      const cost = BigInt(r.amount)
-      spent.set(r.account_id, (spent.get(r.account_id) ?? 0n) + cost)
-      const day = utcDay(r.created_at)
-      const dk = `${r.account_id}\u0000${day}\u0000${r.model}\u0000${r.key_id}`
-      let sum = daily.get(dk)
-      if (sum === undefined) {
-        sum = { accountId: r.account_id, day, model: r.model, keyId: r.key_id, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
-        daily.set(dk, sum)
+    // Runs of charges mostly share one (account, day, model, key): such a row adds to the last sum without a
+    // key string and a map lookup.
+    let sum: DailySum | null = null
+    for (const [, accountId, keyId, model, createdAt, prompt, completion, images, audioMs, amount] of rows) {
+      const cost = BigInt(amount)
+      spent.set(accountId, (spent.get(accountId) ?? 0n) + cost)
+      const day = utcDay(createdAt)
+      if (sum === null || sum.accountId !== accountId || sum.day !== day || sum.model !== model || sum.keyId !== keyId) {
+        const dk: string = `${accountId}\u0000${day}\u0000${model}\u0000${keyId}`
+        sum = daily.get(dk) ?? null
+        if (sum === null) {
+          sum = { accountId, day, model, keyId, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
+          daily.set(dk, sum)
+        }
       }
       sum.requests++
-      sum.prompt += r.prompt_tokens
-      sum.completion += r.completion_tokens
-      sum.images += r.images
-      sum.audioMs += r.audio_ms
+      sum.prompt += prompt
+      sum.completion += completion
+      sum.images += images
+      sum.audioMs += audioMs
       sum.cost += cost
     }
     for (const d of daily.values()) {
@@ -306,7 +311,7 @@ export class SqliteLedger implements LedgerStore {
       }
     }
     for (const [id, add] of spent) this.#q.setSpent.run((BigInt(this.#q.spent.get(id)!) + add).toString(), id)
-    this.#q.setWatermark.run(rows[rows.length - 1]!.seq)
+    this.#q.setWatermark.run(rows[rows.length - 1]![0])
     return rows.length
   }
 
