@@ -41,7 +41,7 @@ export async function spawnRouter(
     join(dir, 'config.yaml'),
     stringify({
       ...config,
-      server: { host: '127.0.0.1', port: 0 },
+      server: { host: '127.0.0.1', port: 0, ...config.server },
       registry: { path: 'providers.yaml', watch: false },
       store: { path: join(dir, 'svc.db') },
       log: { level: 'error', ...config.log },
