@@ -9,7 +9,7 @@
  */
 import { Worker } from 'node:worker_threads'
 import { Client, Pool, type Dispatcher } from 'undici'
-import { Samples, type Distribution } from './stats.js'
+import { Samples, Tally, type Distribution } from './stats.js'
 
 export interface RequestSpec {
   /** http://127.0.0.1:PORT */
@@ -149,26 +149,8 @@ function exchange(dispatcher: Dispatcher, req: Prepared, watch: StreamWatch | nu
   })
 }
 
-class Tally {
-  ok = 0
-  errors = 0
-  firstError: string | null = null
-
-  fail(reason: string): void {
-    this.errors++
-    this.firstError ??= reason
-  }
-
-  /** Counts the outcome of one exchange; true when it was a success. */
-  count(status: number): boolean {
-    if (status >= 200 && status < 300) {
-      this.ok++
-      return true
-    }
-    this.fail(`HTTP ${status}`)
-    return false
-  }
-
+/** The shared tally, plus what makes a stream a success. */
+class StreamTally extends Tally {
   /** A stream succeeds when it is 2xx, carried a content token and ended with [DONE]. */
   countStream(status: number, watch: StreamWatch): boolean {
     if (status < 200 || status >= 300) return this.count(status)
@@ -187,7 +169,7 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-function result(mode: LoadSpec['mode'], tally: Tally, seconds: number, extra: Partial<LoadResult>): LoadResult {
+function result(mode: LoadSpec['mode'], tally: StreamTally, seconds: number, extra: Partial<LoadResult>): LoadResult {
   return {
     mode,
     ok: tally.ok,
@@ -209,7 +191,7 @@ function result(mode: LoadSpec['mode'], tally: Tally, seconds: number, extra: Pa
 async function latencyLoop(spec: Extract<LoadSpec, { mode: 'latency' }>): Promise<LoadResult> {
   const client = new Client(spec.request.origin, { pipelining: 1, keepAliveTimeout: 60_000 })
   const req = prepare(spec.request)
-  const tally = new Tally()
+  const tally = new StreamTally()
   const samples = new Samples(spec.count)
   for (let i = 0; i < spec.warmup; i++) await exchange(client, req, null)
   const start = performance.now()
@@ -230,7 +212,7 @@ async function latencyLoop(spec: Extract<LoadSpec, { mode: 'latency' }>): Promis
 async function throughputLoop(spec: Extract<LoadSpec, { mode: 'throughput' }>): Promise<LoadResult> {
   const pool = new Pool(spec.request.origin, { connections: spec.connections, pipelining: 1, keepAliveTimeout: 60_000 })
   const req = prepare(spec.request)
-  const tally = new Tally()
+  const tally = new StreamTally()
   const samples = new Samples(1 << 16)
   const begin = performance.now()
   const measureFrom = begin + spec.warmupMs
@@ -266,7 +248,7 @@ async function openLoop(spec: Extract<LoadSpec, { mode: 'open' }>): Promise<Load
   const pool = new Pool(spec.request.origin, { connections: spec.connections, pipelining: 1, keepAliveTimeout: 60_000 })
   const req = prepare(spec.request)
   await warm(pool, req, spec.warmup, 8)
-  const tally = new Tally()
+  const tally = new StreamTally()
   const total = Math.floor((spec.rate * spec.durationMs) / 1000)
   const interval = 1000 / spec.rate
   const latency = new Samples(total)
@@ -325,7 +307,7 @@ async function ttftLoop(spec: Extract<LoadSpec, { mode: 'ttft' }>): Promise<Load
   const pool = new Pool(spec.request.origin, { connections: spec.concurrency, pipelining: 1, keepAliveTimeout: 60_000 })
   const req = prepare(spec.request)
   await warm(pool, req, spec.warmup, spec.concurrency)
-  const tally = new Tally()
+  const tally = new StreamTally()
   const ttft = new Samples(spec.count)
   const gaps = new Samples(spec.count * 64)
   const start = performance.now()
@@ -351,7 +333,7 @@ async function ttftLoop(spec: Extract<LoadSpec, { mode: 'ttft' }>): Promise<Load
 async function concurrentStreams(spec: Extract<LoadSpec, { mode: 'streams' }>): Promise<LoadResult> {
   const pool = new Pool(spec.request.origin, { connections: spec.streams, pipelining: 1, keepAliveTimeout: 60_000 })
   const req = prepare(spec.request)
-  const tally = new Tally()
+  const tally = new StreamTally()
   const ttft = new Samples(spec.streams)
   let open = 0
   let peakOpen = 0

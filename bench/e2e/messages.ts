@@ -13,7 +13,7 @@ import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import { Client, Pool, type Dispatcher } from 'undici'
 import { runAsLoadProcess } from './processes.js'
-import { Samples, type Distribution } from './stats.js'
+import { Samples, Tally, type Distribution } from './stats.js'
 import { PROVIDER_KEY, startOwnRouter, type SimKind, type SimSet } from './targets.js'
 
 type Format = 'chat' | 'messages'
@@ -107,25 +107,19 @@ async function runSpec(spec: Spec): Promise<Result> {
   const payload = Buffer.from(body(spec.route, stream))
   const d: Dispatcher = stream ? new Pool(spec.route.origin, { connections: spec.concurrency }) : new Client(spec.route.origin, { keepAliveTimeout: 60_000 })
   const samples = new Samples(spec.count)
-  let ok = 0
-  let errors = 0
-  let firstError: string | null = null
-  const fail = (why: string): void => {
-    errors++
-    firstError ??= why
-  }
+  const tally = new Tally()
   const one = async (measured: boolean): Promise<void> => {
     const t0 = performance.now()
     try {
       const r = await exchange(d, spec.route, payload)
       const t1 = performance.now()
-      if (r.status !== 200) return fail(`HTTP ${r.status}`)
-      if (stream && (Number.isNaN(r.firstAt) || !r.ended)) return fail('stream without a text token or without its end')
+      if (r.status !== 200) return tally.fail(`HTTP ${r.status}`)
+      if (stream && (Number.isNaN(r.firstAt) || !r.ended)) return tally.fail('stream without a text token or without its end')
       if (!measured) return
-      ok++
+      tally.ok++
       samples.push(stream ? r.firstAt - t0 : t1 - t0)
     } catch (err) {
-      fail(String(err))
+      tally.fail(String(err))
     }
   }
   for (let i = 0; i < spec.warmup; i++) await one(false)
@@ -139,7 +133,7 @@ async function runSpec(spec: Spec): Promise<Result> {
   )
   await d.close()
   const dist = samples.distribution()
-  return { ok, errors, firstError, latency: stream ? null : dist, ttft: stream ? dist : null }
+  return { ok: tally.ok, errors: tally.errors, firstError: tally.firstError, latency: stream ? null : dist, ttft: stream ? dist : null }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
 import { runAsLoadProcess, treeRssKb, UsageMonitor, type Usage } from './processes.js'
-import { Samples, type Distribution } from './stats.js'
+import { Samples, Tally, type Distribution } from './stats.js'
 import { PROVIDER_KEY, startOwnRouter, type SimSet } from './targets.js'
 
 const PATH = '/v1/audio/transcriptions'
@@ -166,13 +166,7 @@ async function runSpec(spec: Spec): Promise<MultipartResult> {
   const lanes = spec.mode === 'throughput' ? spec.concurrency : spec.uploads
   const pool = new Pool(spec.route.origin, { connections: lanes, pipelining: 1, keepAliveTimeout: 60_000 })
   const samples = new Samples(1024)
-  let ok = 0
-  let errors = 0
-  let firstError: string | null = null
-  const fail = (why: string): void => {
-    errors++
-    firstError ??= why
-  }
+  const tally = new Tally()
   let seconds: number
   if (spec.mode === 'throughput') {
     // One whole body, sent again and again: the cheapest client, the same for both targets.
@@ -190,13 +184,13 @@ async function runSpec(spec: Spec): Promise<MultipartResult> {
             // Only requests that start and finish inside the window count, so warm-up and tail do not.
             if (t0 < measureFrom || t1 > end) continue
             const why = problem(r, spec.fileBytes)
-            if (why !== null) fail(why)
+            if (why !== null) tally.fail(why)
             else {
-              ok++
+              tally.ok++
               samples.push(t1 - t0)
             }
           } catch (err) {
-            if (t0 >= measureFrom) fail(String(err))
+            if (t0 >= measureFrom) tally.fail(String(err))
           }
         }
       }),
@@ -220,19 +214,19 @@ async function runSpec(spec: Spec): Promise<MultipartResult> {
           const body = Readable.from(upload(), { objectMode: false })
           const bound = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('not answered in time')), stopAt - t0).unref())
           const why = problem(await Promise.race([exchange(pool, headers, body), bound]), spec.fileBytes)
-          if (why !== null) return fail(why)
-          ok++
+          if (why !== null) return tally.fail(why)
+          tally.ok++
           samples.push(performance.now() - t0)
         } catch (err) {
-          fail(String(err))
+          tally.fail(String(err))
         }
       }),
     )
     seconds = (performance.now() - begin) / 1000
   }
   await pool.destroy()
-  const rps = seconds > 0 ? ok / seconds : 0
-  return { ok, errors, firstError, seconds, rps, mibPerS: (rps * length) / MIB, latency: samples.distribution(), sent }
+  const rps = seconds > 0 ? tally.ok / seconds : 0
+  return { ok: tally.ok, errors: tally.errors, firstError: tally.firstError, seconds, rps, mibPerS: (rps * length) / MIB, latency: samples.distribution(), sent }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -87,3 +87,25 @@ export function formatRatio(a: number, b: number): string {
   const r = a / b
   return `${r >= 100 ? r.toFixed(0) : r >= 10 ? r.toFixed(1) : r.toFixed(2)}×`
 }
+
+/** Outcomes of a load's exchanges: successes, failures and the first failure's reason. */
+export class Tally {
+  ok = 0
+  errors = 0
+  firstError: string | null = null
+
+  fail(reason: string): void {
+    this.errors++
+    this.firstError ??= reason
+  }
+
+  /** Counts the outcome of one exchange by its status; true when it was a success. */
+  count(status: number): boolean {
+    if (status >= 200 && status < 300) {
+      this.ok++
+      return true
+    }
+    this.fail(`HTTP ${status}`)
+    return false
+  }
+}
