@@ -146,6 +146,8 @@ export class JobRunner {
   readonly #queue: Queued[] = []
   /** Sinks of the jobs running now, to detach on close (their jobs stay unfinished and resume next start). */
   readonly #running = new Set<JobSink>()
+  /** Queued jobs whose body is being read back from the store before they start (see #next). */
+  #reading = 0
   #sweep: NodeJS.Timeout | null = null
   #closed = false
   #draining = false
@@ -271,42 +273,39 @@ export class JobRunner {
       if (q.budget.open) q.budget.release()
       return
     }
-    if (this.#running.size < this.#o.maxRunning) return this.#start(q)
+    if (this.#busy < this.#o.maxRunning) return this.#start(q)
     // A waiting job keeps its hold, not its body: that is read back from the store when its turn comes, so a
     // long queue costs rows on disk, not request bodies in memory.
     this.#queue.push(q.job.body === null ? q : { ...q, job: { ...q.job, body: null }, reload: true })
   }
 
   #next(): void {
-    while (!this.#closed && !this.#draining && this.#running.size < this.#o.maxRunning && this.#queue.length > 0) {
+    while (!this.#closed && !this.#draining && this.#busy < this.#o.maxRunning && this.#queue.length > 0) {
       const q = this.#queue.shift()!
       if (q.reload !== true) {
         this.#start(q)
         continue
       }
       // Its slot is taken now, while the body is read back.
-      const slot = new JobSink(() => {})
-      this.#running.add(slot)
-      this.#o.store.jobs.getJob(q.job.id).then(
-        (job) => {
-          this.#running.delete(slot)
-          if (job === null || (job.status !== 'pending' && job.status !== 'processing')) {
-            if (q.budget.open) q.budget.release()
-          } else if (this.#closed || this.#draining || slot.aborted) {
-            if (q.budget.open) q.budget.release()
-          } else this.#start({ ...q, job, reload: false })
-          this.#next()
-          this.#wakeIdle()
-        },
-        (err: unknown) => {
-          this.#running.delete(slot)
-          if (q.budget.open) q.budget.release()
-          log.error('jobs: reading a queued job back failed; it runs at the next start', { job: q.job.id, err: String(err) })
-          this.#next()
-          this.#wakeIdle()
-        },
-      )
+      this.#reading++
+      const settle = (job: JobRecord | null): void => {
+        this.#reading--
+        const runnable = job !== null && (job.status === 'pending' || job.status === 'processing')
+        if (runnable && !this.#closed && !this.#draining) this.#start({ ...q, job, reload: false })
+        else if (q.budget.open) q.budget.release()
+        this.#next()
+        this.#wakeIdle()
+      }
+      this.#o.store.jobs.getJob(q.job.id).then(settle, (err: unknown) => {
+        log.error('jobs: reading a queued job back failed; it runs at the next start', { job: q.job.id, err: String(err) })
+        settle(null)
+      })
     }
+  }
+
+  /** Slots taken: jobs running, and queued ones whose body is being read back. */
+  get #busy(): number {
+    return this.#running.size + this.#reading
   }
 
   #start({ job, kind, budget, selection, trace }: Queued): void {
@@ -477,7 +476,7 @@ export class JobRunner {
 
   /** Jobs waiting for a slot or running. */
   get active(): number {
-    return this.#running.size + this.#queue.length
+    return this.#busy + this.#queue.length
   }
 
   /**
@@ -487,7 +486,7 @@ export class JobRunner {
   drain(ms: number): Promise<boolean> {
     this.#draining = true
     for (const q of this.#queue.splice(0)) if (q.budget.open) q.budget.release()
-    if (this.#running.size === 0) return Promise.resolve(true)
+    if (this.#busy === 0) return Promise.resolve(true)
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(false), ms)
       this.#idle.push(() => {
@@ -498,7 +497,7 @@ export class JobRunner {
   }
 
   #wakeIdle(): void {
-    if (this.#running.size !== 0 || this.#idle.length === 0) return
+    if (this.#busy !== 0 || this.#idle.length === 0) return
     const idle = this.#idle
     this.#idle = []
     for (const fn of idle) fn()
