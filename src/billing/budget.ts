@@ -5,7 +5,8 @@
  * networked store fits behind it.
  */
 import type { RouterError } from '../errors.js'
-import type { Bill, BilledCost, Settled } from './ledger.js'
+import type { Principal } from '../auth/principal.js'
+import type { Bill, BilledCost, Ledger, Settled } from './ledger.js'
 
 export interface Budget {
   /** Whether neither settle nor release has run yet. */
@@ -43,4 +44,9 @@ export class FreeBudget implements Budget {
   release(): void {
     this.#open = false
   }
+}
+
+/** The budget of a request of `principal`: its key's reservation in the ledger, or nothing for no key. */
+export function budgetFor(ledger: Ledger, principal: Principal, requestId: string): Budget {
+  return principal.keyId === null ? new FreeBudget() : ledger.open(principal, requestId)
 }

@@ -19,7 +19,7 @@ import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { entryOf } from '../auth/key-cache.js'
-import { FreeBudget, type Budget } from '../billing/budget.js'
+import { budgetFor, FreeBudget, type Budget } from '../billing/budget.js'
 import type { ImageUsage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
 import { RouterError, toRouterError } from '../errors.js'
@@ -210,7 +210,7 @@ export class JobRunner {
     }
     const id = randomUUID()
     const principal = admitted.principal
-    const budget: Budget = principal.keyId === null ? new FreeBudget() : this.#o.ledger.open(principal, id)
+    const budget = budgetFor(this.#o.ledger, principal, id)
     const accepted = (refused: RouterError | null): void => {
       if (refused !== null) {
         spool?.discard()
@@ -395,12 +395,12 @@ export class JobRunner {
     )
     if (selection instanceof RouterError) return this.#fail(job, selection.message)
     let budget: Budget
-    if (principal.keyId === null || (await this.#o.store.jobs.jobCharged(job.id))) {
+    if (await this.#o.store.jobs.jobCharged(job.id)) {
       // Billed before the crash: it runs again without a second charge.
       budget = new FreeBudget()
     } else {
-      await this.#o.ledger.prepare(principal)
-      budget = this.#o.ledger.open(principal, job.id)
+      if (principal.keyId !== null) await this.#o.ledger.prepare(principal)
+      budget = budgetFor(this.#o.ledger, principal, job.id)
     }
     this.#enqueue({ job, kind, budget, selection, trace: clientTrace('', '') })
   }

@@ -10,7 +10,7 @@
  */
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { ResetClock, type RateLimiter } from '../auth/rate-limit.js'
-import { FreeBudget, type Budget } from '../billing/budget.js'
+import { budgetFor } from '../billing/budget.js'
 import type { Usage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
 import { readJsonBody } from '../codecs/json-body.js'
@@ -129,8 +129,6 @@ export function answerNow<R extends SurfaceRequest, U extends Usage>(
   started?: (failover: Failover<R, U>) => void,
 ): Launcher<R, U> {
   return function runFailover({ head, reply, admitted, surface, request, selection }: Launch<R, U>): void {
-    const principal = admitted.principal
-    const budget: Budget = principal.keyId === null ? new FreeBudget() : deps.ledger.open(principal, head.requestId)
     const failover = new Failover(
       deps.engine,
       {
@@ -140,7 +138,7 @@ export function answerNow<R extends SurfaceRequest, U extends Usage>(
         request,
         baseHeaders: admitted.headers,
         selection,
-        budget,
+        budget: budgetFor(deps.ledger, admitted.principal, head.requestId),
         trace: clientTrace(head.traceparent, head.tracestate),
       },
       reply,
