@@ -61,7 +61,7 @@ t.test("'normal': writes resolve without a flush", async (t) => {
 
 t.test('the WAL is checkpointed off the event loop and stays bounded under a steady stream of charges', async (t) => {
   const dir = t.testdir()
-  const conn = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal', checkpointEvery: 100 })
+  const conn = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal', upkeepEvery: 100 })
   t.teardown(() => conn.close())
   const ledger = new SqliteLedger(conn)
   await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())

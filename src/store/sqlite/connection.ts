@@ -22,7 +22,7 @@ export interface SqliteStoreOptions {
   /** How often to look for commits by other processes (PRAGMA data_version). */
   readonly changePollMs?: number
   /** Write transactions between two upkeeps (fold and WAL checkpoint, see upkeep()). */
-  readonly checkpointEvery?: number
+  readonly upkeepEvery?: number
   /**
    * Whether the upkeep runs on a thread of its own (default, file databases); false: SQLite checkpoints inside
    * commits and the ledger folds inline (the upkeep thread's own connection, and in-memory databases).
@@ -43,7 +43,7 @@ export class SqliteConnection {
   #upkeep: Worker | null = null
   #upkeeping: Promise<void> | null = null
   #endUpkeep: (() => void) | null = null
-  readonly #checkpointEvery: number
+  readonly #upkeepEvery: number
   #writes = 0
   /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
   flushes = 0
@@ -62,7 +62,7 @@ export class SqliteConnection {
     this.memory = options.path === ':memory:' || options.path === ''
     this.#path = options.path
     this.#full = options.synchronous !== 'normal'
-    this.#checkpointEvery = options.checkpointEvery ?? 500
+    this.#upkeepEvery = options.upkeepEvery ?? 500
     if (!this.memory) mkdirSync(dirname(options.path), { recursive: true })
     this.db = new Database(options.path)
     try {
@@ -125,8 +125,8 @@ export class SqliteConnection {
    * the -shm and the database file), so holding a descriptor of our own is safe.
    */
   durable(): Promise<void> | null {
-    // Every write ends here: count it towards the next checkpoint.
-    if (++this.#writes >= this.#checkpointEvery) this.upkeep()
+    // Every write ends here: count it towards the next upkeep.
+    if (++this.#writes >= this.#upkeepEvery) this.upkeep()
     if (!this.#full || this.memory) return null
     if (this.#again !== null) return this.#again
     if (this.#syncing === null) return (this.#syncing = this.#sync())
