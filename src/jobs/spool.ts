@@ -26,7 +26,7 @@ export function removeSpoolFile(path: string): void {
   })
 }
 
-type SpoolDone = (err: Error | null, bytes: number) => void
+type SpoolDone = (err: Error | null) => void
 
 export class SpoolBody extends FileBody {
   readonly #out: WriteStream
@@ -114,10 +114,10 @@ export class SpoolBody extends FileBody {
     if (done === null) return
     if (this.#failed !== null) {
       this.#done = null
-      done(this.#failed, this.#bytes)
+      done(this.#failed)
     } else if (this.#finished) {
       this.#done = null
-      done(null, this.#bytes)
+      done(null)
     }
   }
 }
