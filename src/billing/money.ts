@@ -78,14 +78,18 @@ export function perTokenPrice(pricePerMillion: string | number): bigint | null {
   return units / TOKENS_PER_PRICE_UNIT
 }
 
+const ZEROS = '0'.repeat(DECIMALS + 1)
+
 /** atto-USD as a plain decimal string: "0.000021", "3", never exponent notation. */
 export function formatUsd(atto: bigint): string {
+  // One bigint-to-text conversion, then string slicing (three of them per trace: no division, no regex).
   const negative = atto < 0n
-  const abs = negative ? -atto : atto
-  const whole = abs / ATTO_PER_USD
-  const frac = abs % ATTO_PER_USD
-  let out = whole.toString()
-  if (frac !== 0n) out += '.' + frac.toString().padStart(DECIMALS, '0').replace(/0+$/, '')
+  let digits = (negative ? -atto : atto).toString()
+  if (digits.length <= DECIMALS) digits = ZEROS.slice(0, DECIMALS + 1 - digits.length) + digits
+  const point = digits.length - DECIMALS
+  let end = digits.length
+  while (end > point && digits.charCodeAt(end - 1) === 48 /* 0 */) end--
+  const out = end === point ? digits.slice(0, point) : digits.slice(0, point) + '.' + digits.slice(point, end)
   return negative ? '-' + out : out
 }
 

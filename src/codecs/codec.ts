@@ -5,6 +5,7 @@
  */
 import type { ChatUsage, Usage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
+import type { ResponseHead } from '../upstream/attempt.js'
 import type { HeaderList } from '../upstream/sink.js'
 
 export type Emit = (bytes: Buffer) => void
@@ -31,8 +32,8 @@ export interface ResponseCodec<U extends Usage = ChatUsage> {
   readonly produced: boolean
   /** Usage as the provider reported it, or estimated (`estimated: true`) from the prompt size and what arrived. */
   usage(promptBytes: number): U
-  /** Optional: the provider's response headers of a 2xx (a codec may take the answer's id from them). */
-  onHeaders?(headers: Record<string, string | string[] | undefined>): void
+  /** Optional: the headers of a 2xx the router reads (a codec may take the answer's id from them). */
+  onHeaders?(head: ResponseHead): void
   /** The last bytes of a successful answer, carrying the trace block. */
   complete(trace: Record<string, unknown>): string | Buffer
   /** The last bytes of a streamed answer that broke after its first byte: an error event, never a fake end. */

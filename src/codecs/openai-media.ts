@@ -6,12 +6,12 @@
  */
 import type { AudioUsage, ImageUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
+import type { ResponseHead } from '../upstream/attempt.js'
 import { isHeaderSafeId, type ResponseCodec } from './codec.js'
 import { spliceTrace } from './trace-splice.js'
 
 const JSON_HEADERS = ['Content-Type', 'application/json']
 
-type Headers = Record<string, string | string[] | undefined>
 
 /** The provider's JSON answer as an object, or null when it is not one. */
 function parseObject(body: Buffer): Record<string, unknown> | null {
@@ -62,9 +62,8 @@ abstract class HeldMediaCodec<U extends ImageUsage | AudioUsage> implements Resp
   abstract usage(promptBytes: number): U
   abstract complete(trace: Record<string, unknown>): string | Buffer
 
-  onHeaders(headers: Headers): void {
-    const id = headers['x-request-id']
-    if (isHeaderSafeId(id)) this.#headerId = id
+  onHeaders(head: ResponseHead): void {
+    if (isHeaderSafeId(head.requestId)) this.#headerId = head.requestId
   }
 
   push(): void {}

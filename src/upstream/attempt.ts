@@ -1,11 +1,16 @@
 /**
- * One try against one provider: an undici dispatch handler with the controller lifecycle. It knows nothing of
+ * One try against one provider: an undici dispatch handler. It knows nothing of
  * retries, billing or traces (undici's retry handler wraps a handler that knows nothing of retries): it sorts
  * the provider's answer into what the failover loop decides on (a miss before any byte reached the client, a
  * client error to pass through, an answer relayed through the plan's codec, a break after the first byte) and
  * reports it to its owner.
  *
  * Backpressure both ways: a slow receiver pauses the upstream read (and so, through TCP, the provider).
+ *
+ * It speaks undici's first handler interface (onConnect, onHeaders with the raw header list, onData returning
+ * false to pause), which undici 7 still takes as it is. A handler of the newer interface is wrapped per request
+ * in two more objects and given every response header parsed into an object (and the trailers too): the three
+ * headers the router reads are picked from the raw list instead (responseHead()).
  */
 import type { Dispatcher } from 'undici'
 import type { Usage } from '../billing/cost.js'
@@ -81,7 +86,11 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   status = 0
   readonly #owner: AttemptOwner
   readonly #settings: AttemptSettings
-  #controller: Dispatcher.DispatchController | null = null
+  /** undici's abort for this request, from onConnect; null before it. */
+  #abortRequest: ((err?: Error) => void) | null = null
+  /** undici's resume for a paused read, from onHeaders. */
+  #resumeRead: (() => void) | null = null
+  #paused = false
   #phase = Phase.Pending
   #startedAt = 0
   #ttfbMs = -1
@@ -160,39 +169,44 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
   abort(reason: Error): void {
     this.#abortReason = reason
-    this.#controller?.abort(reason)
+    this.#abortRequest?.(reason)
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller
-    if (this.#abortReason !== null) controller.abort(this.#abortReason)
-    else if (this.#expired !== null) controller.abort(this.#expired)
+  onConnect(abort: (err?: Error) => void): void {
+    this.#abortRequest = abort
+    if (this.#abortReason !== null) abort(this.#abortReason)
+    else if (this.#expired !== null) abort(this.#expired)
   }
 
   /** Ends the attempt as a provider failure (`err.code` as failures.ts classifies it), unlike abort(). */
   fail(err: Error): void {
     if (this.#phase === Phase.Done || this.#expired !== null) return
     this.#expired = err
-    this.#controller?.abort(err)
+    this.#abortRequest?.(err)
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  /** Returns false to pause the read (never here); undici's `resume` restarts a read paused by onData. */
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    this.#resumeRead = resume
     try {
-      this.#start(controller, statusCode, headers)
+      this.#start(statusCode, responseHead(rawHeaders))
     } catch (err) {
       this.#crash(err)
     }
+    return true
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  /** False: the receiver is slow, undici stops reading until #resume(). */
+  onData(chunk: Buffer): boolean {
     try {
-      this.#data(controller, chunk)
+      this.#data(chunk)
     } catch (err) {
       this.#crash(err)
     }
+    return !this.#paused
   }
 
-  onResponseEnd(): void {
+  onComplete(): void {
     try {
       this.#end()
     } catch (err) {
@@ -200,12 +214,18 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+  onError(err: Error): void {
     try {
       this.#error(err)
     } catch (thrown) {
       this.#crash(thrown)
     }
+  }
+
+  #resume(): void {
+    if (!this.#paused) return
+    this.#paused = false
+    this.#resumeRead?.()
   }
 
   #crash(err: unknown): void {
@@ -221,18 +241,16 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     return { provider: this.offer.provider.address, status: this.status === 0 ? null : this.status }
   }
 
-  #start(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  #start(statusCode: number, head: ResponseHead): void {
     this.status = statusCode
-    const ct = headers['content-type']
-    this.#contentType = typeof ct === 'string' ? ct : ''
+    this.#contentType = head.contentType
     const health = this.offer.provider.health
     const address = this.offer.provider.address
     if (isRetryableStatus(statusCode)) {
       this.#phase = Phase.Draining
       if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health, this.#trial)
-      const retryAfter = headers['retry-after']
       const kind = statusCode === 429 ? MissKind.RateLimited : MissKind.Failure
-      this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, typeof retryAfter === 'string' ? retryAfter : '')
+      this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, head.retryAfter)
       return
     }
     if (statusCode >= 300) {
@@ -245,16 +263,16 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       this.#phase = Phase.Rejected
       this.#release()
       health.recordFailure(performance.now(), this.#settings.health, this.#trial)
-      controller.abort(new Error('unexpected content type'))
+      this.#abortRequest?.(new Error('unexpected content type'))
       this.#owner.missed(this, { provider: address, status: statusCode, error: 'unexpected_content_type' }, MissKind.Failure, '')
       return
     }
     health.recordSuccess(performance.now(), this.#trial)
-    this.plan.codec.onHeaders?.(headers)
+    this.plan.codec.onHeaders?.(head)
     this.#phase = Phase.Relaying
   }
 
-  #data(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  #data(chunk: Buffer): void {
     const phase = this.#phase
     if (phase === Phase.Draining || phase === Phase.Rejected || phase === Phase.Done) return
     if (phase === Phase.Relaying && this.#ttfbMs < 0) {
@@ -267,21 +285,21 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       codec.push(chunk, this.#emit)
       if (codec.pendingBytes > MAX_HELD_RESPONSE) {
         // One event that never ends is a broken provider: held without bound it would be memory without bound.
-        controller.abort(tooLarge())
+        this.#abortRequest?.(tooLarge())
         return
       }
       if (!this.#writable) {
-        controller.pause()
+        this.#paused = true
         this.#owner.sink.onWritable(() => {
           this.#writable = true
-          controller.resume()
+          this.#resume()
         })
       }
       return
     }
     if (phase === Phase.Passthrough && this.#size + chunk.length > MAX_ERROR_BODY) return
     if (this.#size + chunk.length > MAX_HELD_RESPONSE) {
-      controller.abort(tooLarge())
+      this.#abortRequest?.(tooLarge())
       return
     }
     this.#parts.push(chunk)
@@ -359,3 +377,38 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 }
 
 function noop(): void {}
+
+/** The response headers the router reads ('' when absent, or sent more than once). */
+export interface ResponseHead {
+  readonly contentType: string
+  readonly retryAfter: string
+  /** The provider's x-request-id (a media answer's id when its body has none). */
+  readonly requestId: string
+}
+
+/** Whether `name` is `lower` (lowercase ASCII) in any case, compared byte by byte. */
+function isHeader(name: Buffer, lower: string): boolean {
+  if (name.length !== lower.length) return false
+  for (let i = 0; i < name.length; i++) {
+    if ((name[i]! | 0x20) !== lower.charCodeAt(i)) return false
+  }
+  return true
+}
+
+/** The three headers out of undici's raw list (name, value, name, value…), with nothing built for the rest. */
+export function responseHead(raw: readonly Buffer[]): ResponseHead {
+  // undefined: not seen. A second copy of a header makes it '' (a repeated Content-Type means nothing).
+  let contentType: string | undefined
+  let retryAfter: string | undefined
+  let requestId: string | undefined
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!
+    // Lengths first: most headers are none of the three and cost one comparison.
+    const n = name.length
+    if (n === 12) {
+      if (isHeader(name, 'content-type')) contentType = contentType === undefined ? raw[i + 1]!.toString('latin1') : ''
+      else if (isHeader(name, 'x-request-id')) requestId = requestId === undefined ? raw[i + 1]!.toString('latin1') : ''
+    } else if (n === 11 && isHeader(name, 'retry-after')) retryAfter = retryAfter === undefined ? raw[i + 1]!.toString('latin1') : ''
+  }
+  return { contentType: contentType ?? '', retryAfter: retryAfter ?? '', requestId: requestId ?? '' }
+}

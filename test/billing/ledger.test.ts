@@ -114,6 +114,32 @@ t.test('costs at awkward prices are exact to the last digit', async (t) => {
   t.equal(formatUsd(sum), '0.000070000001', '1000 × (0.07 + 1e-9) / 1M adds up exactly')
 })
 
+t.test('formatUsd writes every amount as the plain decimal that parseUsd reads back exactly', async (t) => {
+  const cases: [bigint, string][] = [
+    [0n, '0'],
+    [1n, '0.000000000000000001'],
+    [10n ** 18n, '1'],
+    [10n ** 18n + 5n * 10n ** 17n, '1.5'],
+    [-(10n ** 16n), '-0.01'],
+    [123_456_789_000_000_000_000n, '123.456789'],
+    [999_999_999_999_999_999n, '0.999999999999999999'],
+  ]
+  for (const [atto, text] of cases) t.equal(formatUsd(atto), text, `${atto}`)
+  // Random amounts across the whole range a ledger holds, signs included.
+  let seed = 7n
+  const wrong: string[] = []
+  for (let i = 0; i < 2000; i++) {
+    seed = (seed * 6364136223846793005n + 1442695040888963407n) % 2n ** 64n
+    const atto = (seed % 10n ** BigInt(1 + (i % 30))) * (i % 3 === 0 ? -1n : 1n)
+    const text = formatUsd(atto)
+    const back = parseUsd(text.startsWith('-') ? text.slice(1) : text)
+    const exact = back !== null && (text.startsWith('-') ? -back : back) === atto
+    // No exponent, no trailing point, no trailing zero after the point.
+    if (!exact || /e|\.$|\.\d*0$/.test(text)) wrong.push(`${atto} → ${text}`)
+  }
+  t.same(wrong, [], '2,000 random amounts')
+})
+
 t.test('the worst case: body bytes as prompt tokens plus the most output the request can produce', async (t) => {
   const o = offer('1', '2', { maxCompletionTokens: 100, contextLength: 1000 })
   t.equal(maxOutputTokens(o, 7), 7, 'max_tokens when sent')
