@@ -48,14 +48,13 @@ function statusLine(status: number): string {
   return line
 }
 
-function headerValue(value: string | string[] | undefined): string {
-  return value === undefined ? '' : typeof value === 'string' ? value : (value[0] ?? '')
-}
-
 /** One client request relayed upstream: the undici handler, holding the uWS response it answers on. */
 class Relay implements Dispatcher.DispatchHandler {
   readonly #res: uWS.HttpResponse
-  #controller: Dispatcher.DispatchController | null = null
+  /** undici's abort (onConnect) and resume of a paused read (onHeaders). */
+  #abortRequest: ((err?: Error) => void) | null = null
+  #resumeRead: (() => void) | null = null
+  #paused = false
   #aborted = false
   /** The upstream status and content type, written with the first bytes of the body (one write, not two). */
   #status = 0
@@ -74,20 +73,43 @@ class Relay implements Dispatcher.DispatchHandler {
 
   clientAborted(): void {
     this.#aborted = true
-    this.#controller?.abort(new Error('client disconnected'))
+    this.#abortRequest?.(new Error('client disconnected'))
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller
-    if (this.#aborted) controller.abort(new Error('client disconnected'))
+  // undici's first handler interface, as svc-router's attempt handler uses it: no wrapper objects per request
+  // and no object of every response header (the newer interface builds both).
+  onConnect(abort: (err?: Error) => void): void {
+    this.#abortRequest = abort
+    if (this.#aborted) abort(new Error('client disconnected'))
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
+    this.#resumeRead = resume
     this.#status = statusCode
-    this.#contentType = headerValue(headers['content-type'])
-    const length = headerValue(headers['content-length'])
+    let length = ''
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      const name = raw[i]!
+      if (name.length === 12 && name.toString('latin1').toLowerCase() === 'content-type') this.#contentType = raw[i + 1]!.toString('latin1')
+      else if (name.length === 14 && name.toString('latin1').toLowerCase() === 'content-length') length = raw[i + 1]!.toString('latin1')
+    }
     this.#total = length === '' ? -1 : Number(length)
     if (!Number.isSafeInteger(this.#total) || this.#total < 0) this.#total = -1
+    return true
+  }
+
+  #pause(): void {
+    this.#paused = true
+  }
+
+  #resume(): void {
+    if (!this.#paused) return
+    this.#paused = false
+    this.#resumeRead?.()
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.#relay(chunk)
+    return !this.#paused
   }
 
   /** Only inside a cork. */
@@ -98,7 +120,7 @@ class Relay implements Dispatcher.DispatchHandler {
     if (this.#contentType !== '') this.#res.writeHeader('content-type', this.#contentType)
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  #relay(chunk: Buffer): void {
     if (this.#aborted || this.#done) return
     const res = this.#res
     if (this.#total < 0) {
@@ -109,9 +131,9 @@ class Relay implements Dispatcher.DispatchHandler {
       })
       if (!ok) {
         // uWS buffered the chunk; stop reading upstream until the client has drained it.
-        controller.pause()
+        this.#pause()
         res.onWritable(() => {
-          controller.resume()
+          this.#resume()
           return true
         })
       }
@@ -133,7 +155,7 @@ class Relay implements Dispatcher.DispatchHandler {
     // tryEnd keeps nothing it could not send: hold the rest, stop reading upstream, send it from onWritable.
     this.#pending = chunk
     this.#pendingAt = at
-    controller.pause()
+    this.#pause()
     res.onWritable((offset) => {
       const pending = this.#pending
       if (pending === null) return true
@@ -142,12 +164,12 @@ class Relay implements Dispatcher.DispatchHandler {
       if (!sent && !finished) return false
       this.#pending = null
       // Also when finished: undici has yet to read the end of the message (and free the connection).
-      controller.resume()
+      this.#resume()
       return true
     })
   }
 
-  onResponseEnd(): void {
+  onComplete(): void {
     if (this.#aborted || this.#done) return
     // With a Content-Length, undici has checked it: every byte went to tryEnd, whose last call ended the
     // response or left a rest that onWritable sends and ends. What remains is a chunked (or empty) body.
@@ -159,7 +181,7 @@ class Relay implements Dispatcher.DispatchHandler {
     })
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+  onError(err: Error): void {
     if (this.#aborted || this.#done) return
     this.#done = true
     if (this.#headSent) {
