@@ -286,10 +286,23 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     })
   }
 
+  /**
+   * The envelope of a path the catch-all answers: its route's own (a wrong method on /v1/messages), or that of
+   * the route it lies under (/v1/messages/count_tokens, which an Anthropic client expects in its own shape).
+   * Only exact paths set one (no route with a parameter does today). Off the hot path: 404s and 405s only.
+   */
+  const rendererFor = (path: string): ((err: RouterError, requestId: string) => string) => {
+    const exact = rendererByPath.get(path)
+    if (exact !== undefined) return exact
+    for (const [prefix, render] of rendererByPath) {
+      if (path.length > prefix.length && path.charCodeAt(prefix.length) === 47 /* / */ && path.startsWith(prefix)) return render
+    }
+    return renderError
+  }
+
   app.any('/*', (res, req) => {
     const head = new UwsRequestHead(req, res, 0)
-    // Only exact paths have their own envelope here (no route with a parameter sets one today).
-    const render = rendererByPath.get(head.path) ?? renderError
+    const render = rendererFor(head.path)
     const problem = headProblem(head, maxHeaderBytes)
     if (problem !== null) return refuseHead(res, head, problem, render)
     const reply = new UwsReply(res, sendTimeoutMs)
@@ -305,7 +318,7 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
       )
       return
     }
-    sendError(reply, new RouterError('not_found', `no route for ${head.method.toUpperCase()} ${head.path}`), head.requestId, headers)
+    sendError(reply, new RouterError('not_found', `no route for ${head.method.toUpperCase()} ${head.path}`), head.requestId, headers, render)
   })
 
   return new Promise((resolve, reject) => {

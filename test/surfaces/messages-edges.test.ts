@@ -308,6 +308,18 @@ t.test("what the front end refuses on /v1/messages is Anthropic-shaped too: a wr
   t.equal(twiceBody.type, 'error')
   t.equal(twiceBody.error.code, 'invalid_request')
 
+  // A path under /v1/messages that is no route (the Anthropic SDK's countTokens) is a 404 in the same envelope.
+  const count = await request(stack.url + '/v1/messages/count_tokens', { method: 'POST', headers: { 'x-api-key': stack.key, 'content-type': 'application/json' }, body: '{}' })
+  t.equal(count.statusCode, 404)
+  const countBody = JSON.parse(await count.body.text())
+  t.equal(countBody.type, 'error')
+  t.equal(countBody.error.type, 'not_found_error')
+  t.equal(countBody.error.code, 'not_found')
+  // Only below it: a path that merely starts with the same letters keeps the default envelope.
+  const near = await request(stack.url + '/v1/messagesx', { method: 'POST', headers: { 'x-api-key': stack.key }, body: '{}' })
+  t.equal(near.statusCode, 404)
+  t.equal(JSON.parse(await near.body.text()).type, undefined)
+
   // Chat keeps the OpenAI envelope for the same refusals.
   const chat = await request(stack.url + '/v1/chat/completions', { method: 'GET', headers: { authorization: `Bearer ${stack.key}` } })
   t.equal(chat.statusCode, 405)
