@@ -351,7 +351,8 @@ function methodsFor(methodsByPath: Map<string, string[]>, path: string): string[
   for (const [pattern, methods] of methodsByPath) {
     const a = pattern.split('/')
     const b = path.split('/')
-    if (a.length === b.length && a.every((seg, i) => seg === '*' || seg === b[i])) return methods
+    // A parameter matches one non-empty segment, as uWS matches it: /v1/async/jobs/ is no route (404), not a 405.
+    if (a.length === b.length && a.every((seg, i) => (seg === '*' ? b[i] !== '' : seg === b[i]))) return methods
   }
   return undefined
 }

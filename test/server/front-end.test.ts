@@ -83,6 +83,16 @@ t.test('front end', async (t) => {
     assertEnvelope(t, res, 'not_found', 'not_found_error')
   })
 
+  t.test('a route with a parameter and that parameter empty is 404, not 405', async (t) => {
+    const empty = await call(stack, '/v1/async/jobs/', { method: 'GET' })
+    t.equal(empty.status, 404)
+    assertEnvelope(t, empty, 'not_found', 'not_found_error')
+    // The same route with a parameter and the wrong method is still a 405.
+    const wrong = await call(stack, '/v1/async/jobs/job_x', { method: 'POST', body: '{}' })
+    t.equal(wrong.status, 405)
+    t.equal(wrong.headers.allow, 'GET')
+  })
+
   t.test('a known route with the wrong method is 405 with Allow', async (t) => {
     const res = await call(stack, '/v1/chat/completions', { method: 'GET' })
     t.equal(res.status, 405)
