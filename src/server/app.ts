@@ -63,8 +63,11 @@ const CONFLICT_CHECKED = Object.keys(HEADER).length
 const SLOT_BY_LENGTH = new Int8Array(64).fill(-1)
 const SECOND_BY_LENGTH = new Int8Array(64).fill(-1)
 const THIRD_BY_LENGTH = new Int8Array(64).fill(-1)
-/** anthropic-beta: a repeat adds its values, comma-joined, as HTTP lists combine. */
-const JOINED_SLOT = SLOT.anthropicBeta
+/**
+ * Headers whose repeats are one list, comma-joined as HTTP combines list fields: anthropic-beta, and
+ * tracestate (W3C Trace Context: a vendor may split it over several fields, and all of them are the state).
+ */
+const JOINED = (1 << SLOT.anthropicBeta) | (1 << SLOT.tracestate)
 for (let slot = 0; slot < COPIED.length; slot++) {
   const name = COPIED[slot]!
   if (name.length >= SLOT_BY_LENGTH.length || THIRD_BY_LENGTH[name.length] !== -1) {
@@ -108,7 +111,7 @@ function onHeaderField(name: string, value: string): void {
   if ((scan.seen & bit) === 0) {
     scan.seen |= bit
     scan.values[slot] = value
-  } else if (slot === JOINED_SLOT) {
+  } else if ((JOINED & bit) !== 0) {
     scan.values[slot] += ',' + value
   } else if (slot < CONFLICT_CHECKED && scan.conflict === '' && value !== scan.values[slot] && trimOws(value) !== trimOws(scan.values[slot]!)) {
     scan.conflict = name

@@ -125,6 +125,15 @@ t.test('without tracing: the client trace context reaches the provider on every 
   const none = await post({})
   await none.body.text()
   t.equal(b.seen[2]!.traceparent, undefined, 'no trace context: none is invented')
+
+  // tracestate split over two fields is one list (W3C Trace Context §3.3.1: combined as HTTP lists are).
+  const split = await request(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: ['content-type', 'application/json', 'x-svc-provider-sort', 'price', ...Object.entries(stack.auth).flat(), 'traceparent', TRACEPARENT, 'tracestate', 'congo=t61rcWkgMzE', 'tracestate', 'rojo=00f067aa0ba902b7'],
+    body: chatBody,
+  })
+  await split.body.text()
+  t.equal(b.seen[3]!.tracestate, 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7', 'both fields are passed on, in order')
 })
 
 t.test('with an OTLP endpoint: a request span under the client span, an attempt span per try, exported to the collector', async (t) => {
