@@ -12,7 +12,6 @@ import { spliceTrace } from './trace-splice.js'
 
 const JSON_HEADERS = ['Content-Type', 'application/json']
 
-
 /** The provider's JSON answer as an object, or null when it is not one. */
 function parseObject(body: Buffer): Record<string, unknown> | null {
   try {

@@ -1,9 +1,9 @@
 /**
- * One try against one provider: an undici dispatch handler. It knows nothing of
- * retries, billing or traces (undici's retry handler wraps a handler that knows nothing of retries): it sorts
- * the provider's answer into what the failover loop decides on (a miss before any byte reached the client, a
- * client error to pass through, an answer relayed through the plan's codec, a break after the first byte) and
- * reports it to its owner.
+ * One try against one provider: an undici dispatch handler. It knows nothing of retries, billing or traces
+ * (undici's retry handler wraps a handler that knows nothing of retries): it sorts the provider's answer into
+ * what the failover loop decides on (a miss before any byte reached the client, a client error to pass
+ * through, an answer relayed through the plan's codec, a break after the first byte) and reports it to its
+ * owner.
  *
  * Backpressure both ways: a slow receiver pauses the upstream read (and so, through TCP, the provider).
  *
