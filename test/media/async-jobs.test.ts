@@ -414,9 +414,11 @@ t.test('fuzzed async bodies and job ids: every answer is a 202 or an enveloped e
   for (const id of ['', 'x', '..%2F..', '%00', 'a'.repeat(5000), "'; DROP TABLE jobs; --", '😀']) {
     const res = await call(`${stack.url}/v1/async/jobs/${encodeURIComponent(id)}?provider_address=%ZZ&model=`, { headers: stack.auth }).catch(() => null)
     if (res === null) continue
-    // An id-shaped path is a 404 job_not_found; an empty one or a head past the front end's limit is refused there.
-    const want = id === '' ? 405 : id.length > 4000 ? 431 : 404
-    if (res.status !== want || typeof res.json?.error?.code !== 'string' || (want === 404 && res.json.error.code !== 'job_not_found')) {
+    // An id-shaped path is a 404 job_not_found; an empty one is no route (404 not_found); a head past the front
+    // end's limit is refused there.
+    const want = id.length > 4000 ? 431 : 404
+    const code = id === '' ? 'not_found' : 'job_not_found'
+    if (res.status !== want || typeof res.json?.error?.code !== 'string' || (want === 404 && res.json.error.code !== code)) {
       t.fail(`${id.slice(0, 20)}: ${res.status} ${JSON.stringify(res.json)}`)
     }
   }
