@@ -351,9 +351,9 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
 }
 
 function methodsFor(methodsByPath: Map<string, string[]>, path: string): string[] | undefined {
+  const b = path.split('/')
   for (const [pattern, methods] of methodsByPath) {
     const a = pattern.split('/')
-    const b = path.split('/')
     // A parameter matches one non-empty segment, as uWS matches it: /v1/async/jobs/ is no route (404), not a 405.
     if (a.length === b.length && a.every((seg, i) => (seg === '*' ? b[i] !== '' : seg === b[i]))) return methods
   }

@@ -88,9 +88,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   readonly #settings: AttemptSettings
   /** undici's abort for this request, from onConnect; null before it. */
   #abortRequest: ((err?: Error) => void) | null = null
-  /** undici's resume for a paused read, from onHeaders. */
+  /** undici's resume for a read paused by onData returning false, from onHeaders. */
   #resumeRead: (() => void) | null = null
-  #paused = false
   #phase = Phase.Pending
   #startedAt = 0
   #ttfbMs = -1
@@ -106,7 +105,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   /** This try is its provider's half-open trial (health.ts): released with the attempt. */
   #trial = false
   #crashed = false
-  /** False once a write to the receiver reported backpressure, until it drains. */
+  /** False once a write to the receiver reported backpressure, until it drains (the upstream read waits). */
   #writable = true
   readonly #emit = (bytes: Buffer): void => this.#emitToReceiver(bytes)
 
@@ -196,14 +195,14 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     return true
   }
 
-  /** False: the receiver is slow, undici stops reading until #resume(). */
+  /** False while the receiver is slow: undici stops reading until it drains (#data asks to be told). */
   onData(chunk: Buffer): boolean {
     try {
       this.#data(chunk)
     } catch (err) {
       this.#crash(err)
     }
-    return !this.#paused
+    return this.#writable
   }
 
   onComplete(): void {
@@ -220,12 +219,6 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     } catch (thrown) {
       this.#crash(thrown)
     }
-  }
-
-  #resume(): void {
-    if (!this.#paused) return
-    this.#paused = false
-    this.#resumeRead?.()
   }
 
   #crash(err: unknown): void {
@@ -289,10 +282,9 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
         return
       }
       if (!this.#writable) {
-        this.#paused = true
         this.#owner.sink.onWritable(() => {
           this.#writable = true
-          this.#resume()
+          this.#resumeRead?.()
         })
       }
       return
