@@ -3,11 +3,13 @@
  * failing, the half-open trial that brings it back, and active probes that judge a provider nobody sends
  * traffic to.
  */
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { request } from 'undici'
 import { ProviderHealth, type HealthSettings } from '../../src/health/health.js'
-import { addr, closedPort, startStack, type Stack } from '../helpers/stack.js'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
 const A = addr('a')
@@ -98,20 +100,35 @@ t.test('a flapping provider is ejected, skipped, and brought back by the half-op
   t.equal((await providers(stack)).get(A)!.is_healthy, true, 'A is back')
 })
 
-t.test('probes mark an idle dead provider unhealthy and give a live one a latency, without any traffic', async (t) => {
-  const dead = await closedPort()
+t.test('probes give an idle live provider a latency, and eject it once it dies, without any traffic', async (t) => {
+  // A starts alive (a bare HTTP server answering the probe) and is killed once judged alive: whether it was
+  // healthy is never read at a moment the probes may or may not have reached yet.
+  const alive = createServer((_req, res) => res.end('{"object":"list","data":[]}'))
+  await new Promise<void>((resolve) => alive.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    alive.closeAllConnections()
+    alive.close()
+  })
+  const port = (alive.address() as AddressInfo).port
   const stack = await startStack(
     t,
     [
-      { address: A, url: `http://127.0.0.1:${dead}`, models: [{ id: MODEL }] },
+      { address: A, url: `http://127.0.0.1:${port}`, models: [{ id: MODEL }] },
       { address: B, models: [{ id: MODEL }] },
     ],
     { routing: { failure_threshold: 2 }, health: { probe_interval_ms: 50, probe_timeout_ms: 500 } },
   )
-  const before = await providers(stack)
-  t.equal(before.get(A)!.is_healthy, true, 'healthy until judged')
+  const measured = async (address: string) => {
+    const p = (await providers(stack)).get(address)!
+    return p.is_healthy && typeof p.latency === 'number'
+  }
+  t.ok(await eventually(() => measured(A)), 'the idle provider has a latency from probes alone')
+  t.ok(await eventually(() => measured(B)), 'so has the other')
+  t.equal((await providers(stack)).get(A)!.uptime, 100, 'every probe answered so far')
+
+  alive.closeAllConnections()
+  await new Promise<void>((resolve) => alive.close(() => resolve()))
   t.ok(await eventually(async () => (await providers(stack)).get(A)!.is_healthy === false), 'the dead provider is ejected by probes alone')
-  t.ok(await eventually(async () => typeof (await providers(stack)).get(B)!.latency === 'number'), 'the live one has a latency from probes')
   const after = await providers(stack)
   t.equal(after.get(B)!.is_healthy, true)
   t.ok(after.get(A)!.uptime < 100, 'failed probes count against uptime')
