@@ -84,6 +84,7 @@ class Relay implements Dispatcher.DispatchHandler {
   }
 
   onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true // an interim response (1xx): the final one follows, as in the router
     this.#resumeRead = resume
     this.#status = statusCode
     let length = ''

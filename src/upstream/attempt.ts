@@ -186,6 +186,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
   /** Returns false to pause the read (never here); undici's `resume` restarts a read paused by onData. */
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    // An interim response (102 Processing, 103 Early Hints) comes through here too: the final one follows.
+    if (statusCode < 200) return true
     this.#resumeRead = resume
     try {
       this.#start(statusCode, responseHead(rawHeaders))
