@@ -19,7 +19,7 @@ import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
 import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
-import { classifyUpstreamError, isRetryableStatus, type UpstreamFailure } from './failures.js'
+import { classifyUpstreamError, isProviderFault, isRetryableStatus, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import type { UpstreamPools } from './pools.js'
 import type { ResponseSink } from './sink.js'
@@ -243,12 +243,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const address = this.offer.provider.address
     if (isRetryableStatus(statusCode)) {
       this.#phase = Phase.Draining
-      if (statusCode >= 500) health.recordFailure(performance.now(), this.#settings.health, this.#trial)
+      if (isProviderFault(statusCode)) health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       const kind = statusCode === 429 ? MissKind.RateLimited : MissKind.Failure
       this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, head.retryAfter)
       return
     }
-    if (statusCode >= 300) {
+    if (statusCode >= 400) {
       health.recordSuccess(performance.now(), this.#trial)
       this.#phase = Phase.Passthrough
       return

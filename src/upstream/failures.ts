@@ -40,7 +40,16 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
   return (typeof code === 'string' && BY_CODE[code]) || UNKNOWN
 }
 
-/** Provider answers that make the router try the next candidate (DESIGN.md §4: 5xx and 429). */
+/**
+ * Provider answers that make the router try the next candidate (DESIGN.md §4: 5xx and 429), and redirects: the
+ * router never follows one (it would send the client's request to an address that is not on the ledger) and a
+ * 3xx is no answer a client can use, so it counts as the provider failing, like a 5xx.
+ */
 export function isRetryableStatus(status: number): boolean {
-  return status >= 500 || status === 429
+  return status >= 500 || status === 429 || (status >= 300 && status < 400)
+}
+
+/** Provider answers that count against its health: all the retryable ones except 429 (it is only busy). */
+export function isProviderFault(status: number): boolean {
+  return status !== 429 && isRetryableStatus(status)
 }

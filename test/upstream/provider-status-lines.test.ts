@@ -1,16 +1,21 @@
 /**
- * A provider may send interim responses (1xx: 102 Processing, 103 Early Hints) before its final answer. They
- * are part of HTTP, not a failure: the router waits for the final status, relays that answer as any other,
- * bills it once, and keeps the provider healthy.
+ * Status lines a provider may send besides 2xx, 4xx, 429 and 5xx (those are in forwarding.test.ts):
+ * - interim responses (1xx: 102 Processing, 103 Early Hints) before the final answer are part of HTTP, not a
+ *   failure: the router waits for the final status, relays that answer as any other, bills it once, and keeps
+ *   the provider healthy;
+ * - a redirect (3xx) is never followed (it would send the request to an address that is not on the ledger) and
+ *   is no answer for the client: it is the provider failing, so the next candidate is tried, and a last
+ *   candidate's redirect is a 502 provider_error, billed nothing.
  */
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { addr, startStack } from '../helpers/stack.js'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
 const P = addr('e')
+const GOOD = addr('f')
 
 const COMPLETION = JSON.stringify({
   id: 'chatcmpl-interim',
@@ -87,5 +92,65 @@ for (const interims of [['103 Early Hints'], ['102 Processing'], ['102 Processin
     const providers = (await (await request(`${stack.url}/v1/providers?model=${MODEL}`)).body.json()) as { data: { is_healthy: boolean; uptime: number }[] }
     t.equal(providers.data[0]!.is_healthy, true, 'the provider stays healthy')
     t.equal(providers.data[0]!.uptime, 100)
+  })
+}
+
+async function redirecting(t: Test, status: number): Promise<{ url: string; hits: () => number }> {
+  let hits = 0
+  const server = createServer((req, res) => {
+    hits++
+    req.resume()
+    req.on('end', () => {
+      res.writeHead(status, { location: 'http://127.0.0.1:1/v1/chat/completions', 'content-type': 'text/html' })
+      res.end('<a href="http://127.0.0.1:1/">moved</a>')
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    return new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits: () => hits }
+}
+
+async function chat(stack: Stack, stream: boolean) {
+  const res = await request(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-svc-provider-sort': 'price', ...stack.auth },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream }),
+  })
+  return { status: res.statusCode, text: await res.body.text() }
+}
+
+for (const status of [301, 302, 307, 308]) {
+  t.test(`a provider's ${status} is a provider failure: the next candidate answers; alone, 502 and nothing billed`, async (t) => {
+    const bad = await redirecting(t, status)
+    const stack = await startStack(
+      t,
+      [
+        { address: P, url: bad.url, models: [{ id: MODEL, price: { prompt: 0.1, completion: 0.2 } }] },
+        { address: GOOD, models: [{ id: MODEL, price: { prompt: 0.5, completion: 1 } }] },
+      ],
+      { routing: { failure_threshold: 100 }, health: { probes: false } },
+    )
+    for (const stream of [false, true]) {
+      const out = await chat(stack, stream)
+      t.equal(out.status, 200, `stream: ${stream}`)
+      t.match(out.text, `"attempts":[{"provider":"${P}","status":${status},"error":"http_${status}"},{"provider":"${GOOD}","status":200}]`)
+    }
+    t.equal(bad.hits(), 2, 'the redirect was not followed')
+
+    const alone = await startStack(t, [{ address: P, url: bad.url, models: [{ id: MODEL }] }], {
+      routing: { failure_threshold: 100 },
+      health: { probes: false },
+    })
+    const out = await chat(alone, false)
+    t.equal(out.status, 502)
+    const body = JSON.parse(out.text) as { error: { code: string }; x_svc_trace: { attempts: { status: number; error: string }[] } }
+    t.equal(body.error.code, 'provider_error')
+    t.same(body.x_svc_trace.attempts, [{ provider: P, status, error: `http_${status}` }])
+    const journal = await alone.router.store.ledger.journal(alone.account)
+    t.equal(journal.filter((e) => e.kind === 'charge').length, 0, 'nothing billed')
+    t.equal(alone.router.ledger.reserved(alone.account), 0n, 'no reservation left')
   })
 }
