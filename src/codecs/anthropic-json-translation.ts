@@ -65,6 +65,7 @@ export class AnthropicTranslatedJsonCodec implements ResponseCodec {
   readonly streaming = false
   readonly responseHeaders = JSON_HEADERS
   readonly pendingBytes = 0
+  readonly ended = true
   #parsed: Json | null = null
   readonly #model: string
   readonly #names: ToolNames

@@ -29,6 +29,8 @@ export class AnthropicStreamCodec implements ResponseCodec {
   #emit: Emit | null = null
   /** The provider's own `event: error` (e.g. overloaded_error mid-stream): held, and sent instead of message_stop. */
   #error: Record<string, unknown> | null = null
+  /** The provider's message_stop arrived (held: complete() sends it), or a message_delta with a stop_reason. */
+  #stopped = false
   readonly #framer: SseFramer
 
   constructor() {
@@ -51,6 +53,10 @@ export class AnthropicStreamCodec implements ResponseCodec {
   finish(emit: Emit): void {
     this.#emit = emit
     this.#framer.finish()
+  }
+
+  get ended(): boolean {
+    return this.#stopped || this.#error !== null
   }
 
   read(): boolean {
@@ -90,7 +96,10 @@ export class AnthropicStreamCodec implements ResponseCodec {
       return
     }
     const name = f.eventName()
-    if (name === 'message_stop') return
+    if (name === 'message_stop') {
+      this.#stopped = true
+      return
+    }
     if (name === 'error') {
       try {
         const value: unknown = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
@@ -117,9 +126,12 @@ export class AnthropicStreamCodec implements ResponseCodec {
       const m = value?.message
       if (typeof m?.id === 'string') this.#id = m.id
       if (m?.usage !== null && typeof m?.usage === 'object') this.#input = m.usage
-    } else if (value?.usage !== null && typeof value?.usage === 'object') {
-      this.#output = value.usage.output_tokens
-      if (this.#input === null) this.#input = value.usage
+    } else {
+      if (value?.delta?.stop_reason != null) this.#stopped = true
+      if (value?.usage !== null && typeof value?.usage === 'object') {
+        this.#output = value.usage.output_tokens
+        if (this.#input === null) this.#input = value.usage
+      }
     }
   }
 }
@@ -129,6 +141,7 @@ export class AnthropicJsonCodec implements ResponseCodec {
   readonly streaming = false
   readonly responseHeaders = JSON_HEADERS
   readonly pendingBytes = 0
+  readonly ended = true
   #body: Buffer | null = null
   #parsed: NativeMessage | null = null
 

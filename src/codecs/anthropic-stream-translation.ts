@@ -117,6 +117,11 @@ export class AnthropicStreamTranslator {
     return out
   }
 
+  /** A finish_reason arrived: the answer is whole. */
+  get finished(): boolean {
+    return this.#finish !== null
+  }
+
   /** The end of a completed stream: open block closed, message_delta, message_stop with `extra` members. */
   end(extra: string): string {
     if (this.error !== null) {
@@ -232,6 +237,7 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
   readonly responseHeaders = SSE_HEADERS
   readonly translator: AnthropicStreamTranslator
   #out = ''
+  #sawDone = false
   readonly #framer: SseFramer
 
   constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
@@ -255,6 +261,10 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
   finish(emit: Emit): void {
     this.#framer.finish()
     this.#flush(emit)
+  }
+
+  get ended(): boolean {
+    return this.#sawDone || this.translator.finished || this.translator.error !== null
   }
 
   read(): boolean {
@@ -295,7 +305,10 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
     const f = this.#framer
     if (f.continuation || f.dataLines === 0) return
     const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
-    if (data === '[DONE]') return
+    if (data.trim() === '[DONE]') {
+      this.#sawDone = true
+      return
+    }
     let chunk: unknown
     try {
       chunk = JSON.parse(data)

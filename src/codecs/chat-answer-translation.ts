@@ -41,6 +41,7 @@ export class ChatFromAnthropicJsonCodec implements ResponseCodec {
   readonly streaming = false
   readonly responseHeaders = JSON_HEADERS
   readonly pendingBytes = 0
+  readonly ended = true
   #parsed: Json | null = null
   readonly #model: string
 
@@ -118,6 +119,8 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   #id = ''
   #usage: Json | null = null
   #stop: unknown = null
+  /** The provider's message_stop arrived. */
+  #stopped = false
   #events = 0
   #tool = -1
   #out = ''
@@ -147,6 +150,10 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   finish(emit: Emit): void {
     this.#framer.finish()
     this.#flush(emit)
+  }
+
+  get ended(): boolean {
+    return this.#stopped || this.#stop !== null
   }
 
   read(): boolean {
@@ -227,6 +234,9 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
         else if (d?.type === 'thinking_delta') this.#out += this.#chunk({ reasoning_content: d.thinking })
         return
       }
+      case 'message_stop':
+        this.#stopped = true
+        return
       case 'message_delta':
         this.#stop = e.delta?.stop_reason ?? null
         if (e.usage !== null && typeof e.usage === 'object') this.#usage = { ...this.#usage, ...e.usage }

@@ -24,6 +24,12 @@ export interface ResponseCodec<U extends Usage = ChatUsage> {
   readonly pendingBytes: number
   /** Streaming: the upstream body ended; what is left is flushed. */
   finish(emit: Emit): void
+  /**
+   * Streaming: the provider ended its answer the way its format ends one (`[DONE]` or a finish_reason, an
+   * Anthropic message_stop or stop_reason, or the provider's own error event). A body that ends cleanly
+   * without it was cut short: a break, never relayed as a whole answer. Held codecs: always true.
+   */
+  readonly ended: boolean
   /** Held: the whole upstream body; false when it is not a valid answer (a provider failure, failover). */
   read(body: Buffer): boolean
   /** The provider's id for the answer ('' when it gave none): the SVC-Res-Key header. */

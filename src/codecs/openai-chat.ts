@@ -42,6 +42,10 @@ export class ChatStreamCodec implements ResponseCodec {
     this.#sse.finish(emit)
   }
 
+  get ended(): boolean {
+    return this.#sse.sawDone || this.#sse.sawFinish
+  }
+
   read(): boolean {
     return false
   }
@@ -86,6 +90,7 @@ export class ChatJsonCodec implements ResponseCodec {
   #parsed: ChatResponse | null = null
 
   readonly pendingBytes = 0
+  readonly ended = true
 
   accepts(): boolean {
     // Judged by parsing: a body that is not a chat completion object fails in read().

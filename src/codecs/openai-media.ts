@@ -51,6 +51,7 @@ export function traceHeader(trace: Record<string, unknown>): string {
 abstract class HeldMediaCodec<U extends ImageUsage | AudioUsage> implements ResponseCodec<U> {
   readonly streaming = false
   readonly pendingBytes = 0
+  readonly ended = true
   responseHeaders: readonly string[] = JSON_HEADERS
   protected body: Buffer | null = null
   protected parsed: Record<string, unknown> | null = null

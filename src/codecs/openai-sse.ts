@@ -22,6 +22,7 @@ export interface StreamUsage {
 /** Receives forwarded bytes. The codec never writes to a Buffer it has emitted, so it may be kept. */
 
 const USAGE_KEY = Buffer.from('"usage"')
+const FINISH_KEY = Buffer.from('"finish_reason"')
 const ID_KEY = Buffer.from('"id"')
 const LF1 = Buffer.from('\n')
 const LF2 = Buffer.from('\n\n')
@@ -102,6 +103,16 @@ export class OpenAiSseCodec {
   #chatId = ''
   #usage: StreamUsage | null = null
   #sawDone = false
+  /**
+   * The last two data events ([DONE] aside), for sawFinish: kept by reference (the codec never writes to a
+   * Buffer, and neither does undici once it handed one over), copied only from the framer's scratch.
+   */
+  #lastSrc: Buffer | null = null
+  #lastFrom = 0
+  #lastTo = 0
+  #prevSrc: Buffer | null = null
+  #prevFrom = 0
+  #prevTo = 0
   #events = 0
   #forwardedBytes = 0
 
@@ -149,6 +160,17 @@ export class OpenAiSseCodec {
   /** The provider sent its `[DONE]`. */
   get sawDone(): boolean {
     return this.#sawDone
+  }
+
+  /**
+   * One of the last two data events carries a string `finish_reason`: a choice finished, and at most the
+   * usage chunk came after it. Looked at once, at the end of a stream without [DONE], not per event.
+   */
+  get sawFinish(): boolean {
+    return (
+      (this.#lastSrc !== null && hasFinishReason(this.#lastSrc, this.#lastFrom, this.#lastTo)) ||
+      (this.#prevSrc !== null && hasFinishReason(this.#prevSrc, this.#prevFrom, this.#prevTo))
+    )
   }
 
   /** Data events forwarded or withheld, `[DONE]` excluded: for estimating usage when the provider reports none. */
@@ -226,6 +248,18 @@ export class OpenAiSseCodec {
       return true
     }
     this.#events++
+    this.#prevSrc = this.#lastSrc
+    this.#prevFrom = this.#lastFrom
+    this.#prevTo = this.#lastTo
+    if (inSource) {
+      this.#lastSrc = src
+      this.#lastFrom = from
+      this.#lastTo = to
+    } else {
+      this.#lastSrc = Buffer.from(src.subarray(from, to))
+      this.#lastFrom = 0
+      this.#lastTo = to - from
+    }
     let parse = this.#hasUsageObject(src, from, to, inSource)
     if (this.#chatId === '' && this.#idSearch > 0) {
       this.#idSearch--
@@ -327,6 +361,18 @@ function endsWithNullUsage(src: Buffer, from: number, to: number): boolean {
   if (i < from || !startsAt(src, i, USAGE_KEY)) return false
   i = skipSpaceBack(src, from, i) - 1
   return i >= from && (src[i] === 44 || src[i] === 123)
+}
+
+/** Whether [from, to) has `"finish_reason"`, optional whitespace, a colon, optional whitespace and `"`. */
+function hasFinishReason(src: Buffer, from: number, to: number): boolean {
+  for (let at = src.indexOf(FINISH_KEY, from); at !== -1 && at + FINISH_KEY.length <= to; at = src.indexOf(FINISH_KEY, at + 1)) {
+    let i = skipSpace(src, at + FINISH_KEY.length, to)
+    if (i < to && src[i] === 58) {
+      i = skipSpace(src, i + 1, to)
+      if (i < to && src[i] === 34) return true
+    }
+  }
+  return false
 }
 
 /** The end of [from, to) with trailing JSON whitespace left out. */

@@ -242,11 +242,18 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const down = failure.reason === 'shutting_down'
     const code = down ? 'no_available_provider' : failure.timeout ? 'provider_timeout' : 'provider_error'
     const message = down ? 'the router is shutting down' : failure.timeout ? 'the provider stalled mid-stream' : 'the provider stream broke mid-response'
+    const codec = a.plan.codec
+    if (!codec.produced) {
+      // Nothing but comments reached the receiver: no work to bill, as for a receiver that left (abandoned).
+      req.budget.release()
+      this.sink.end(codec.fail(new RouterError(code, message), req.requestId, this.#trace(a, null, null)))
+      return this.#publishEnd(a.status, a, code)
+    }
     // What the provider produced is billed (the codec's estimate), then the answer ends with the error event.
-    const usage = a.plan.codec.usage(req.request.promptBytes)
+    const usage = codec.usage(req.request.promptBytes)
     this.#bill(a, usage, (billed, err) => {
       const trace = this.#trace(a, usage, err === null ? billed : null)
-      this.sink.end(a.plan.codec.fail(new RouterError(code, message), req.requestId, trace))
+      this.sink.end(codec.fail(new RouterError(code, message), req.requestId, trace))
       this.#publishEnd(a.status, a, code)
     })
   }

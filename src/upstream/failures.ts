@@ -35,6 +35,9 @@ const BY_CODE: Readonly<Record<string, UpstreamFailure>> = {
 
 const UNKNOWN: UpstreamFailure = { reason: 'upstream_error', timeout: false }
 
+/** A stream whose body ended cleanly before the provider's end marker (ResponseCodec.ended). */
+export const INCOMPLETE_STREAM: UpstreamFailure = { reason: 'incomplete_stream', timeout: false }
+
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
   const code = (err as { code?: unknown } | null)?.code
   return (typeof code === 'string' && BY_CODE[code]) || UNKNOWN

@@ -367,3 +367,28 @@ t.test('random bytes never throw, and however they are cut the result is the sam
   }
   t.pass('300 random streams')
 })
+
+t.test('sawFinish: a string finish_reason in one of the last two data events, however the stream was cut', async (t) => {
+  const finish = (reason: string, spacing = ''): string =>
+    `data: {"id":"${ID}","choices":[{"index":0,"delta":{},"finish_reason":${spacing}"${reason}"}]}\n\n`
+  const cases: [string, string[], boolean][] = [
+    ['content only', [chunk('a'), chunk('b')], false],
+    ['the finish chunk last', [chunk('a'), finish('stop')], true],
+    ['the usage chunk after it', [chunk('a'), finish('length'), USAGE_EVENT], true],
+    ['Python spacing', [chunk('a'), `data: {"id": "${ID}", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n`], true],
+    ['content after the finish chunk, twice', [finish('stop'), chunk('a'), chunk('b')], false],
+    ['the key inside content text (escaped)', [`data: {"choices":[{"delta":{"content":"\\"finish_reason\\":\\"stop\\""},"finish_reason":null}]}\n\n`], false],
+    ['a finish chunk over two data lines (the framer scratch), then the usage chunk', [`data: {"id":"${ID}","choices":[{"index":0,\ndata: "delta":{},"finish_reason":"stop"}]}\n\n`, USAGE_EVENT], true],
+    ['no data event at all', [': ping\n\n'], false],
+  ]
+  for (const [label, parts, expected] of cases) {
+    t.equal(run(parts).codec.sawFinish, expected, label)
+    // Cut at every byte: the answer does not depend on how TCP delivered it.
+    const whole = parts.join('')
+    let same = true
+    for (let cut = 1; cut < whole.length; cut++) {
+      if (run([whole.slice(0, cut), whole.slice(cut)]).codec.sawFinish !== expected) same = false
+    }
+    t.ok(same, `${label}: at every cut`)
+  }
+})

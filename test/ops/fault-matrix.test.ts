@@ -122,7 +122,7 @@ t.test('reset mid-stream: SSE error event provider_error', async (t) => {
 t.test('malformed SSE: relayed as it came (the codec does not judge event payloads), then the trace with estimated usage and [DONE]', async (t) => {
   const url = await fakeProvider(t, (_req, res) => {
     res.writeHead(200, { 'content-type': 'text/event-stream' })
-    res.end('data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}\n\ndata: not json at all\n\n')
+    res.end('data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}\n\ndata: not json at all\n\ndata: [DONE]\n\n')
   })
   const stack = await alone(t, { url })
   const out = await post(stack, true)
@@ -133,6 +133,18 @@ t.test('malformed SSE: relayed as it came (the codec does not judge event payloa
   t.equal(events.at(-1), 'data: [DONE]')
   const trace = JSON.parse(events.at(-2)!.slice('data: '.length)).x_svc_trace
   t.match(trace, { provider: P, usage: { estimated: true }, attempts: [{ provider: P, status: 200 }] })
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
+})
+
+t.test('a stream whose body ends cleanly before [DONE] or any finish_reason is cut short: an error event, no [DONE]', async (t) => {
+  const url = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end('data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n')
+  })
+  const stack = await alone(t, { url })
+  const out = await post(stack, true)
+  expectBrokenStream(t, out, 'provider_error', 'incomplete_stream')
+  t.match(out.text, /"content":"Hi"/, 'what arrived was relayed')
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
 })
 

@@ -1,0 +1,186 @@
+/**
+ * A stream is whole only when the provider ends it the way its format ends one: `data: [DONE]` or a choice's
+ * finish_reason (OpenAI), message_stop or a stop_reason (Anthropic), or the provider's own error event. A body
+ * that ends cleanly before that (a provider that crashed behind a proxy, a truncating middlebox) was cut short:
+ * - bytes had reached the client: the stream ends with an error event (provider_error, incomplete_stream),
+ *   never with the router's [DONE] or message_stop: no fake success;
+ * - nothing had: it is a miss like a reset, so the next candidate answers, or 502 with nothing billed.
+ * Each case runs through all four streaming codecs: OpenAI relayed, Anthropic relayed, and both translations.
+ */
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
+
+const MODEL = 'm-chat'
+const BAD = addr('d')
+const GOOD = addr('e')
+const CHEAP = { prompt: 0.1, completion: 0.2 }
+const DEAR = { prompt: 0.5, completion: 1 }
+
+const oa = (o: object): string => `data: ${JSON.stringify(o)}\n\n`
+const chunk = (delta: object, finish: string | null = null): string =>
+  oa({ id: 'chatcmpl-end', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [{ index: 0, delta, finish_reason: finish }] })
+const USAGE = oa({ id: 'chatcmpl-end', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } })
+
+const an = (name: string, o: object): string => `event: ${name}\ndata: ${JSON.stringify(o)}\n\n`
+const START = an('message_start', {
+  type: 'message_start',
+  message: { id: 'msg_end', type: 'message', role: 'assistant', model: MODEL, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 3, output_tokens: 1 } },
+})
+const BLOCK = an('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } })
+const DELTA = an('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi' } })
+const BLOCK_STOP = an('content_block_stop', { type: 'content_block_stop', index: 0 })
+const MESSAGE_DELTA = an('message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } })
+const MESSAGE_STOP = an('message_stop', { type: 'message_stop' })
+
+/** What a provider of each format sends in each case. */
+const BODIES = {
+  openai: {
+    whole: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }) + chunk({}, 'stop') + USAGE + 'data: [DONE]\n\n',
+    finishedNoDone: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }) + chunk({}, 'stop') + USAGE,
+    doneUnterminated: chunk({ content: 'Hi' }) + chunk({}, 'stop') + 'data: [DONE]',
+    cut: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }),
+    empty: '',
+    commentsOnly: ': keep-alive\n\n: keep-alive\n\n',
+  },
+  anthropic: {
+    whole: START + BLOCK + DELTA + BLOCK_STOP + MESSAGE_DELTA + MESSAGE_STOP,
+    finishedNoDone: START + BLOCK + DELTA + BLOCK_STOP + MESSAGE_DELTA,
+    doneUnterminated: START + BLOCK + DELTA + BLOCK_STOP + MESSAGE_DELTA + MESSAGE_STOP.slice(0, -2),
+    cut: START + BLOCK + DELTA,
+    empty: '',
+    commentsOnly: ': keep-alive\n\n',
+  },
+}
+type Case = keyof typeof BODIES.openai
+
+/** A provider of `format` whose stream body is the case's, and whose connection ends cleanly after it. */
+async function provider(t: Test, format: 'openai' | 'anthropic', which: () => Case): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end(BODIES[format][which()])
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    return new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+/** The client's surface and the provider's format: the four streaming codecs. */
+const ROUTES = [
+  { name: 'chat over an OpenAI provider', surface: 'chat', format: 'openai' },
+  { name: 'chat over an Anthropic provider', surface: 'chat', format: 'anthropic' },
+  { name: 'messages over an Anthropic provider', surface: 'messages', format: 'anthropic' },
+  { name: 'messages over an OpenAI provider', surface: 'messages', format: 'openai' },
+] as const
+
+async function stream(stack: Stack, surface: 'chat' | 'messages') {
+  const path = surface === 'chat' ? '/v1/chat/completions' : '/v1/messages'
+  const body =
+    surface === 'chat'
+      ? { model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream: true }
+      : { model: MODEL, max_tokens: 16, messages: [{ role: 'user', content: 'hi' }], stream: true }
+  const res = await request(stack.url + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-svc-provider-sort': 'price', 'anthropic-version': '2023-06-01', ...stack.auth },
+    body: JSON.stringify(body),
+  })
+  return { status: res.statusCode, text: await res.body.text() }
+}
+
+/** The data of the stream's last event. */
+function lastData(text: string): any {
+  const events = text.split('\n\n').filter((e) => e.length > 0)
+  const last = events.at(-1)!
+  return JSON.parse(last.slice(last.indexOf('data: ') + 'data: '.length))
+}
+
+function isWhole(surface: 'chat' | 'messages', text: string): boolean {
+  return surface === 'chat' ? text.endsWith('data: [DONE]\n\n') : /event: message_stop\ndata: \{"type":"message_stop","x_svc_trace":/.test(text)
+}
+
+async function charges(stack: Stack): Promise<number> {
+  return (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge').length
+}
+
+for (const route of ROUTES) {
+  t.test(`${route.name}: whole streams are answers, streams cut short are breaks or misses`, async (t) => {
+    let which: Case = 'whole'
+    const url = await provider(t, route.format, () => which)
+    const formats = [route.format]
+    const stack = await startStack(t, [{ address: BAD, url, models: [{ id: MODEL, formats, price: CHEAP }] }], {
+      routing: { failure_threshold: 100 },
+      health: { probes: false },
+    })
+
+    for (const c of ['whole', 'finishedNoDone', 'doneUnterminated'] as const) {
+      which = c
+      const out = await stream(stack, route.surface)
+      t.equal(out.status, 200, c)
+      t.ok(isWhole(route.surface, out.text), `${c}: ended as a whole answer`)
+      t.match(out.text, /Hi/, `${c}: the content arrived`)
+    }
+    t.equal(await charges(stack), 3, 'each whole answer billed once')
+
+    which = 'cut'
+    const cut = await stream(stack, route.surface)
+    t.equal(cut.status, 200, 'the head had gone out with the first event')
+    t.match(cut.text, /Hi/, 'what arrived was relayed')
+    t.notOk(isWhole(route.surface, cut.text), 'no [DONE] or message_stop after a stream cut short')
+    t.notOk(cut.text.includes('[DONE]'), 'no [DONE] at all')
+    const error = lastData(cut.text)
+    t.equal(error.error.code, 'provider_error')
+    t.match(error.x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'incomplete_stream' }])
+    t.equal(await charges(stack), 4, 'what the provider produced is billed, as for any broken stream')
+
+    // A relayed Anthropic stream passes comments on as they come: one of them already started the answer.
+    const misses = route.surface === 'messages' && route.format === 'anthropic' ? (['empty'] as const) : (['empty', 'commentsOnly'] as const)
+    for (const c of misses) {
+      which = c
+      const out = await stream(stack, route.surface)
+      t.equal(out.status, 502, `${c}: nothing reached the client, and there is no other candidate`)
+      const body = JSON.parse(out.text)
+      t.same(body.x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'incomplete_stream' }])
+      t.equal(body.x_svc_trace.billing.total_cost, '0')
+    }
+    if (misses.length === 1) {
+      which = 'commentsOnly'
+      const out = await stream(stack, route.surface)
+      t.equal(out.status, 200, 'the comment had started the answer')
+      t.notOk(isWhole(route.surface, out.text), 'comments alone are no answer')
+      const error = lastData(out.text)
+      t.equal(error.error.code, 'provider_error')
+      t.equal(error.x_svc_trace.billing.total_cost, '0', 'no content produced: nothing billed')
+    }
+    t.equal(await charges(stack), 4, 'nothing billed for a stream with no answer')
+    t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
+  })
+}
+
+t.test('a stream that ends before any event is a miss: the next candidate answers', async (t) => {
+  const url = await provider(t, 'openai', () => 'empty')
+  const stack = await startStack(
+    t,
+    [
+      { address: BAD, url, models: [{ id: MODEL, price: CHEAP }] },
+      { address: GOOD, models: [{ id: MODEL, price: DEAR }] },
+    ],
+    { routing: { failure_threshold: 100 }, health: { probes: false } },
+  )
+  const out = await stream(stack, 'chat')
+  t.equal(out.status, 200)
+  t.ok(out.text.endsWith('data: [DONE]\n\n'))
+  const trace = lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace
+  t.same(trace.attempts, [
+    { provider: BAD, status: 200, error: 'incomplete_stream' },
+    { provider: GOOD, status: 200 },
+  ])
+  t.equal(trace.provider, GOOD)
+})
