@@ -156,7 +156,8 @@ export class AnthropicJsonCodec implements ResponseCodec {
   read(body: Buffer): boolean {
     try {
       const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value === null || typeof value !== 'object' || Array.isArray(value)) return false
+      // No content: not a message (an error object sent with a 200, say), so not an answer to relay and bill.
+      if (value === null || typeof value !== 'object' || !Array.isArray((value as NativeMessage).content)) return false
       this.#parsed = value as NativeMessage
     } catch {
       return false

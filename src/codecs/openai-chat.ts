@@ -82,7 +82,10 @@ export class ChatStreamCodec implements ResponseCodec {
 
 type ChatResponse = { id?: unknown; usage?: unknown; choices?: unknown }
 
-/** A JSON answer to a chat request: held whole, parsed once for its id and usage, the trace spliced in. */
+/**
+ * A JSON answer to a chat request: held whole, parsed once for its id and usage, the trace spliced in. A body
+ * that is not a JSON object with a `choices` array is no answer: the provider failed (invalid_json).
+ */
 export class ChatJsonCodec implements ResponseCodec {
   readonly streaming = false
   readonly responseHeaders = JSON_HEADERS
@@ -103,7 +106,8 @@ export class ChatJsonCodec implements ResponseCodec {
 
   read(body: Buffer): boolean {
     const parsed = parseObject(body)
-    if (parsed === null) return false
+    // No choices: not a completion (an error object sent with a 200, say), so not an answer to relay and bill.
+    if (parsed === null || !Array.isArray(parsed.choices)) return false
     this.#body = body
     this.#parsed = parsed
     return true
