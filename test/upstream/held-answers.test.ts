@@ -4,10 +4,9 @@
  * provider failing, like a body that is not JSON: the next candidate answers, or 502 provider_error
  * (invalid_json) with nothing billed. Never relayed and billed as if it were a completion.
  */
-import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
+import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
@@ -28,20 +27,11 @@ const NOT_ANSWERS = {
   ],
 } as const
 
-async function provider(t: Test, body: () => string): Promise<string> {
-  const server = createServer((req, res) => {
-    req.resume()
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' })
-      res.end(body())
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => {
-    server.closeAllConnections()
-    return new Promise<void>((resolve) => server.close(() => resolve()))
-  })
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+function provider(t: Test, body: () => string): Promise<string> {
+  return fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(body())
+  }).then((p) => p.url)
 }
 
 async function ask(stack: Stack, surface: 'chat' | 'messages') {

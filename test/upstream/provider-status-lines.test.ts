@@ -7,10 +7,11 @@
  *   is no answer for the client: it is the provider failing, so the next candidate is tried, and a last
  *   candidate's redirect is a 502 provider_error, billed nothing.
  */
-import { createServer, type ServerResponse } from 'node:http'
-import type { AddressInfo, Socket } from 'node:net'
+import type { ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
+import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
@@ -34,32 +35,22 @@ function interim(res: ServerResponse, line: string): void {
   ;(res.socket as Socket).write(`HTTP/1.1 ${line}\r\n\r\n`)
 }
 
-async function provider(t: Test, interims: string[]): Promise<string> {
-  const server = createServer((req, res) => {
-    let body = ''
-    req.on('data', (c: Buffer) => (body += c.toString()))
-    req.on('end', () => {
-      for (const line of interims) {
-        if (line.startsWith('103')) res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' })
-        else interim(res, line)
-      }
-      const stream = (JSON.parse(body) as { stream?: boolean }).stream === true
-      if (!stream) {
-        res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(COMPLETION)
-        return
-      }
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.write(CHUNK('o'))
-      res.end(CHUNK('k') + USAGE + 'data: [DONE]\n\n')
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => {
-    server.closeAllConnections()
-    return new Promise<void>((resolve) => server.close(() => resolve()))
-  })
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+function provider(t: Test, interims: string[]): Promise<string> {
+  return fakeProvider(t, (_req, res, body) => {
+    for (const line of interims) {
+      if (line.startsWith('103')) res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' })
+      else interim(res, line)
+    }
+    const stream = (JSON.parse(body) as { stream?: boolean }).stream === true
+    if (!stream) {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(COMPLETION)
+      return
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write(CHUNK('o'))
+    res.end(CHUNK('k') + USAGE + 'data: [DONE]\n\n')
+  }).then((p) => p.url)
 }
 
 for (const interims of [['103 Early Hints'], ['102 Processing'], ['102 Processing', '103 Early Hints', '102 Processing']]) {
@@ -95,22 +86,11 @@ for (const interims of [['103 Early Hints'], ['102 Processing'], ['102 Processin
   })
 }
 
-async function redirecting(t: Test, status: number): Promise<{ url: string; hits: () => number }> {
-  let hits = 0
-  const server = createServer((req, res) => {
-    hits++
-    req.resume()
-    req.on('end', () => {
-      res.writeHead(status, { location: 'http://127.0.0.1:1/v1/chat/completions', 'content-type': 'text/html' })
-      res.end('<a href="http://127.0.0.1:1/">moved</a>')
-    })
+function redirecting(t: Test, status: number): Promise<{ url: string; hits: () => number }> {
+  return fakeProvider(t, (_req, res) => {
+    res.writeHead(status, { location: 'http://127.0.0.1:1/v1/chat/completions', 'content-type': 'text/html' })
+    res.end('<a href="http://127.0.0.1:1/">moved</a>')
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => {
-    server.closeAllConnections()
-    return new Promise<void>((resolve) => server.close(() => resolve()))
-  })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits: () => hits }
 }
 
 async function chat(stack: Stack, stream: boolean) {

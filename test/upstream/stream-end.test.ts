@@ -7,10 +7,9 @@
  * - nothing had: it is a miss like a reset, so the next candidate answers, or 502 with nothing billed.
  * Each case runs through all four streaming codecs: OpenAI relayed, Anthropic relayed, and both translations.
  */
-import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
+import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
@@ -57,20 +56,11 @@ const BODIES = {
 type Case = keyof typeof BODIES.openai
 
 /** A provider of `format` whose stream body is the case's, and whose connection ends cleanly after it. */
-async function provider(t: Test, format: 'openai' | 'anthropic', which: () => Case): Promise<string> {
-  const server = createServer((req, res) => {
-    req.resume()
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.end(BODIES[format][which()])
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => {
-    server.closeAllConnections()
-    return new Promise<void>((resolve) => server.close(() => resolve()))
-  })
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+function provider(t: Test, format: 'openai' | 'anthropic', which: () => Case): Promise<string> {
+  return fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end(BODIES[format][which()])
+  }).then((p) => p.url)
 }
 
 /** The client's surface and the provider's format: the four streaming codecs. */
