@@ -82,9 +82,11 @@ t.test('401 invalid_api_key: a revoked key', async (t) => {
 })
 
 t.test('401 invalid_api_key: an expired key', async (t) => {
-  const key = await stack.newApiKey({ expiresAt: Date.now() + 400 })
+  // Far enough ahead that the first chat always lands before it on a slow machine; then waited past.
+  const expiresAt = Date.now() + 2000
+  const key = await stack.newApiKey({ expiresAt })
   t.equal((await chat(stack, key.auth)).status, 200, 'works before expiry')
-  await new Promise((r) => setTimeout(r, 450))
+  await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now()) + 50))
   t.ok(isError(await chat(stack, key.auth), 401, 'invalid_api_key'))
 })
 

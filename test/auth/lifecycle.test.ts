@@ -85,10 +85,12 @@ t.test('allowed_providers: routing stays inside the list; nothing allowed left i
 t.test('expires_at set by PATCH is enforced', async (t) => {
   const key = await stack.newApiKey()
   t.equal((await chat(stack, key.auth)).status, 200)
-  const expiresAt = new Date(Date.now() + 300).toISOString()
+  // Far enough ahead that the PATCH and a chat always land before it on a slow machine; then waited past.
+  const expiry = Date.now() + 2000
+  const expiresAt = new Date(expiry).toISOString()
   t.equal((await call(stack, 'PATCH', `/v1/api-keys/${key.id}`, { headers: stack.mgmtAuth, body: { expires_at: expiresAt } })).status, 200)
   t.equal((await chat(stack, key.auth)).status, 200)
-  await new Promise((r) => setTimeout(r, 350))
+  await new Promise((r) => setTimeout(r, Math.max(0, expiry - Date.now()) + 50))
   t.ok(isError(await chat(stack, key.auth), 401, 'invalid_api_key'))
   const listed = await call(stack, 'GET', '/v1/api-keys', { headers: stack.mgmtAuth })
   t.equal(listed.json.data.find((k: { key_id: string }) => k.key_id === key.id).status, 'expired')

@@ -60,6 +60,9 @@ t.test('ejection backoff doubles per ejection in a row, up to the cap; a success
   t.equal(h.unhealthyUntil, 1100, 'back to the first backoff')
 })
 
+/** The first ejection's backoff: long enough that 'still ejected' checks keep a wide margin. */
+const COOLDOWN = 500
+
 t.test('a flapping provider is ejected, skipped, and brought back by the half-open trial', async (t) => {
   const stack = await startStack(
     t,
@@ -67,7 +70,7 @@ t.test('a flapping provider is ejected, skipped, and brought back by the half-op
       { address: A, models: [{ id: MODEL, price: { prompt: 0.1, completion: 0.2 } }], sim: { fault: 'status-500' } },
       { address: B, models: [{ id: MODEL, price: { prompt: 0.5, completion: 1 } }] },
     ],
-    { routing: { failure_threshold: 1, unhealthy_cooldown_ms: 300 }, health: { probes: false } },
+    { routing: { failure_threshold: 1, unhealthy_cooldown_ms: COOLDOWN }, health: { probes: false } },
   )
   const post = async () => {
     const res = await request(stack.url + '/v1/chat/completions', {
@@ -86,15 +89,18 @@ t.test('a flapping provider is ejected, skipped, and brought back by the half-op
   t.same(skipped.attempts.map((a) => a.provider), [B], 'an ejected provider is skipped')
 
   // Still failing at the half-open trial: ejected again, for twice as long.
-  await sleep(320)
+  await sleep(COOLDOWN + 20)
   t.equal((await providers(stack)).get(A)!.is_healthy, true, 'half-open after the backoff')
   t.same((await post()).attempts.map((a) => a.provider), [A, B], 'the trial request tries A')
+  // Ejected again before this point: one backoff from here is still inside the second (2 × COOLDOWN) one,
+  // with COOLDOWN - 20 ms to spare for a slow machine.
+  const reEjected = performance.now()
   t.equal((await providers(stack)).get(A)!.is_healthy, false)
-  await sleep(320)
+  await sleep(Math.max(0, reEjected + COOLDOWN + 20 - performance.now()))
   t.equal((await providers(stack)).get(A)!.is_healthy, false, 'the second backoff is longer than the first')
 
   stack.sims.get(A)!.setOptions({ fault: 'none' })
-  await sleep(320)
+  await sleep(Math.max(0, reEjected + 2 * COOLDOWN + 20 - performance.now()))
   const trial = await post()
   t.equal(trial.provider, A, 'the half-open trial succeeded')
   t.equal((await providers(stack)).get(A)!.is_healthy, true, 'A is back')
