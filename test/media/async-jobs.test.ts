@@ -269,7 +269,8 @@ t.test('a refused, oversized or abandoned async edit leaves nothing on disk; a c
 })
 
 t.test('past jobs.max_running, jobs wait pending (holds kept) and run in arrival order', async (t) => {
-  const stack = await startStack(t, mediaProviders({ ttftMs: 200 }), { jobs: { max_running: 1 } })
+  // Each job takes 800 ms: the three submissions and polls below land well inside the first one.
+  const stack = await startStack(t, mediaProviders({ ttftMs: 800 }), { jobs: { max_running: 1 } })
   const ids: string[] = []
   for (let i = 1; i <= 3; i++) ids.push((await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'job ' + i, n: i })).json.jobId)
   const states = await Promise.all(ids.map(async (id) => (await poll(stack.url, stack.auth, id)).json.status))
@@ -284,11 +285,12 @@ t.test('past jobs.max_running, jobs wait pending (holds kept) and run in arrival
 })
 
 t.test('results are kept result_ttl_ms, then 404', async (t) => {
-  const stack = await startStack(t, mediaProviders(), { jobs: { result_ttl_ms: 300 } })
+  // 1 s: settle()'s next poll after the completion always lands inside it, even on a slow machine.
+  const stack = await startStack(t, mediaProviders(), { jobs: { result_ttl_ms: 1000 } })
   const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x' })
   const done = await settle(t, stack.url, stack.auth, res.json.jobId)
   t.equal(done.json.status, 'completed')
-  await new Promise((r) => setTimeout(r, 400))
+  await new Promise((r) => setTimeout(r, 1100))
   const gone = await poll(stack.url, stack.auth, res.json.jobId)
   t.equal(gone.status, 404)
   t.equal(gone.json.error.code, 'job_not_found')
@@ -306,11 +308,16 @@ async function restart(t: Test, stack: Stack) {
 }
 
 t.test('a job running when the router stops gracefully is resumed by the next start and billed once', async (t) => {
-  const stack = await startStack(t, mediaProviders({ ttftMs: 600 }))
+  // The provider takes 2 s: the job is seen processing, and the router stopped, long before it answers.
+  const stack = await startStack(t, mediaProviders({ ttftMs: 2000 }))
   const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x', n: 2 })
   t.equal(res.status, 202)
-  await new Promise((r) => setTimeout(r, 150))
-  t.equal((await poll(stack.url, stack.auth, res.json.jobId)).json.status, 'processing')
+  let status = ''
+  for (let i = 0; i < 100 && status !== 'processing'; i++) {
+    status = (await poll(stack.url, stack.auth, res.json.jobId)).json.status
+    if (status !== 'processing') await new Promise((r) => setTimeout(r, 10))
+  }
+  t.equal(status, 'processing')
   // A drain whose deadline comes before the job ends leaves it to the next start (not failed by the cut).
   t.equal(await stack.router.drain(50), 0, 'no HTTP request was in flight')
   await stack.router.close()
@@ -353,7 +360,9 @@ t.test('a job billed just before a crash is run again at the next start without 
 })
 
 t.test('a job whose key was revoked before the restart fails at no cost', async (t) => {
-  const stack = await startStack(t, mediaProviders({ ttftMs: 800 }))
+  // The provider takes 3 s: the router is stopped long before the job could end (at the restart it fails
+  // at once, so the wait costs nothing).
+  const stack = await startStack(t, mediaProviders({ ttftMs: 3000 }))
   const key = await stack.newApiKey()
   const res = await submit(stack.url, key.auth, { model: IMAGE_MODEL, prompt: 'x' })
   t.equal(res.status, 202)
