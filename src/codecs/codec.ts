@@ -30,6 +30,12 @@ export interface ResponseCodec<U extends Usage = ChatUsage> {
    * without it was cut short: a break, never relayed as a whole answer. Held codecs: always true.
    */
   readonly ended: boolean
+  /**
+   * Streaming, optional: the provider reported an error inside the stream in a format that has no error event
+   * of its own (an OpenAI `{"error":…}` chunk). The stream is then not whole, whatever followed (`ended` is
+   * false), and the try is listed as `stream_error` rather than `incomplete_stream`.
+   */
+  readonly streamError?: boolean
   /** Held: the whole upstream body; false when it is not a valid answer (a provider failure, failover). */
   read(body: Buffer): boolean
   /** The provider's id for the answer ('' when it gave none): the SVC-Res-Key header. */

@@ -43,7 +43,11 @@ export class ChatStreamCodec implements ResponseCodec {
   }
 
   get ended(): boolean {
-    return this.#sse.sawDone || this.#sse.sawFinish
+    return !this.#sse.sawError && (this.#sse.sawDone || this.#sse.sawFinish)
+  }
+
+  get streamError(): boolean {
+    return this.#sse.sawError
   }
 
   read(): boolean {

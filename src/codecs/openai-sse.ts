@@ -23,6 +23,7 @@ export interface StreamUsage {
 
 const USAGE_KEY = Buffer.from('"usage"')
 const FINISH_KEY = Buffer.from('"finish_reason"')
+const ERROR_KEY = Buffer.from('"error"')
 const ID_KEY = Buffer.from('"id"')
 const LF1 = Buffer.from('\n')
 const LF2 = Buffer.from('\n\n')
@@ -103,6 +104,7 @@ export class OpenAiSseCodec {
   #chatId = ''
   #usage: StreamUsage | null = null
   #sawDone = false
+  #sawError = false
   /**
    * The last two data events ([DONE] aside), for sawFinish: kept by reference (the codec never writes to a
    * Buffer, and neither does undici once it handed one over), copied only from the framer's scratch.
@@ -167,10 +169,23 @@ export class OpenAiSseCodec {
    * usage chunk came after it. Looked at once, at the end of a stream without [DONE], not per event.
    */
   get sawFinish(): boolean {
-    return (
-      (this.#lastSrc !== null && hasFinishReason(this.#lastSrc, this.#lastFrom, this.#lastTo)) ||
-      (this.#prevSrc !== null && hasFinishReason(this.#prevSrc, this.#prevFrom, this.#prevTo))
-    )
+    return this.#finish() !== NO_FINISH
+  }
+
+  /** The strongest finish_reason of the last two data events: none, a finish, or "error". */
+  #finish(): number {
+    const last = this.#lastSrc === null ? NO_FINISH : finishReason(this.#lastSrc, this.#lastFrom, this.#lastTo)
+    const prev = this.#prevSrc === null ? NO_FINISH : finishReason(this.#prevSrc, this.#prevFrom, this.#prevTo)
+    return last > prev ? last : prev
+  }
+
+  /**
+   * A data event was an error object (`{"error":…}` as its first member), as OpenAI-compatible servers (vLLM,
+   * proxies) report a failure mid-stream, often followed by their [DONE]; or one of the last two finished
+   * with `"finish_reason":"error"` (OpenRouter's form of it).
+   */
+  get sawError(): boolean {
+    return this.#sawError || this.#finish() === ERROR_FINISH
   }
 
   /** Data events forwarded or withheld, `[DONE]` excluded: for estimating usage when the provider reports none. */
@@ -248,6 +263,7 @@ export class OpenAiSseCodec {
       return true
     }
     this.#events++
+    if (!this.#sawError && startsWithErrorKey(src, from, to)) this.#sawError = true
     this.#prevSrc = this.#lastSrc
     this.#prevFrom = this.#lastFrom
     this.#prevTo = this.#lastTo
@@ -363,16 +379,36 @@ function endsWithNullUsage(src: Buffer, from: number, to: number): boolean {
   return i >= from && (src[i] === 44 || src[i] === 123)
 }
 
-/** Whether [from, to) has `"finish_reason"`, optional whitespace, a colon, optional whitespace and `"`. */
-function hasFinishReason(src: Buffer, from: number, to: number): boolean {
+/** Whether the payload opens with `{` and the key `"error"` (JSON whitespace allowed): a few bytes, per event. */
+function startsWithErrorKey(src: Buffer, from: number, to: number): boolean {
+  let i = skipSpace(src, from, to)
+  if (i >= to || src[i] !== 123) return false
+  i = skipSpace(src, i + 1, to)
+  return startsAt(src, i, ERROR_KEY) && i + ERROR_KEY.length <= to
+}
+
+const NO_FINISH = 0
+const FINISH = 1
+const ERROR_FINISH = 2
+const ERROR_VALUE = Buffer.from('"error"')
+
+/**
+ * `"finish_reason"`, optional whitespace, a colon, optional whitespace and a string in [from, to): FINISH, or
+ * ERROR_FINISH when that string is "error" (any occurrence); NO_FINISH when there is none.
+ */
+function finishReason(src: Buffer, from: number, to: number): number {
+  let found = NO_FINISH
   for (let at = src.indexOf(FINISH_KEY, from); at !== -1 && at + FINISH_KEY.length <= to; at = src.indexOf(FINISH_KEY, at + 1)) {
     let i = skipSpace(src, at + FINISH_KEY.length, to)
     if (i < to && src[i] === 58) {
       i = skipSpace(src, i + 1, to)
-      if (i < to && src[i] === 34) return true
+      if (i < to && src[i] === 34) {
+        if (i + ERROR_VALUE.length <= to && startsAt(src, i, ERROR_VALUE)) return ERROR_FINISH
+        found = FINISH
+      }
     }
   }
-  return false
+  return found
 }
 
 /** The end of [from, to) with trailing JSON whitespace left out. */

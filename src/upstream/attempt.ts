@@ -19,7 +19,7 @@ import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
 import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
-import { classifyUpstreamError, INCOMPLETE_STREAM, isProviderFault, isRetryableStatus, type UpstreamFailure } from './failures.js'
+import { classifyUpstreamError, INCOMPLETE_STREAM, isProviderFault, isRetryableStatus, STREAM_ERROR, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import type { UpstreamPools } from './pools.js'
 import type { ResponseSink } from './sink.js'
@@ -329,9 +329,10 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       if (owner.sink.started) {
         codec.finish(this.#emit)
         if (codec.ended) return owner.answered(this)
-        // Cut short with a clean end of body: bytes reached the receiver, so it ends as any broken stream.
+        // Cut short with a clean end of body, or an error reported inside: bytes reached the receiver, so it
+        // ends as any broken stream.
         this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
-        return owner.broke(this, INCOMPLETE_STREAM)
+        return owner.broke(this, codec.streamError === true ? STREAM_ERROR : INCOMPLETE_STREAM)
       }
       // Nothing reached the receiver yet: what the body's end flushes is held until it is known to be whole,
       // so a stream that ended before its end marker is still a miss the loop can fail over from.
@@ -339,7 +340,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       codec.finish((bytes) => tail.push(bytes))
       if (!codec.ended) {
         this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
-        return owner.missed(this, { ...this.#record(), error: INCOMPLETE_STREAM.reason }, MissKind.Failure, '')
+        const reason = codec.streamError === true ? STREAM_ERROR.reason : INCOMPLETE_STREAM.reason
+        return owner.missed(this, { ...this.#record(), error: reason }, MissKind.Failure, '')
       }
       for (const bytes of tail) this.#emitToReceiver(bytes)
       return owner.answered(this)

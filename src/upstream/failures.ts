@@ -38,6 +38,9 @@ const UNKNOWN: UpstreamFailure = { reason: 'upstream_error', timeout: false }
 /** A stream whose body ended cleanly before the provider's end marker (ResponseCodec.ended). */
 export const INCOMPLETE_STREAM: UpstreamFailure = { reason: 'incomplete_stream', timeout: false }
 
+/** A stream in which the provider reported an error (ResponseCodec.streamError). */
+export const STREAM_ERROR: UpstreamFailure = { reason: 'stream_error', timeout: false }
+
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
   const code = (err as { code?: unknown } | null)?.code
   return (typeof code === 'string' && BY_CODE[code]) || UNKNOWN

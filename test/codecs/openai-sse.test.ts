@@ -392,3 +392,17 @@ t.test('sawFinish: a string finish_reason in one of the last two data events, ho
     t.ok(same, `${label}: at every cut`)
   }
 })
+
+t.test('sawError: a data event whose payload opens with an "error" key, and only that', async (t) => {
+  const cases: [string, string[], boolean][] = [
+    ['content only', [chunk('a')], false],
+    ['an error object', [chunk('a'), 'data: {"error":{"message":"x","type":"server_error"}}\n\n'], true],
+    ['spaced', ['data:  { "error" : {"message":"x"}}\n\n'], true],
+    ['an error key that is not first', ['data: {"id":"x","error":null,"choices":[]}\n\n'], false],
+    ['"error" in content text', [chunk('{\\"error\\":1}')], false],
+    ['finish_reason "error" (OpenRouter)', [chunk('a'), `data: {"id":"x","error":{"message":"x"},"choices":[{"index":0,"delta":{},"finish_reason":"error"}]}\n\n`], true],
+    ['finish_reason "error" then the usage chunk', [`data: {"id":"x","choices":[{"index":0,"delta":{},"finish_reason": "error"}]}\n\n`, USAGE_EVENT], true],
+    ['finish_reason "stop"', [chunk('a'), `data: {"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n`], false],
+  ]
+  for (const [label, parts, expected] of cases) t.equal(run(parts).codec.sawError, expected, label)
+})

@@ -174,3 +174,26 @@ t.test('a stream that ends before any event is a miss: the next candidate answer
   ])
   t.equal(trace.provider, GOOD)
 })
+
+t.test("an OpenAI provider's error chunk mid-stream ends the stream as broken, even when its [DONE] follows", async (t) => {
+  const error = `data: ${JSON.stringify({ error: { message: 'the engine died', type: 'server_error', code: 500 } })}\n\n`
+  const url = (
+    await fakeProvider(t, (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end(chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }) + error + 'data: [DONE]\n\n')
+    })
+  ).url
+  const stack = await startStack(t, [{ address: BAD, url, models: [{ id: MODEL, price: CHEAP }] }], {
+    routing: { failure_threshold: 100 },
+    health: { probes: false },
+  })
+  const out = await stream(stack, 'chat')
+  t.equal(out.status, 200)
+  t.match(out.text, /"content":"Hi"/, 'what arrived was relayed')
+  t.match(out.text, /the engine died/, "the provider's own error chunk was relayed as it came")
+  t.notOk(out.text.includes('[DONE]'), 'no [DONE]: the stream is not whole')
+  const last = lastData(out.text)
+  t.equal(last.error.code, 'provider_error')
+  t.match(last.x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'stream_error' }])
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
+})
