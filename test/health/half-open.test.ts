@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { request } from 'undici'
 import { ProviderHealth, UptimeWindow, type HealthSettings } from '../../src/health/health.js'
+import { completionJson } from '../helpers/fake-provider.js'
 import { addr, startStack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
@@ -80,14 +81,7 @@ async function heldProvider(t: { teardown(fn: () => unknown): void }) {
     server.closeAllConnections()
     return new Promise<void>((resolve) => server.close(() => resolve()))
   })
-  const answer = JSON.stringify({
-    id: 'chatcmpl-held',
-    object: 'chat.completion',
-    created: 0,
-    model: MODEL,
-    choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-    usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-  })
+  const answer = completionJson('chatcmpl-held', MODEL, 1, 1)
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     get received() {

@@ -28,3 +28,15 @@ export async function fakeProvider(t: TapLike, handle: FakeHandler): Promise<{ u
   })
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits: () => hits }
 }
+
+/** A whole chat.completion body answering 'ok', as a fake provider sends it. */
+export function completionJson(id: string, model: string, promptTokens = 3, completionTokens = 1): string {
+  return JSON.stringify({
+    id,
+    object: 'chat.completion',
+    created: 0,
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+  })
+}

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { request } from 'undici'
 import { parseTraceparent, parseTracestate } from '../../src/telemetry/trace-context.js'
+import { completionJson } from '../helpers/fake-provider.js'
 import { addr, startStack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
@@ -36,14 +37,7 @@ async function listenOn(t: Teardown, handler: (req: IncomingMessage, body: Buffe
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
 }
 
-const ANSWER = JSON.stringify({
-  id: 'chatcmpl-traced',
-  object: 'chat.completion',
-  created: 0,
-  model: MODEL,
-  choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-})
+const ANSWER = completionJson('chatcmpl-traced', MODEL)
 
 /** A provider that records the headers of every completion request and answers `status`. */
 async function provider(t: Teardown, status: number): Promise<{ url: string; seen: IncomingHttpHeaders[] }> {

@@ -11,21 +11,14 @@ import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { fakeProvider } from '../helpers/fake-provider.js'
+import { completionJson, fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
 const P = addr('e')
 const GOOD = addr('f')
 
-const COMPLETION = JSON.stringify({
-  id: 'chatcmpl-interim',
-  object: 'chat.completion',
-  created: 1,
-  model: MODEL,
-  choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-})
+const COMPLETION = completionJson('chatcmpl-interim', MODEL)
 const CHUNK = (content: string) =>
   `data: ${JSON.stringify({ id: 'chatcmpl-interim', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`
 const USAGE = `data: ${JSON.stringify({ id: 'chatcmpl-interim', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } })}\n\n`
