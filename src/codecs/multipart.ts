@@ -13,6 +13,8 @@ export interface FormHead {
   readonly fields: ReadonlyMap<string, string>
   /** The first bytes of the asked-for file part, empty when it did not come (yet). */
   readonly fileHead: Buffer
+  /** The scan read the form to its end: a field absent from `fields` is absent from the form. */
+  readonly whole: boolean
 }
 
 export interface ScanOptions {
@@ -21,6 +23,11 @@ export interface ScanOptions {
   /** A file field whose first `fileHeadBytes` are wanted ('' for none). */
   readonly fileField: string
   readonly fileHeadBytes: number
+  /**
+   * Read on past `model` to the form's end, as long as the form stays within `limit` (past it, the scan stops
+   * with the fields seen so far): for a request whose later fields decide what it may cost (an edit's `n`).
+   */
+  readonly wholeForm?: boolean
 }
 
 const FIELD_SIZE = 64 * 1024
@@ -95,11 +102,12 @@ export class MultipartScan {
     if (last) {
       parser.end()
       // busboy emits what is left on its own schedule; then, a form without `model` is a 400.
-      parser.once('close', () => this.#finish(this.#fields.has('model') ? this.#head() : invalid('the multipart field model is required')))
+      parser.once('close', () => this.#finish(this.#fields.has('model') ? this.#head(true) : invalid('the multipart field model is required')))
       return
     }
-    if (!this.#finished && this.#bytes > this.#options.limit && !this.#fields.has('model')) {
-      this.#finish(invalid(`the multipart field model must come within the first ${this.#options.limit} bytes of the body`))
+    if (!this.#finished && this.#bytes > this.#options.limit) {
+      if (!this.#fields.has('model')) this.#finish(invalid(`the multipart field model must come within the first ${this.#options.limit} bytes of the body`))
+      else if (this.#headDone) this.#finish(this.#head(false)) // a whole-form scan that outgrew the limit
     }
   }
 
@@ -110,11 +118,11 @@ export class MultipartScan {
   }
 
   #check(): void {
-    if (this.#headDone && this.#fields.has('model')) this.#finish(this.#head())
+    if (this.#headDone && this.#fields.has('model') && this.#options.wholeForm !== true) this.#finish(this.#head(false))
   }
 
-  #head(): FormHead {
-    return { fields: this.#fields, fileHead: Buffer.concat(this.#headParts) }
+  #head(whole: boolean): FormHead {
+    return { fields: this.#fields, fileHead: Buffer.concat(this.#headParts), whole }
   }
 
   #finish(outcome: FormHead | RouterError): void {

@@ -80,7 +80,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     if (declared > max) return refuse(tooLarge(), headersNow())
 
     let received = 0
-    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES }, (outcome) => {
+    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES, wholeForm: surface.wholeForm }, (outcome) => {
       if (outcome instanceof RouterError) return refuse(outcome, headersNow())
       form = outcome
       proceed()

@@ -24,11 +24,14 @@ export const imageEdits: MultipartSurface<ImageEditRequest, ImageUsage> = {
   modelType: 'text-to-image',
   dimension: DIMENSION_IMAGE,
   fileField: '',
+  // Every field is read before admission, so `n` (and response_format) are known wherever they come.
+  wholeForm: true,
   fromForm(form, upload, head) {
     const req = multipartRequest(form, upload, head, CHECKED)
     if (req instanceof RouterError) return req
-    // `n` may come after `model`, past where the scan stopped: then the most an edit may ask for is held.
-    const n = imageCount(form.fields.get('n'), MAX_IMAGES)
+    // Absent from a form read whole: the default, 1. A form past upstream.replay_buffer_bytes is read only that
+    // far: an `n` after that point is not known, and the most an edit may ask for is held.
+    const n = imageCount(form.fields.get('n'), form.whole ? 1 : MAX_IMAGES)
     if (n instanceof RouterError) return n
     return { ...req, n }
   },

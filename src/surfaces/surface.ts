@@ -63,6 +63,8 @@ export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> 
 export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
   /** A file field whose first bytes the request wants (an audio header), '' for none. */
   readonly fileField: string
+  /** The form is read to its end (within upstream.replay_buffer_bytes) before admission: see ScanOptions. */
+  readonly wholeForm?: boolean
   fromForm(form: FormHead, upload: Upload, head: RequestHead): R | RouterError
 }
 

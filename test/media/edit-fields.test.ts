@@ -1,0 +1,94 @@
+/**
+ * An image edit's form is read to its end before admission (within upstream.replay_buffer_bytes), so the
+ * fields that decide what it may cost and how it is answered count wherever the client put them: clients such
+ * as the `openai` SDK send the image first and `n` or `response_format` after `model`. Then:
+ * - the hold is n × the image price (1 when n is absent), not the most an edit may ask for, so a capped key
+ *   that can pay for what it asks is served;
+ * - a response_format or n out of range after the image is a 400, as it would be before it;
+ * - a form past the replay buffer is read only that far: an `n` beyond it is unknown, the most is held.
+ */
+import t from 'tap'
+import { request } from 'undici'
+import { startStack, type Stack } from '../helpers/stack.js'
+import { A, atto, charges, IMAGE_MODEL, mediaProviders, PRICE_SORT } from './fixtures.js'
+
+const BOUNDARY = 'svc-edit-fields'
+
+type Part = [name: string, value: string] | { file: string; bytes: Buffer }
+
+/** A multipart body with its parts in the given order. */
+function form(parts: Part[]): Buffer {
+  const out: Buffer[] = []
+  for (const p of parts) {
+    if (Array.isArray(p)) out.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${p[0]}"\r\n\r\n${p[1]}\r\n`))
+    else {
+      out.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${p.file}"; filename="i.png"\r\nContent-Type: image/png\r\n\r\n`))
+      out.push(p.bytes, Buffer.from('\r\n'))
+    }
+  }
+  out.push(Buffer.from(`--${BOUNDARY}--\r\n`))
+  return Buffer.concat(out)
+}
+
+async function edit(stack: Stack, auth: Record<string, string>, body: Buffer) {
+  const res = await request(stack.url + '/v1/images/edits', {
+    method: 'POST',
+    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...auth, ...PRICE_SORT },
+    body,
+  })
+  return { status: res.statusCode, json: (await res.body.json()) as any }
+}
+
+const IMAGE = { file: 'image', bytes: Buffer.alloc(20_000, 7) }
+
+t.test('fields after the image: n is held and billed as asked, and a capped key that can pay is served', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  // 0.01 pays for three images at 0.003, not for the ten an unknown n would hold.
+  const capped = await stack.newApiKey({ creditLimit: atto('0.01') })
+
+  const one = await edit(stack, capped.auth, form([IMAGE, ['prompt', 'a hat'], ['model', IMAGE_MODEL]]))
+  t.equal(one.status, 200, 'n absent from a form read whole: 1')
+  t.equal(one.json.data.length, 1)
+  t.equal(one.json.x_svc_trace.billing.total_cost, '0.003')
+
+  const two = await edit(stack, capped.auth, form([IMAGE, ['model', IMAGE_MODEL], ['prompt', 'a hat'], ['n', '2'], ['response_format', 'b64_json']]))
+  t.equal(two.status, 200, 'n after model and after the image')
+  t.equal(two.json.data.length, 2)
+  t.equal(two.json.x_svc_trace.billing.total_cost, '0.006')
+  t.equal(stack.sims.get(A)!.stats.lastForm!.fields.n, '2', 'the provider got the form as sent')
+
+  const over = await edit(stack, capped.auth, form([IMAGE, ['model', IMAGE_MODEL], ['prompt', 'a hat'], ['n', '2']]))
+  t.equal(over.status, 402, 'two more would pass the cap: refused before the provider')
+  t.same((await charges(stack)).map((c) => c.amount), [atto('0.003'), atto('0.006')])
+  t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})
+
+t.test('a bad n or response_format after the image is a 400, nothing billed', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const cases: [Part[], RegExp][] = [
+    [[['model', IMAGE_MODEL], IMAGE, ['prompt', 'x'], ['n', '11']], /n must be an integer from 1 to 10/],
+    [[['model', IMAGE_MODEL], IMAGE, ['prompt', 'x'], ['response_format', 'gif']], /response_format must be one of/],
+  ]
+  for (const [parts, message] of cases) {
+    const out = await edit(stack, stack.auth, form(parts))
+    t.equal(out.status, 400)
+    t.equal(out.json.error.code, 'invalid_request')
+    t.match(out.json.error.message, message)
+  }
+  t.equal(stack.sims.get(A)!.stats.requests, 0, 'no provider was asked')
+  t.same(await charges(stack), [])
+})
+
+t.test('a form past the replay buffer: read that far, so an n beyond it is unknown and the most is held', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { upstream: { replay_buffer_bytes: 64 * 1024 } })
+  const big = { file: 'image', bytes: Buffer.alloc(200_000, 9) }
+  const capped = await stack.newApiKey({ creditLimit: atto('0.01') })
+  const late = await edit(stack, capped.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], big, ['n', '1']]))
+  t.equal(late.status, 402, 'n came past the buffer: ten images are held, more than the key may spend')
+  const rich = await edit(stack, stack.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], big, ['n', '2']]))
+  t.equal(rich.status, 200, 'a key that can hold the most is served')
+  t.equal(rich.json.data.length, 2, 'and the provider answers the n it was sent')
+  t.equal(rich.json.x_svc_trace.billing.total_cost, '0.006', 'billed for what came back')
+  t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 200_000, 'the whole upload went through')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})
