@@ -151,12 +151,15 @@ t.test('concurrent requests after the backoff: exactly one trial reaches the pro
   // Round 1: the trial fails.
   await sleep(COOLDOWN_MS + 50)
   const round1 = await burst('round 1')
+  // The trial fails after this moment, so A is ejected until at least releasedAt + 2 × COOLDOWN_MS: asked about
+  // a moment just before that, the answer does not depend on how long the requests below took to settle.
+  const releasedAt = performance.now()
   a.release(false)
   const traces1 = await round1.settled
   const trial1 = traces1.find((tr) => tr.attempts.length === 2)!
   t.same(trial1.attempts.map((x) => x.provider), [A, B], 'the failed trial moved on to B')
   t.equal(health.ejections, 2, 'ejected again, with the backoff doubled')
-  t.notOk(health.isHealthy(performance.now()))
+  t.notOk(health.isHealthy(releasedAt + 2 * COOLDOWN_MS - 1), 'for twice the first backoff')
 
   // Round 2: after the doubled backoff, the trial succeeds.
   await sleep(2 * COOLDOWN_MS + 50)
