@@ -12,6 +12,7 @@ import { formatUsd } from '../../src/billing/money.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { spawnRouter } from '../helpers/spawn-router.js'
 import { startStack, type Stack } from '../helpers/stack.js'
+import { eventually } from '../helpers/wait.js'
 import { A, atto, AUDIO_MODEL, B, charges, IMAGE_MODEL, mediaProviders, mp3, PRICE_SORT, wav } from './fixtures.js'
 
 const BOUNDARY = 'svc-test-boundary'
@@ -148,6 +149,7 @@ t.test('413 past max_multipart_body_bytes (declared or counted); a missing or la
 
 t.test('a client that stops sending mid-upload: the upstream attempt is cancelled and nothing is billed', async (t) => {
   const stack = await startStack(t, mediaProviders())
+  const sim = stack.sims.get(A)!
   const head = form([['model', AUDIO_MODEL]], { field: 'file', name: 'a.wav', bytes: wav(30) }).subarray(0, 400_000)
   let sent = false
   const body = new Readable({
@@ -155,17 +157,18 @@ t.test('a client that stops sending mid-upload: the upstream attempt is cancelle
       if (!sent) {
         sent = true
         this.push(head)
-        // Give the router time to start the attempt, then break the upload.
-        setTimeout(() => this.destroy(new Error('client gave up')), 300)
+        // Once the router has started the attempt (the provider has the request), break the upload: waited
+        // for, not guessed with a sleep (the deadline only bounds a router that never starts it).
+        void eventually(() => sim.stats.requests > 0).then(() => this.destroy(new Error('client gave up')))
       }
     },
   })
   await t.rejects(postForm(stack, '/v1/audio/transcriptions', body))
-  const sim = stack.sims.get(A)!
-  while (sim.stats.aborted === 0) await new Promise((r) => setTimeout(r, 20))
+  await eventually(() => sim.stats.aborted > 0)
   t.equal(sim.stats.requests, 1, 'the upload had reached the provider')
   t.equal(sim.stats.aborted, 1, 'and was cancelled there')
-  while (stack.router.inFlight.count > 0) await new Promise((r) => setTimeout(r, 20))
+  await eventually(() => stack.router.inFlight.count === 0)
+  t.equal(stack.router.inFlight.count, 0, 'nothing left in flight')
   t.equal((await charges(stack)).length, 0)
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'the reservation was given back')
 })
