@@ -425,20 +425,26 @@ t.test('hot reload', async (t) => {
   watcher.close()
   writeFileSync(file, oneModel('{ id: m5, price: { prompt: 0.3, completion: 0.5 } }'))
   await sleep(150)
-  // The handle goes away when libuv has closed it, a tick after close().
+  // The handle goes away when libuv has closed it, a tick after close(): waited for, not assumed.
+  for (const deadline = Date.now() + 5000; fsWatchers() !== watchersBefore && Date.now() < deadline; ) await sleep(20)
   t.equal(fsWatchers(), watchersBefore, 'the fs watcher is closed')
   t.equal(rec.events.length, 3, 'no events after close')
 })
 
 t.test('close() during the debounce window cancels the pending reload', async (t) => {
+  // A 1 s debounce: the file event arrives and arms the reload well before close(), and close() comes long
+  // before the reload would run, even on a slow machine. Then the test waits past the whole window.
+  const DEBOUNCE_MS = 1000
   const dir = t.testdir({ 'providers.yaml': oneModel(CHAT) })
   const file = join(dir, 'providers.yaml')
   const rec = recorder()
-  const watcher = watchRegistryFile(file, rec.handlers, { debounceMs: 100 })
+  const watcher = watchRegistryFile(file, rec.handlers, { debounceMs: DEBOUNCE_MS })
   writeFileSync(file, oneModel('{ id: m2, price: { prompt: 0.2, completion: 0.4 } }'))
-  await sleep(30)
+  const written = performance.now()
+  await sleep(100)
+  t.ok(performance.now() - written < DEBOUNCE_MS, 'closed inside the debounce window')
   watcher.close()
-  await sleep(200)
+  await sleep(DEBOUNCE_MS + 300)
   t.equal(rec.events.length, 0)
 })
 
