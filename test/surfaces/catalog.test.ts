@@ -165,7 +165,9 @@ t.test('GET /v1/models', async (t) => {
 })
 
 t.test('GET /v1/providers?model=', async (t) => {
-  const stack = await stackFor(t, PROVIDERS, { routing: { failure_threshold: 1 } })
+  // Health and latency here come from the test's own requests only: an active probe (every 10 s by default)
+  // would give C a latency or A a success at a moment that depends on how long the subtests took.
+  const stack = await stackFor(t, PROVIDERS, { routing: { failure_threshold: 1 }, health: { probes: false } })
 
   t.test('is public and lists every provider of the model with every field of spec §2.4', async (t) => {
     const res = await get<ProviderEntry>(stack, '/v1/providers?model=chat')
@@ -223,7 +225,8 @@ t.test('GET /v1/providers?model=', async (t) => {
 })
 
 t.test('is_healthy counts consecutive failures up to failure_threshold, and recovers after the cooldown', async (t) => {
-  const stack = await stackFor(t, PROVIDERS, { routing: { failure_threshold: 2, unhealthy_cooldown_ms: 1000 } })
+  // No probes: a probe's success between the two failures would reset the count (see above).
+  const stack = await stackFor(t, PROVIDERS, { routing: { failure_threshold: 2, unhealthy_cooldown_ms: 1000 }, health: { probes: false } })
   stack.sims.get(A)!.setOptions({ fault: 'status-500' })
   t.equal(await pinnedChat(stack, A), 502)
   t.equal((await providers(stack, 'chat')).get(A)!.is_healthy, true, 'one failure of two: still healthy')
