@@ -12,7 +12,12 @@ import { addr, closedPort, startStack, type Stack } from '../helpers/stack.js'
 
 const MODEL = 'm-chat'
 const P = addr('a')
-const LIMITS = { upstream: { headers_timeout_ms: 300, body_timeout_ms: 300 } }
+/**
+ * Router limits for the rows that do not test a timeout: far past anything a healthy answer needs on a slow
+ * machine, and far below the client's own limit. A row that tests one timeout sets that one short (300 ms) and
+ * leaves the others here, so a loaded machine cannot turn its fault into another one.
+ */
+const LIMITS = { upstream: { headers_timeout_ms: 3000, body_timeout_ms: 3000 } }
 const CLIENT_LIMIT_MS = 10_000
 
 type Respond = (req: IncomingMessage, res: ServerResponse) => void
@@ -98,10 +103,11 @@ t.test('429: 429 provider_rate_limited with Retry-After', async (t) => {
 })
 
 t.test('slow headers past headers_timeout: 504 provider_timeout, headers_timeout', async (t) => {
-  const stack = await alone(t, { sim: { fault: 'slow-headers', slowHeadersMs: 3000 } })
+  // Cut at 300 ms; the provider would answer at 8 s: any time under 6 s is the router's limit, not its pace.
+  const stack = await alone(t, { sim: { fault: 'slow-headers', slowHeadersMs: 8000 } }, { upstream: { ...LIMITS.upstream, headers_timeout_ms: 300 } })
   const out = await post(stack, true)
   await expectError(t, stack, out, 504, 'provider_timeout', 'headers_timeout')
-  t.ok(out.ms < 2500, `answered at the router's limit, not the provider's pace (${Math.round(out.ms)} ms)`)
+  t.ok(out.ms < 6000, `answered at the router's limit, not the provider's pace (${Math.round(out.ms)} ms)`)
 })
 
 t.test('stall mid-stream past body_timeout: SSE error event provider_timeout, body_timeout', async (t) => {
@@ -110,7 +116,7 @@ t.test('stall mid-stream past body_timeout: SSE error event provider_timeout, bo
     res.write('data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m-chat","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}\n\n')
     // …and nothing more, the connection held open.
   })
-  const stack = await alone(t, { url })
+  const stack = await alone(t, { url }, { upstream: { ...LIMITS.upstream, body_timeout_ms: 300 } })
   expectBrokenStream(t, await post(stack, true), 'provider_timeout', 'body_timeout')
 })
 
@@ -167,16 +173,18 @@ t.test('HTML: 502 provider_error, unexpected_content_type', async (t) => {
 })
 
 t.test('total_timeout before the first byte: 504 provider_timeout, total_timeout', async (t) => {
-  const stack = await alone(t, { sim: { fault: 'slow-headers', slowHeadersMs: 3000 } }, { upstream: { total_timeout_ms: 300 } })
+  // Cut at 300 ms; the provider would answer at 8 s.
+  const stack = await alone(t, { sim: { fault: 'slow-headers', slowHeadersMs: 8000 } }, { upstream: { total_timeout_ms: 300 } })
   const out = await post(stack, false)
   await expectError(t, stack, out, 504, 'provider_timeout', 'total_timeout')
-  t.ok(out.ms < 2500, `cut at the total limit (${Math.round(out.ms)} ms)`)
+  t.ok(out.ms < 6000, `cut at the total limit (${Math.round(out.ms)} ms)`)
 })
 
 t.test('total_timeout mid-stream: SSE error event provider_timeout, total_timeout', async (t) => {
-  // A steady stream (no idle gap past body_timeout) that runs longer than the total limit.
-  const stack = await alone(t, { sim: { tokensPerS: 10, completionTokens: 50 } }, { upstream: { total_timeout_ms: 500 } })
-  const out = await post(stack, true, 50)
+  // A steady stream (no idle gap past body_timeout) of 8 s, cut at 1 s: the first bytes are well inside the
+  // limit even on a slow machine, and any time under 6 s is the limit, not the stream's end.
+  const stack = await alone(t, { sim: { tokensPerS: 10, completionTokens: 80 } }, { upstream: { total_timeout_ms: 1000 } })
+  const out = await post(stack, true, 80)
   expectBrokenStream(t, out, 'provider_timeout', 'total_timeout')
-  t.ok(out.ms < 2500, `cut at the total limit (${Math.round(out.ms)} ms)`)
+  t.ok(out.ms < 6000, `cut at the total limit (${Math.round(out.ms)} ms)`)
 })
