@@ -150,7 +150,10 @@ const FAILOVER_FAULTS = [
 for (const { fault, status, error } of FAILOVER_FAULTS) {
   for (const stream of [false, true]) {
     t.test(`failover on ${fault} (${stream ? 'stream' : 'json'}): served by the next provider, both tries in attempts`, async (t) => {
-      const stack = await twoProviders(t, { fault, slowHeadersMs: 3000 }, { upstream: { headers_timeout_ms: 300 } })
+      // The headers timeout applies to B too, which must answer within it: 1 s leaves a slow machine room,
+      // and A's slow headers (5 s) stay far past it. Only the slow-headers row needs one at all.
+      const config = fault === 'slow-headers' ? { upstream: { headers_timeout_ms: 1000 } } : {}
+      const stack = await twoProviders(t, { fault, slowHeadersMs: 5000 }, config)
       const res = await post(stack, { ...HELLO, stream, max_tokens: 3 }, PRICE)
       t.equal(res.status, 200)
       const trace: Trace = stream
@@ -189,13 +192,15 @@ t.test('a provider 4xx other than 429 goes back to the client as it is, without 
 })
 
 t.test('every provider failing gives 502 provider_error with every attempt; timeouts give 504', async (t) => {
+  // A 1 s headers timeout: A's 500 and then B's 500 come well within it on a slow machine, B's slow headers
+  // (5 s) far past it.
   const stack = await startStack(
     t,
     [
       { address: A, models: [{ id: MODEL }], sim: { fault: 'status-500' } },
-      { address: B, models: [{ id: MODEL }], sim: { fault: 'slow-headers', slowHeadersMs: 3000 } },
+      { address: B, models: [{ id: MODEL }], sim: { fault: 'slow-headers', slowHeadersMs: 5000 } },
     ],
-    { upstream: { headers_timeout_ms: 300 } },
+    { upstream: { headers_timeout_ms: 1000 } },
   )
   const both = await post(stack, HELLO, PRICE)
   const body = JSON.parse(both.text)
@@ -282,8 +287,9 @@ t.test('the provider fails repeatedly: it is marked unhealthy and skipped until 
 })
 
 t.test('a stream that goes idle past body_timeout ends with a provider_timeout SSE error event', async (t) => {
-  // Role chunk and first token at once, then 5 s between tokens: far past a 300 ms idle limit.
-  const stack = await twoProviders(t, { tokensPerS: 0.2, completionTokens: 5 }, { upstream: { body_timeout_ms: 300 } })
+  // Role chunk and first token at once, then 5 s between tokens: far past a 1 s idle limit, which the first
+  // bytes are well within even on a slow machine.
+  const stack = await twoProviders(t, { tokensPerS: 0.2, completionTokens: 5 }, { upstream: { body_timeout_ms: 1000 } })
   const res = await post(stack, { ...HELLO, stream: true }, PRICE)
   const events = res.text.split('\n\n').filter((e) => e.length > 0)
   t.notOk(events.includes('data: [DONE]'))
