@@ -25,7 +25,13 @@ interface Probe {
   aborted: number
 }
 
-/** GET /ok answers at once; POST /slow reads its body and answers 50 ms later, as an inference route would. */
+/**
+ * GET /ok answers at once; POST /slow reads its body and answers SLOW_MS later, as an inference route would.
+ * SLOW_MS is long enough that a request pipelined 10 ms behind a /slow one surely arrives while it is
+ * pending, even when the test process stalls for a moment (both ends share one event loop).
+ */
+const SLOW_MS = 1000
+
 async function startProbe(t: Test): Promise<Probe> {
   const probe = { aborted: 0 } as Probe
   const routes: Route[] = [
@@ -42,7 +48,7 @@ async function startProbe(t: Test): Promise<Probe> {
         reply.readBody(
           1024,
           (body) => {
-            timer = setTimeout(() => reply.send(200, ['Content-Type', 'text/plain'], `slow:${body.toString()}`), 50)
+            timer = setTimeout(() => reply.send(200, ['Content-Type', 'text/plain'], `slow:${body.toString()}`), SLOW_MS)
           },
           () => reply.send(413, [], ''),
         )
