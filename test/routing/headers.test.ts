@@ -315,12 +315,14 @@ t.test('price sort picks the cheapest provider', async (t) => {
 t.test('latency sort and the body provider object', async (t) => {
   // A is cheap but slow, B dear but fast: price and latency disagree.
   const stack = await stackFor(t, [
-    { address: A, models: [{ id: MODEL, price: { prompt: 0.1, completion: 0.3 } }], sim: { ttftMs: 80 } },
+    { address: A, models: [{ id: MODEL, price: { prompt: 0.1, completion: 0.3 } }], sim: { ttftMs: 150 } },
     { address: B, models: [{ id: MODEL, price: { prompt: 1, completion: 1 } }], sim: { ttftMs: 5 } },
   ])
   // Warm up the time-to-first-byte EWMA: default requests, then each provider pinned so both surely have samples.
+  // A's EWMA is never below its 150 ms; B gets enough samples that one slow answer on a loaded machine (its
+  // first, on a cold path, say) is outweighed: B stays the faster by a wide margin.
   for (let i = 0; i < 4; i++) expectServed(t, await chat(stack), `warm-up ${i}`)
-  for (const address of [A, B, A, B]) {
+  for (const address of [A, B, A, B, B, B, B, B]) {
     t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Address': address }), `warm-up pinned`), address)
   }
   await stack.router.table.refresh()
