@@ -40,7 +40,7 @@ function events(tt: Test, text: string): string[] {
   return parts.map((part) => part.slice('data: '.length))
 }
 
-async function waitFor(check: () => boolean, ms = 2000): Promise<boolean> {
+async function waitFor(check: () => boolean, ms = 10_000): Promise<boolean> {
   const until = Date.now() + ms
   while (!check()) {
     if (Date.now() > until) return false
@@ -427,12 +427,14 @@ t.test('a client abort stops generation and counts as aborted', async (t) => {
   t.ok(await waitFor(() => sim.stats.aborted === 1), 'aborted counted')
   t.equal(sim.stats.completed, 0)
 
-  sim.setOptions({ tokensPerS: 0, ttftMs: 5000 })
+  // The ttft timer is surely pending when close() starts (the request has arrived, and is held 10 s): any
+  // close under 5 s did not wait for it.
+  sim.setOptions({ tokensPerS: 0, ttftMs: 10_000 })
   const pending = post(sim, { model: 'm', messages: MESSAGES }).catch(() => undefined)
-  await sleep(50)
+  t.ok(await waitFor(() => sim.stats.requests === 2), 'the request is held')
   const closing = performance.now()
   await sim.close()
-  t.ok(performance.now() - closing < 4000, 'close does not wait for the pending ttft timer')
+  t.ok(performance.now() - closing < 5000, 'close does not wait for the pending ttft timer')
   await pending
 })
 
