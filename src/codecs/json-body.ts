@@ -288,6 +288,23 @@ export function spliceMembers(body: JsonBody, drop: readonly string[], set: Read
   return Buffer.concat(parts)
 }
 
+/**
+ * `member` (`"key":value` bytes, its key absent from the body) as the body's first member, the client's bytes
+ * untouched behind it: spliceMembers' common case without decoding any key.
+ */
+export function prependMember(body: JsonBody, member: Buffer): Buffer {
+  const raw = body.raw
+  const open = raw.indexOf(OPEN_OBJECT)
+  const rest = raw.length - open - 1
+  const out = Buffer.allocUnsafe(member.length + 2 + rest)
+  out[0] = OPEN_OBJECT
+  member.copy(out, 1)
+  let at = member.length + 1
+  if (body.members.length > 0) out[at++] = COMMA
+  raw.copy(out, at, open + 1)
+  return at + rest === out.length ? out : out.subarray(0, at + rest)
+}
+
 /** The guarded body's parsed object alone (endpoints that never forward their body). */
 export function parseJsonObject(raw: Buffer): Record<string, unknown> | RouterError {
   const body = readJsonBody(raw)

@@ -5,6 +5,7 @@
  */
 import t from 'tap'
 import { request } from 'undici'
+import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 import { spawnRouter } from '../helpers/spawn-router.js'
 
@@ -110,6 +111,21 @@ t.test('a deprecated provider object is removed from the body sent upstream, the
   t.same(seen.stream_options, { include_usage: true }, 'usage asked for')
   t.same(seen.messages, [{ role: 'user', content: 'hi' }])
   t.equal(seen.max_tokens, 2)
+})
+
+t.test('a stream without stream_options gets the usage member in front of the client bytes, kept byte for byte', async (t) => {
+  let seen = ''
+  const provider = await fakeProvider(t, (_req, res, body) => {
+    seen = body
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end('data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+  })
+  const stack = await startStack(t, [{ address: addr('a'), url: provider.url, models: [{ id: MODEL }] }])
+  const tail = `  "model" : "${MODEL}",\n "messages":[{"role":"user","content":"h\\u00e9 \\"q\\""}] , "stream":true }`
+  const res = await postRaw(stack.url, stack.key, ' {' + tail)
+  t.equal(res.status, 200)
+  t.equal(seen, '{"stream_options":{"include_usage":true},' + tail, 'one member in front, every client byte after it')
+  t.same(JSON.parse(seen).stream_options, { include_usage: true })
 })
 
 t.test('a client stream_options object keeps its members when usage is added', async (t) => {
