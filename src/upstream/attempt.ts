@@ -310,6 +310,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     return this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat(this.#parts, this.#size)
   }
 
+  /** A stream whose body ended without the provider's end marker: counted against the provider, and which failure it was. */
+  #unended(): UpstreamFailure {
+    this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
+    return this.plan.codec.streamError === true ? STREAM_ERROR : INCOMPLETE_STREAM
+  }
+
   #end(): void {
     const phase = this.#phase
     this.#phase = Phase.Done
@@ -331,18 +337,13 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
         if (codec.ended) return owner.answered(this)
         // Cut short with a clean end of body, or an error reported inside: bytes reached the receiver, so it
         // ends as any broken stream.
-        this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
-        return owner.broke(this, codec.streamError === true ? STREAM_ERROR : INCOMPLETE_STREAM)
+        return owner.broke(this, this.#unended())
       }
       // Nothing reached the receiver yet: what the body's end flushes is held until it is known to be whole,
       // so a stream that ended before its end marker is still a miss the loop can fail over from.
       const tail: Buffer[] = []
       codec.finish((bytes) => tail.push(bytes))
-      if (!codec.ended) {
-        this.offer.provider.health.recordFailure(performance.now(), this.#settings.health, this.#trial)
-        const reason = codec.streamError === true ? STREAM_ERROR.reason : INCOMPLETE_STREAM.reason
-        return owner.missed(this, { ...this.#record(), error: reason }, MissKind.Failure, '')
-      }
+      if (!codec.ended) return owner.missed(this, { ...this.#record(), error: this.#unended().reason }, MissKind.Failure, '')
       for (const bytes of tail) this.#emitToReceiver(bytes)
       return owner.answered(this)
     }
