@@ -263,9 +263,7 @@ export function spliceMembers(body: JsonBody, drop: readonly string[], set: Read
   }
   if (!replaces && !keys.some((k) => drop.includes(k))) {
     // The common case (a stream asking for usage): new members in front, the client's bytes untouched behind.
-    const open = raw.indexOf(OPEN_OBJECT)
-    const head = '{' + added.join(',') + (body.members.length === 0 ? '' : ',')
-    return Buffer.concat([Buffer.from(head), raw.subarray(open + 1)])
+    return prependMember(body, Buffer.from(added.join(',')))
   }
   let out = '{' + added.join(',')
   let first = added.length === 0
@@ -289,11 +287,12 @@ export function spliceMembers(body: JsonBody, drop: readonly string[], set: Read
 }
 
 /**
- * `member` (`"key":value` bytes, its key absent from the body) as the body's first member, the client's bytes
- * untouched behind it: spliceMembers' common case without decoding any key.
+ * `member` (`"key":value` bytes, or several joined by commas, each key absent from the body) in front of the
+ * body's members, the client's bytes untouched behind it; the body as it is when `member` is empty.
  */
 export function prependMember(body: JsonBody, member: Buffer): Buffer {
   const raw = body.raw
+  if (member.length === 0) return raw
   const open = raw.indexOf(OPEN_OBJECT)
   const rest = raw.length - open - 1
   const out = Buffer.allocUnsafe(member.length + 2 + rest)
