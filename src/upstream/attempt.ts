@@ -302,8 +302,16 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
   #emitToReceiver(bytes: Buffer): void {
     const sink = this.#owner.sink
-    if (!sink.started) this.#owner.beginStream(this)
-    if (!sink.write(bytes)) this.#writable = false
+    if (sink.started) {
+      if (!sink.write(bytes)) this.#writable = false
+      return
+    }
+    // The head leaves with the first bytes, in one write: begun on its own, uWS sends the head by itself (a
+    // system call more per stream, and a head split across two segments).
+    sink.cork(() => {
+      this.#owner.beginStream(this)
+      if (!sink.write(bytes)) this.#writable = false
+    })
   }
 
   #body(): Buffer {
