@@ -189,11 +189,12 @@ function targetsSection(v: View): string[] {
   const rows: string[][] = []
   const verdict = (ok: boolean | null): string => (ok === null ? 'not measured' : ok ? 'yes' : '**no**')
   const finite = (...xs: number[]): boolean => xs.every(Number.isFinite)
-  const ratioRow = (label: string, a: number, b: number, limit: number, what: string): string[] => [
-    label,
-    `${ms(a)} vs ${ms(b)} = ${formatRatio(a, b)}${what}`,
-    verdict(finite(a, b) ? b > 0 && a <= limit * b : null),
-  ]
+  // An added value at or below zero means the baseline (direct) measured slower than the proxy in this run: the
+  // noise of a shared machine, not a proxy that costs nothing. No verdict is drawn from such a pair.
+  const ratioRow = (label: string, a: number, b: number, limit: number, what: string): string[] =>
+    finite(a, b) && (a <= 0 || b <= 0)
+      ? [label, `${ms(a)} vs ${ms(b)}${what}: not comparable, the baseline measured slower than a proxy in this run`, 'undecided']
+      : [label, `${ms(a)} vs ${ms(b)} = ${formatRatio(a, b)}${what}`, verdict(finite(a, b) ? a <= limit * b : null)]
   const floorP50 = v.added('latency', 'floor', 'p50')
   rows.push(ratioRow('added p50, 1 connection, `synchronous: normal` ≤ 1.3× the floor\'s', v.added('latency', 'router-normal', 'p50'), floorP50, 1.3, ''))
   const durable = v.added('latency', 'router', 'p50') - v.added('latency', 'router-normal', 'p50')
