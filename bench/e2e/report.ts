@@ -639,6 +639,14 @@ function notesSection(v: View): string[] {
       '- Where the floor relay loses to nginx at 1 connection (`/proc` user and system time over 10,000 requests, 2026-11-23): both make the same system calls and the same 2 context switches per request; system time is 57–76 µs per request for the floor against 50–57 µs for nginx, user time 87–103 µs against 19 µs. The gap is user-space work in Node (V8, undici\'s dispatcher and llhttp, uWS\'s bindings), not the kernel; `perf` puts 27% of the floor\'s samples in the kernel\'s wake-up path (`_raw_spin_unlock_irqrestore`, `finish_task_switch`), which nginx pays as well.',
     )
   }
+  if (v.measured('router-logged') && v.measured('router-quiet') && v.measured('router')) {
+    const logged = v.added('latency', 'router-logged', 'p50')
+    const quiet = v.added('latency', 'router-quiet', 'p50')
+    const base = v.added('latency', 'router', 'p50')
+    notes.push(
+      `- How far to trust the cost of telemetry: the three \`full\` routers of the latency workload differ only in telemetry, and the one in between (metrics on, no access line written: the svc-router row) measured ${ms(base)} added at p50 beside ${ms(logged)} with both on and ${ms(quiet)} with both off. Separate processes of one build differ by about this much from run to run on this shared machine (1.07×, 0.92× and 1.27× in three runs of 2026-11-23), which is more than the 5% the target allows: its verdict is within the noise either way.`,
+    )
+  }
   const load = v.data.machine.loadStart[0] ?? 0
   if (load > 0.5) notes.push(`- The machine was not idle when the run started (1-minute load average ${load.toFixed(2)}): other work competed for the 2 cores, which widens tails for every target alike.`)
   return notes.length === 0 ? [] : ['## Notes', '', ...notes, '']
