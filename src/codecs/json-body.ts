@@ -252,19 +252,23 @@ function duplicate(key: string): RouterError {
  * front when absent) by the given JSON text. The rest of the client's bytes are kept as sent.
  */
 export function spliceMembers(body: JsonBody, drop: readonly string[], set: Readonly<Record<string, string>>): Buffer {
-  const raw = body.raw
-  const keys = body.members.map((m) => keyText(raw, m.start, m.keyEnd))
-  const parts: Buffer[] = []
+  // Which members the body has, from the parsed object: the guard refused a key twice in one object (and
+  // `__proto__`), so the object has an own property for each top-level key and for nothing else. No key is
+  // decoded from the bytes unless members are dropped or replaced.
+  const value = body.value
   const added: string[] = []
   let replaces = false
   for (const key in set) {
-    if (keys.includes(key)) replaces = true
+    if (Object.hasOwn(value, key)) replaces = true
     else added.push(JSON.stringify(key) + ':' + set[key])
   }
-  if (!replaces && !keys.some((k) => drop.includes(k))) {
+  if (!replaces && !drop.some((k) => Object.hasOwn(value, k))) {
     // The common case (a stream asking for usage): new members in front, the client's bytes untouched behind.
     return prependMember(body, Buffer.from(added.join(',')))
   }
+  const raw = body.raw
+  const keys = body.members.map((m) => keyText(raw, m.start, m.keyEnd))
+  const parts: Buffer[] = []
   let out = '{' + added.join(',')
   let first = added.length === 0
   // Members are rebuilt from their own spans; the bytes between them (commas, blanks) are not needed.
@@ -290,7 +294,7 @@ export function spliceMembers(body: JsonBody, drop: readonly string[], set: Read
  * `member` (`"key":value` bytes, or several joined by commas, each key absent from the body) in front of the
  * body's members, the client's bytes untouched behind it; the body as it is when `member` is empty.
  */
-export function prependMember(body: JsonBody, member: Buffer): Buffer {
+function prependMember(body: JsonBody, member: Buffer): Buffer {
   const raw = body.raw
   if (member.length === 0) return raw
   const open = raw.indexOf(OPEN_OBJECT)

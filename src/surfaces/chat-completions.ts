@@ -5,7 +5,7 @@
  */
 import { chatCost, chatWorstCase } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
-import { prependMember, spliceMembers } from '../codecs/json-body.js'
+import { spliceMembers } from '../codecs/json-body.js'
 import { ChatFromAnthropicJsonCodec, ChatFromAnthropicStreamCodec } from '../codecs/chat-answer-translation.js'
 import { toAnthropicMessages } from '../codecs/chat-request-translation.js'
 import { ChatJsonCodec, ChatStreamCodec } from '../codecs/openai-chat.js'
@@ -29,8 +29,6 @@ export interface ChatRequest extends SurfaceRequest {
 
 const UPSTREAM_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
 const PATH = '/v1/chat/completions'
-/** What a stream asks of its provider when the client did not: the usage chunk, which the router bills from. */
-const USAGE_MEMBER = Buffer.from('"stream_options":{"include_usage":true}')
 const ANTHROPIC_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream', 'anthropic-version', '2023-06-01']
 
 function isPositiveInteger(v: unknown): v is number {
@@ -94,12 +92,9 @@ function upstreamBody(json: JsonBody, stream: boolean, clientWantsUsage: boolean
   const hasProvider = body.provider !== undefined
   const addUsage = stream && !clientWantsUsage
   if (!hasProvider && !addUsage) return json.raw
-  const so = body.stream_options
-  // The common stream: nothing to drop and no stream_options of the client's (the guard rejected duplicate keys, so
-  // the parsed object says which members exist): the member goes in front of the client's bytes.
-  if (!hasProvider && so === undefined) return prependMember(json, USAGE_MEMBER)
   const set: Record<string, string> = {}
   if (addUsage) {
+    const so = body.stream_options
     set.stream_options = so === undefined || so === null ? '{"include_usage":true}' : JSON.stringify({ ...(so as object), include_usage: true })
   }
   return spliceMembers(json, hasProvider ? ['provider'] : [], set)
