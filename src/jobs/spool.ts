@@ -7,7 +7,7 @@
 import { createReadStream, createWriteStream, unlink, type WriteStream } from 'node:fs'
 import type { Readable } from 'node:stream'
 import { log } from '../log.js'
-import type { Reply } from '../server/reply.js'
+import { watchAnswer, type Reply } from '../server/reply.js'
 import type { BodySource, RequestBody } from '../upstream/request-body.js'
 
 /** A body read from a file, anew for every attempt. */
@@ -127,27 +127,5 @@ export class SpoolBody extends FileBody {
  * stage) deletes it, so a refused upload leaves nothing on disk.
  */
 export function discardOnAnswer(reply: Reply, spool: SpoolBody): Reply {
-  return {
-    get aborted() {
-      return reply.aborted
-    },
-    get started() {
-      return reply.started
-    },
-    onAborted: (handler) => reply.onAborted(handler),
-    send(status, headers, body) {
-      spool.discard()
-      reply.send(status, headers, body)
-    },
-    begin(status, headers) {
-      spool.discard()
-      reply.begin(status, headers)
-    },
-    write: (chunk) => reply.write(chunk),
-    onWritable: (handler) => reply.onWritable(handler),
-    end: (chunk) => reply.end(chunk),
-    cork: (fn) => reply.cork(fn),
-    readBody: (limit, onBody, onError) => reply.readBody(limit, onBody, onError),
-    bodySource: () => reply.bodySource(),
-  }
+  return watchAnswer(reply, { starting: () => spool.discard() })
 }

@@ -12,13 +12,14 @@ import { AUDIO_HEAD_BYTES } from '../codecs/audio-duration.js'
 import { MultipartScan, type FormHead } from '../codecs/multipart.js'
 import { RouterError } from '../errors.js'
 import type { Handler } from '../server/app.js'
-import type { HeaderList, Reply } from '../server/reply.js'
+import { watchAnswer, type HeaderList, type Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
 import type { MultipartSurface, SurfaceRequest } from '../surfaces/surface.js'
 import { ReplayableBody, type BodySource, type RequestBody } from '../upstream/request-body.js'
 import { discardOnAnswer, type SpoolBody } from '../jobs/spool.js'
+import { uploadChunks } from '../upstream/chunk-pool.js'
 import { admitHead, admitRequest, answerNow, crashed, type AdmissionDeps, type Admitted, type Launcher } from './admission.js'
 
 export interface MultipartDeps extends AdmissionDeps {
@@ -87,7 +88,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     })
     // Not multipart at all: answered already, and uWS allows no body reader after the answer.
     if (refused) return
-    const source = reply.bodySource()
+    // Streamed on: into pooled memory the replay buffer and the attempts hold (upstream/chunk-pool.ts).
+    const source = reply.bodySource(spooled === undefined ? uploadChunks : undefined)
     // The upload as the replay buffer (or the spool) and the attempts read it: counted against the cap, shown
     // to the scan.
     const intake: BodySource = {
@@ -106,7 +108,10 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     let body: RequestBody
     let launcher: Launcher<R, U>
     if (spooled === undefined) {
-      body = new ReplayableBody(intake, deps.replayBufferBytes)
+      const replayable = new ReplayableBody(intake, deps.replayBufferBytes)
+      body = replayable
+      // Once the request is over, what the upload still holds goes back to the pool.
+      reply = watchAnswer(client, { over: () => replayable.release() })
       launcher = answerNow(deps, (started) => {
         failover = started
       })

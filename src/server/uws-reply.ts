@@ -13,6 +13,7 @@
  */
 import type { HttpResponse } from 'uWebSockets.js'
 import { RouterError, statusLine } from '../errors.js'
+import { release, type ChunkPool } from '../upstream/chunk-pool.js'
 import type { BodySource } from '../upstream/request-body.js'
 import type { HeaderList, Reply } from './reply.js'
 
@@ -83,14 +84,22 @@ export class UwsReply implements Reply {
     })
   }
 
-  bodySource(): BodySource {
+  bodySource(pool?: ChunkPool): BodySource {
     const res = this.#res
     const live = (): boolean => !this.#aborted && !this.#done
     return {
       onChunk: (handler) => {
-        // uWS reuses `chunk` once this callback returns: each one is copied.
+        // uWS reuses `chunk` once this callback returns: each one is copied, into the pool's memory when given
+        // one, and then held for the handler's call only (whoever keeps it takes a hold of its own).
         res.onData((chunk, isLast) => {
-          if (!this.#aborted) handler(Buffer.from(new Uint8Array(chunk)), isLast)
+          if (this.#aborted) return
+          if (pool === undefined) return handler(Buffer.from(new Uint8Array(chunk)), isLast)
+          const copy = pool.copy(new Uint8Array(chunk))
+          try {
+            handler(copy, isLast)
+          } finally {
+            release(copy)
+          }
         })
       },
       pause: () => {

@@ -32,6 +32,9 @@ function tooLarge(): Error {
   return Object.assign(new Error(`provider response exceeds ${MAX_HELD_RESPONSE} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' })
 }
 
+/** A request body as an attempt sends it: bytes, a stream, or an upload's reader (request-body.ts). */
+export type UpstreamBody = Dispatcher.DispatchOptions['body'] | AsyncIterable<Buffer>
+
 /** Why an attempt produced no answer, as the loop decides on it. */
 export const enum MissKind {
   Failure,
@@ -125,7 +128,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
    * `deadline`: performance.now() by which the whole request must be over (upstream.total_timeout_ms).
    * `trace`: the client's trace context, sent on as is unless a subscriber of attempt:start replaces it.
    */
-  dispatch(requestId: string, body: Dispatcher.DispatchOptions['body'], deadline: number, trace: ClientTrace): void {
+  dispatch(requestId: string, body: UpstreamBody, deadline: number, trace: ClientTrace): void {
     const pools = this.#settings.pools
     this.#startedAt = performance.now()
     this.#trial = this.offer.provider.health.claimTrial(this.#startedAt)
@@ -144,7 +147,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
   }
 
-  #send(requestId: string, body: Dispatcher.DispatchOptions['body'], trace: ClientTrace): void {
+  #send(requestId: string, body: UpstreamBody, trace: ClientTrace): void {
     const provider = this.offer.provider
     const pools = this.#settings.pools
     let traceparent = trace.traceparent
@@ -163,7 +166,10 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
           : [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
     const upstream = pools.upstream(provider.url)
     // No per-request headersTimeout / bodyTimeout: the pool was made with the same settings (pools.ts).
-    upstream.pool.dispatch({ path: upstream.basePath + this.plan.path, method: 'POST', headers, body }, this)
+    // undici's types leave out async iterables, which its Request takes (and writes chunk by chunk, asking for
+    // the next once the last is with the socket: request-body.ts UploadReader relies on it).
+    const payload = body as Dispatcher.DispatchOptions['body']
+    upstream.pool.dispatch({ path: upstream.basePath + this.plan.path, method: 'POST', headers, body: payload }, this)
   }
 
   abort(reason: Error): void {

@@ -12,6 +12,7 @@ import type { Reply } from '../server/reply.js'
 import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
 import type { RouterError as RouterErrorType } from '../errors.js'
+import type { ChunkPool } from './chunk-pool.js'
 import type { BodySource } from './request-body.js'
 import type { HeaderList } from './sink.js'
 
@@ -123,7 +124,7 @@ class TrackedReply implements Reply {
     this.#inner.readBody(limit, onBody, onError)
   }
 
-  bodySource(): BodySource {
-    return this.#inner.bodySource()
+  bodySource(pool?: ChunkPool): BodySource {
+    return this.#inner.bodySource(pool)
   }
 }

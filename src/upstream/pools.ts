@@ -2,7 +2,9 @@
  * One undici Pool per provider origin, with keep-alive, shared by every request to that provider and kept
  * across registry reloads while the provider stays.
  */
-import { Pool } from 'undici'
+import type { Socket } from 'node:net'
+import { buildConnector, Pool } from 'undici'
+import { watchWrites } from './chunk-pool.js'
 import { ProviderLimiter } from './limiter.js'
 
 /** What the pools need of an attempt under way: its deadline, and a way to end it as failed. */
@@ -85,7 +87,7 @@ export class UpstreamPools {
         keepAliveMaxTimeout: Math.max(s.keepAliveTimeoutMs, 600_000),
         headersTimeout: s.headersTimeoutMs,
         bodyTimeout: s.bodyTimeoutMs,
-        connect: { timeout: s.connectTimeoutMs },
+        connect: watchedConnector(s.connectTimeoutMs),
       })
       upstream = { pool, basePath: basePath(url) }
       this.#pools.set(url, upstream)
@@ -154,4 +156,19 @@ export class UpstreamPools {
 export function basePath(url: string): string {
   const path = new URL(url).pathname
   return path === '/' ? '' : path.replace(/\/+$/, '')
+}
+
+/**
+ * undici's connector, with every socket it opens holding the pooled upload chunks written to it until they are
+ * written (chunk-pool.ts watchWrites).
+ */
+function watchedConnector(timeout: number): buildConnector.connector {
+  const connect = buildConnector({ timeout })
+  return (options, callback) =>
+    connect(options, (err, socket) => {
+      // A failed connect calls back with the error alone.
+      if (err === null && socket != null) watchWrites(socket)
+      // The callback's two forms (an error, or a socket) are one call here.
+      ;(callback as (err: Error | null, socket: Socket | null) => void)(err, socket)
+    })
 }

@@ -3,11 +3,12 @@
  * cannot be sent again (a streamed upload past its replay buffer, as undici's `isDisturbed` turns retry off)
  * says so, which turns failover off for the request.
  */
-import { Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
+import { hold, release } from './chunk-pool.js'
 
 export interface RequestBody {
   /** The body for the next attempt, or null when it can no longer be sent (failover is then off). */
-  take(): Buffer | Readable | null
+  take(): Buffer | Readable | AsyncIterable<Buffer> | null
 }
 
 /** A body held whole in memory (JSON surfaces): every attempt sends the same bytes. */
@@ -28,7 +29,10 @@ export class BufferBody implements RequestBody {
  * the client (the uWS reply pauses and resumes the socket).
  */
 export interface BodySource {
-  /** `handler` receives every chunk (a copy it may keep) and `last` on the final one. */
+  /**
+   * `handler` receives every chunk and `last` on the final one. A chunk is the handler's to keep, unless it is
+   * pooled memory (chunk-pool.ts): then keeping it past the call takes a hold, given back when done.
+   */
   onChunk(handler: (chunk: Buffer, last: boolean) => void): void
   pause(): void
   resume(): void
@@ -42,17 +46,21 @@ export interface BodySource {
  * `isDisturbed` turns retry off). It never holds more than `limit` bytes plus what the reader has not taken yet:
  * a reader that does not keep up pauses the source, and with no reader attached the source is paused once the
  * buffer is full.
+ *
+ * Chunks may be pooled memory (chunk-pool.ts): the replay buffer and each reader hold what they keep, and
+ * `release()` (the request is over) gives back whatever is still held.
  */
 export class ReplayableBody implements RequestBody {
   readonly #source: BodySource
   readonly #limit: number
-  /** Every chunk so far while they fit in `limit`; null once the body outgrew it. */
+  /** Every chunk so far while they fit in `limit`; null once the body outgrew it or was released. */
   #kept: Buffer[] | null = []
   #keptBytes = 0
   #ended = false
   #taken = 0
-  #reader: Readable | null = null
+  #reader: UploadReader | null = null
   #paused = false
+  #released = false
 
   constructor(source: BodySource, limit: number) {
     this.#source = source
@@ -65,30 +73,43 @@ export class ReplayableBody implements RequestBody {
     return this.#kept !== null
   }
 
-  take(): Readable | null {
-    if (this.#taken > 0 && this.#kept === null) return null
+  take(): UploadReader | null {
+    if (this.#released || (this.#taken > 0 && this.#kept === null)) return null
     this.#taken++
-    const previous = this.#reader
-    if (previous !== null && !previous.destroyed) previous.destroy()
-    const reader = new PassThroughReader(() => this.#resume())
+    this.#reader?.close()
+    const reader = new UploadReader(() => this.#resume())
     this.#reader = reader
     for (const chunk of this.#kept ?? []) reader.push(chunk)
-    if (this.#ended) reader.push(null)
+    if (this.#ended) reader.end()
     this.#resume()
     return reader
   }
 
+  /**
+   * The request is over (answered or abandoned): the replay buffer and the reader give back their holds. An
+   * attempt still writing is failed by its reader, and what a socket is writing stays held by the socket.
+   */
+  release(): void {
+    if (this.#released) return
+    this.#released = true
+    this.#reader?.close()
+    this.#reader = null
+    this.#drop()
+  }
+
   #onChunk(chunk: Buffer, last: boolean): void {
+    if (this.#released) return
     if (this.#kept !== null) {
       if (this.#keptBytes + chunk.length <= this.#limit) {
+        hold(chunk)
         this.#kept.push(chunk)
         this.#keptBytes += chunk.length
       } else if (this.#reader !== null) {
         // Past the replay buffer while an attempt reads: it is the last one that can send this body.
-        this.#kept = null
-        this.#keptBytes = 0
+        this.#drop()
       } else {
         // Nobody reads yet and the buffer is full: hold the client until an attempt takes the body.
+        hold(chunk)
         this.#kept.push(chunk)
         this.#keptBytes += chunk.length
         this.#pause()
@@ -96,12 +117,20 @@ export class ReplayableBody implements RequestBody {
     }
     if (last) this.#ended = true
     const reader = this.#reader
-    if (reader === null || reader.destroyed) {
+    if (reader === null || reader.closed) {
       if (this.#kept === null) this.#pause()
       return
     }
     if (!reader.push(chunk)) this.#pause()
-    if (last) reader.push(null)
+    if (last) reader.end()
+  }
+
+  /** The replay buffer's chunks given back: the body can no longer be sent again. */
+  #drop(): void {
+    const kept = this.#kept
+    this.#kept = null
+    this.#keptBytes = 0
+    if (kept !== null) for (const chunk of kept) release(chunk)
   }
 
   #pause(): void {
@@ -117,16 +146,108 @@ export class ReplayableBody implements RequestBody {
   }
 }
 
-/** A Readable fed by push(); asking for more resumes the source. */
-class PassThroughReader extends Readable {
+/** Bytes a reader queues before the source is paused (one of uWS's chunks at most arrives past it). */
+const READER_HIGH_WATER = 64 * 1024
+
+/**
+ * One attempt's view of a ReplayableBody, as the async iterable undici writes a request body from: undici asks
+ * for the next chunk only once it has handed the previous one to its socket (or failed), so the reader holds
+ * each chunk from its arrival until then, and the socket holds it while it writes (chunk-pool.ts watchWrites).
+ */
+export class UploadReader implements AsyncIterableIterator<Buffer> {
   readonly #more: () => void
+  readonly #queue: Buffer[] = []
+  #queuedBytes = 0
+  /** The chunk last handed out, held until undici asks for the next one or stops. */
+  #out: Buffer | null = null
+  #ended = false
+  /** Superseded by another attempt's reader, or the request is over: undici's next read fails. */
+  closed = false
+  #waiting: { resolve: (r: IteratorResult<Buffer>) => void; reject: (err: Error) => void } | null = null
 
   constructor(more: () => void) {
-    super()
     this.#more = more
   }
 
-  override _read(): void {
-    this.#more()
+  [Symbol.asyncIterator](): this {
+    return this
   }
+
+  /** A chunk for this reader; false when it has enough queued and the source should pause. */
+  push(chunk: Buffer): boolean {
+    if (this.closed) return true
+    hold(chunk)
+    const waiting = this.#waiting
+    if (waiting !== null) {
+      this.#waiting = null
+      this.#out = chunk
+      waiting.resolve({ value: chunk, done: false })
+      return true
+    }
+    this.#queue.push(chunk)
+    this.#queuedBytes += chunk.length
+    return this.#queuedBytes < READER_HIGH_WATER
+  }
+
+  /** The upload is whole: after the queued chunks, the reader ends. */
+  end(): void {
+    this.#ended = true
+    const waiting = this.#waiting
+    if (waiting !== null && this.#queue.length === 0) {
+      this.#waiting = null
+      waiting.resolve({ value: undefined, done: true })
+    }
+  }
+
+  next(): Promise<IteratorResult<Buffer>> {
+    // Undici asks again only once the previous chunk is with its socket.
+    this.#handedOn()
+    if (this.closed) return Promise.reject(readerClosed())
+    const chunk = this.#queue.shift()
+    if (chunk !== undefined) {
+      this.#queuedBytes -= chunk.length
+      this.#out = chunk
+      if (this.#queuedBytes < READER_HIGH_WATER) this.#more()
+      return Promise.resolve({ value: chunk, done: false })
+    }
+    if (this.#ended) return Promise.resolve({ value: undefined, done: true })
+    this.#more()
+    return new Promise((resolve, reject) => {
+      this.#waiting = { resolve, reject }
+    })
+  }
+
+  /** Undici stopped reading (its write failed): what this reader holds is given back. */
+  return(): Promise<IteratorResult<Buffer>> {
+    this.#handedOn()
+    this.close()
+    return Promise.resolve({ value: undefined, done: true })
+  }
+
+  /**
+   * No more chunks for this reader: the queued ones are given back and a read under way fails. The chunk
+   * handed out last stays held until undici asks again or stops, whichever comes: it may be on its way to the
+   * socket in this very turn.
+   */
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    for (const chunk of this.#queue) release(chunk)
+    this.#queue.length = 0
+    this.#queuedBytes = 0
+    const waiting = this.#waiting
+    this.#waiting = null
+    waiting?.reject(readerClosed())
+  }
+
+  #handedOn(): void {
+    const out = this.#out
+    if (out === null) return
+    this.#out = null
+    release(out)
+  }
+}
+
+function readerClosed(): Error {
+  return Object.assign(new Error('the upload was taken by another attempt or the request is over'), { code: 'SVC_UPLOAD_CLOSED' })
 }
