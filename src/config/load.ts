@@ -104,9 +104,17 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   for (const dotted of PATH_KEYS) {
     const [section, key] = dotted.split('.') as [string, string]
     const holder = (config as unknown as Record<string, Record<string, string>>)[section]!
-    if (holder[key] !== '') holder[key] = resolve(baseDir, holder[key]!)
+    holder[key] = resolvePath(baseDir, holder[key]!)
   }
   return deepFreeze(config)
+}
+
+/**
+ * A configured path made absolute against `base`; '' (unset) and ':memory:' (SQLite's name for an in-memory
+ * database, no file at all) stay as they are.
+ */
+function resolvePath(base: string, value: string): string {
+  return value === '' || value === ':memory:' || isAbsolute(value) ? value : resolve(base, value)
 }
 
 /** Object.freeze, recursively: the returned value cannot be changed at any depth. */
@@ -191,7 +199,7 @@ function coerce(leaf: ConfigLeaf, value: string, cwd: string): { value?: unknown
       return { problem: `expected true or false (got ${JSON.stringify(value)})` }
     case 'string':
       // A relative path given in the environment is relative to where the process was started.
-      if (PATH_KEYS.includes(leaf.path) && value.length > 0 && !isAbsolute(value)) return { value: resolve(cwd, value) }
+      if (PATH_KEYS.includes(leaf.path)) return { value: resolvePath(cwd, value) }
       return { value }
   }
 }

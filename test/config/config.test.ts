@@ -1,9 +1,10 @@
 import t from 'tap'
-import { readFileSync } from 'node:fs'
-import { join, resolve } from 'node:path'
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parse } from 'yaml'
 import { CONFIG_LEAVES, ConfigError, loadConfig, type Config } from '../../src/config/index.js'
+import { openStore } from '../../src/store/open.js'
 
 /** A subtest's `t` (tap's type for it is long: take it from `t.test`'s callback). */
 type Test = Parameters<Parameters<typeof t.test>[0]>[0]
@@ -94,6 +95,18 @@ t.test('paths in the file resolve against the file directory and come back absol
   const config = loadConfig({ file: join(dir, 'nested', 'svc.yaml') })
   t.equal(config.registry.path, join(dir, 'registry', 'providers.yaml'))
   t.equal(config.store.path, '/var/lib/svc/svc.db')
+})
+
+t.test("store.path ':memory:' is an in-memory store, not a file named after it", async (t) => {
+  const file = configFile(t, "store: { path: ':memory:' }\n")
+  const config = loadConfig({ file })
+  t.equal(config.store.path, ':memory:', 'from the file')
+  t.equal(loadConfig({ env: { SVC_STORE_PATH: ':memory:' } }).store.path, ':memory:', 'from the environment')
+  const store = await openStore(config.store)
+  t.teardown(() => store.close())
+  await store.ledger.addFunds('0x' + 'ab'.repeat(20), 'deposit', 5n, 'test', Date.now())
+  t.notOk(existsSync(join(dirname(file), ':memory:')), 'nothing written beside the config file')
+  t.notOk(existsSync(resolve(process.cwd(), ':memory:')), 'nor in the working directory')
 })
 
 t.test('a relative config file name is relative to the working directory', async (t) => {
