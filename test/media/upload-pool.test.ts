@@ -27,12 +27,24 @@ interface Behaviour {
   /** Stop reading for `stallMs` once this many bytes came (the router's writes then queue in its socket). */
   readonly stallAfter?: number
   readonly stallMs?: number
+  /** Answer this status as soon as the request head arrives, reading none of the body. */
+  readonly answerAtOnce?: number
+  /** With answerAtOnce: close the connection after the answer (unread upload bytes turn the close into a reset). */
+  readonly closeAfterAnswer?: boolean
+  /** Destroy the connection as soon as the request head arrives. */
+  readonly hangUpAtOnce?: boolean
 }
 
 /** A speech-to-text provider that answers the sha256 of the raw request body as the transcript. */
 async function hashingProvider(t: Test, behaviour: Behaviour = {}): Promise<{ url: string; answered: () => number }> {
   let answered = 0
   const server = createServer((req: IncomingMessage, res) => {
+    if (behaviour.hangUpAtOnce === true) return req.socket.destroy()
+    if (behaviour.answerAtOnce !== undefined) {
+      answered++
+      res.writeHead(behaviour.answerAtOnce, { 'content-type': 'application/json', ...(behaviour.closeAfterAnswer === true ? { connection: 'close' } : {}) })
+      return res.end(JSON.stringify(behaviour.answerAtOnce === 200 ? { text: 'early' } : { error: { message: 'early refusal' } }))
+    }
     const hash = createHash('sha256')
     let n = 0
     req.on('data', (c: Buffer) => {
@@ -95,10 +107,15 @@ function pieces(body: Buffer, max = 300 * 1024): Readable {
   })
 }
 
-async function send(stack: Stack, body: Buffer, signal?: AbortSignal, max?: number) {
+async function send(stack: Stack, body: Buffer, signal?: AbortSignal, max?: number, length = true) {
   const res = await request(stack.url + '/v1/audio/transcriptions', {
     method: 'POST',
-    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, 'content-length': String(body.length), ...stack.auth, ...PRICE_SORT },
+    headers: {
+      'content-type': `multipart/form-data; boundary=${BOUNDARY}`,
+      ...(length ? { 'content-length': String(body.length) } : {}),
+      ...stack.auth,
+      ...PRICE_SORT,
+    },
     body: pieces(body, max),
     signal,
   })
@@ -195,5 +212,32 @@ t.test('clients that leave mid-upload give back what their uploads held; others 
   t.ok(outcomes.includes('left'), 'clients left mid-upload')
   t.equal(kept!.status, 200)
   t.equal(JSON.parse(kept!.text).text, sha(staying), 'the upload beside them arrived whole')
+  await allReleased(t)
+})
+
+t.test('providers that answer before reading or hang up, and uploads without a length: every request ends and gives back its holds', async (t) => {
+  const cases: [string, Behaviour, number[]][] = [
+    ['answers 200 before reading the upload', { answerAtOnce: 200 }, [200]],
+    ['answers 400 before reading the upload', { answerAtOnce: 400 }, [400]],
+    // The reset may reach the router before the answer does: then all it can say is that the provider failed.
+    ['answers 400 and closes before reading the upload', { answerAtOnce: 400, closeAfterAnswer: true }, [400, 502]],
+    ['hangs up on the request head', { hangUpAtOnce: true }, [502]],
+  ]
+  for (const [what, behaviour, statuses] of cases) {
+    const provider = await hashingProvider(t, behaviour)
+    const stack = await startStack(t, providers(provider.url), { upstream: { replay_buffer_bytes: MIB } })
+    const results = await Promise.all(Array.from({ length: 4 }, (_, i) => send(stack, upload((i + 1) * 1.5 * MIB))))
+    for (const r of results) t.ok(statuses.includes(r.status), `${what}: answered ${r.status}`)
+    await allReleased(t)
+  }
+  // Chunked uploads (no Content-Length) to a provider that reads them all.
+  const good = await hashingProvider(t)
+  const stack = await startStack(t, providers(good.url), { upstream: { replay_buffer_bytes: MIB } })
+  const bodies = [upload(300 * 1024), upload(3 * MIB)]
+  const results = await Promise.all(bodies.map((b) => send(stack, b, undefined, undefined, false)))
+  for (const [i, r] of results.entries()) {
+    t.equal(r.status, 200)
+    t.equal(JSON.parse(r.text).text, sha(bodies[i]!), `chunked upload ${i} arrived as sent`)
+  }
   await allReleased(t)
 })
