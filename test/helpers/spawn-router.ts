@@ -31,7 +31,7 @@ export async function spawnRouter(
   t: TapLike,
   providers: object[],
   config: Record<string, Record<string, unknown>> = {},
-  options: { captureStderr?: boolean; dir?: string } = {},
+  options: { captureStderr?: boolean; dir?: string; nodeArgs?: readonly string[] } = {},
 ): Promise<SpawnedRouter> {
   // `dir` given: the router of an earlier spawn starts again on its store (no dev key is printed then).
   const again = options.dir !== undefined
@@ -49,7 +49,8 @@ export async function spawnRouter(
     }),
   )
   const capture = options.captureStderr === true
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
+  const args = [...(options.nodeArgs ?? []), CLI, 'serve', '--config', join(dir, 'config.yaml')]
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
   t.teardown(() => {
     child.kill('SIGKILL')
   })
