@@ -65,7 +65,8 @@ export class ChunkPool {
   /** A copy of `bytes` that the caller holds once (release it when done); larger than a slab: a plain copy. */
   copy(bytes: Uint8Array): Buffer {
     const n = bytes.length
-    if (n === 0 || n > SLAB_BYTES) {
+    if (n === 0) return Buffer.alloc(0)
+    if (n > SLAB_BYTES) {
       this.unpooled++
       return Buffer.from(bytes)
     }
