@@ -659,6 +659,11 @@ function notesSection(v: View): string[] {
       `- How far to trust the cost of telemetry: the three \`full\` routers of the latency workload differ only in telemetry, and the one in between (metrics on, no access line written: the svc-router row) measured ${ms(base)} added at p50 beside ${ms(logged)} with both on and ${ms(quiet)} with both off. Separate processes of one build differ by about this much from run to run on this shared machine (1.07×, 0.92× and 1.27× in three runs of 2026-11-23), which is more than the 5% the target allows: its verdict is within the noise either way.`,
     )
   }
+  if (v.measured('router') && v.measured('floor')) {
+    notes.push(
+      '- How far one run decides a row: two full runs of one build 40 minutes apart (2026-11-23, 13:03 and 13:33, load 1.51 and 0.78 at start) gave the durable commit 2.16× then 1.17× a bare fsync, the open-loop p99 10.1× then 0.44× the floor\'s, the chunk gap p99 the floor\'s + 0.14 ms then + 0.67 ms, throughput 0.47× then 0.61× the floor, telemetry 1.27× then 0.97×. On this shared 2-core machine those rows flip between yes and no from run to run: a verdict there is one sample, and a change is only shown by several runs side by side (interleaved A/B runs of two builds, as the commits do). The multipart rows (0.66× both times, RSS +35 and +32 MiB) and the 1-connection latency (2.84× and 2.75×) held.',
+    )
+  }
   const load = v.data.machine.loadStart[0] ?? 0
   if (load > 0.5) notes.push(`- The machine was not idle when the run started (1-minute load average ${load.toFixed(2)}): other work competed for the 2 cores, which widens tails for every target alike.`)
   return notes.length === 0 ? [] : ['## Notes', '', ...notes, '']
