@@ -14,6 +14,7 @@
 import type { HttpResponse } from 'uWebSockets.js'
 import { RouterError, statusLine } from '../errors.js'
 import { release, type ChunkPool } from '../upstream/chunk-pool.js'
+import { ChunkGatherer, GrowingBody } from './body-chunks.js'
 import type { BodySource } from '../upstream/request-body.js'
 import type { HeaderList, Reply } from './reply.js'
 
@@ -63,7 +64,7 @@ export class UwsReply implements Reply {
   }
 
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void {
-    let parts: Buffer[] | null = null
+    let body: GrowingBody | null = null
     let size = 0
     let failed = false
     this.#res.onData((chunk, isLast) => {
@@ -75,12 +76,12 @@ export class UwsReply implements Reply {
         return
       }
       // uWS reuses `chunk` once this callback returns, so it is copied; a body in one piece is copied once.
-      if (isLast && parts === null) {
+      if (isLast && body === null) {
         onBody(Buffer.from(new Uint8Array(chunk)))
         return
       }
-      ;(parts ??= []).push(Buffer.from(new Uint8Array(chunk)))
-      if (isLast) onBody(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size))
+      ;(body ??= new GrowingBody(limit)).append(new Uint8Array(chunk))
+      if (isLast) onBody(body.bytes())
     })
   }
 
@@ -89,17 +90,21 @@ export class UwsReply implements Reply {
     const live = (): boolean => !this.#aborted && !this.#done
     return {
       onChunk: (handler) => {
-        // uWS reuses `chunk` once this callback returns: each one is copied, into the pool's memory when given
-        // one, and then held for the handler's call only (whoever keeps it takes a hold of its own).
-        res.onData((chunk, isLast) => {
-          if (this.#aborted) return
-          if (pool === undefined) return handler(Buffer.from(new Uint8Array(chunk)), isLast)
-          const copy = pool.copy(new Uint8Array(chunk))
+        // uWS reuses `chunk` once this callback returns: each one is copied (small reads gathered first), into
+        // the pool's memory when given one, and then held for the handler's call only (whoever keeps it takes
+        // a hold of its own).
+        const gather = new ChunkGatherer()
+        const emit = (bytes: Uint8Array, last: boolean): void => {
+          if (pool === undefined) return handler(Buffer.from(bytes), last)
+          const copy = pool.copy(bytes)
           try {
-            handler(copy, isLast)
+            handler(copy, last)
           } finally {
             release(copy)
           }
+        }
+        res.onData((chunk, isLast) => {
+          if (!this.#aborted) gather.push(new Uint8Array(chunk), isLast, emit)
         })
       },
       pause: () => {
