@@ -14,7 +14,7 @@
 import type { HttpResponse } from 'uWebSockets.js'
 import { RouterError, statusLine } from '../errors.js'
 import { release, type ChunkPool } from '../upstream/chunk-pool.js'
-import { ChunkGatherer, GrowingBody } from './body-chunks.js'
+import { ChunkGatherer, GrowingBody } from '../codecs/body-chunks.js'
 import type { BodySource } from '../upstream/request-body.js'
 import type { HeaderList, Reply } from './reply.js'
 

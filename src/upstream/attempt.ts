@@ -15,6 +15,7 @@
 import type { Dispatcher } from 'undici'
 import type { Usage } from '../billing/cost.js'
 import type { Attempt } from '../billing/trace.js'
+import { GrowingBody } from '../codecs/body-chunks.js'
 import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
 import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
@@ -96,7 +97,9 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #phase = Phase.Pending
   #startedAt = 0
   #ttfbMs = -1
-  #parts: Buffer[] = []
+  /** A held answer: its first read as it came (most answers are one), then every read in one growing buffer. */
+  #first: Buffer | null = null
+  #rest: GrowingBody | null = null
   #size = 0
   #contentType = ''
   #abortReason: Error | null = null
@@ -302,7 +305,18 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       this.#abortRequest?.(tooLarge())
       return
     }
-    this.#parts.push(chunk)
+    // Reads are copied into one buffer after the first: a provider sending its answer a byte at a time must
+    // not cost an object per byte (codecs/body-chunks.ts).
+    if (this.#size === 0 && this.#first === null) this.#first = chunk
+    else {
+      let rest = this.#rest
+      if (rest === null) {
+        rest = this.#rest = new GrowingBody(MAX_HELD_RESPONSE, 2 * (this.#size + chunk.length))
+        if (this.#first !== null) rest.append(this.#first)
+        this.#first = null
+      }
+      rest.append(chunk)
+    }
     this.#size += chunk.length
   }
 
@@ -321,7 +335,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   }
 
   #body(): Buffer {
-    return this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat(this.#parts, this.#size)
+    return this.#rest !== null ? this.#rest.bytes() : (this.#first ?? Buffer.alloc(0))
   }
 
   /** A stream whose body ended without the provider's end marker: counted against the provider, and which failure it was. */

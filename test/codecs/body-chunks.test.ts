@@ -1,5 +1,5 @@
 /**
- * Bodies read in many small reads (src/server/body-chunks.ts): the gatherer hands small reads on in chunks of at
+ * Bodies read in many small reads (src/codecs/body-chunks.ts): the gatherer hands small reads on in chunks of at
  * least SMALL_CHUNK bytes and in order, a growing body keeps one buffer; and through the real router, a JSON
  * request and a multipart upload sent one byte per write arrive whole.
  */
@@ -7,7 +7,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { createServer } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import t from 'tap'
-import { ChunkGatherer, GrowingBody, SMALL_CHUNK } from '../../src/server/body-chunks.js'
+import { ChunkGatherer, GrowingBody, SMALL_CHUNK } from '../../src/codecs/body-chunks.js'
 import { startStack, type TestModel } from '../helpers/stack.js'
 import { A, AUDIO_MODEL, wav } from '../media/fixtures.js'
 
@@ -110,4 +110,55 @@ t.test('through the router, bodies sent a byte at a time arrive whole', async (t
   t.match(formAnswer, /^HTTP\/1\.1 200/, 'the upload, one byte per write, is answered')
   const json = JSON.parse(formAnswer.slice(formAnswer.indexOf('\r\n\r\n') + 4))
   t.equal(json.text, createHash('sha256').update(form).digest('hex'), 'the provider received exactly the bytes sent')
+})
+
+t.test('through the router, a provider answering a byte per write is relayed whole (answers and errors)', async (t) => {
+  const content = 'ab'.repeat(30_000)
+  const ok = Buffer.from(JSON.stringify({
+    id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: 'chat-model',
+    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 3, completion_tokens: 7, total_tokens: 10 },
+  }))
+  const refusal = Buffer.from(JSON.stringify({ error: { message: 'x'.repeat(3000), type: 'invalid_request_error' } }))
+  const server = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      const [status, body] = req.url!.startsWith('/refuse') ? [400, refusal] : [200, ok]
+      res.writeHead(status, { 'content-type': 'application/json', 'content-length': body.length })
+      res.socket!.setNoDelay(true)
+      let at = 0
+      const tick = (): void => {
+        for (let i = 0; i < 16 && at < body.length; i++) res.write(body.subarray(at, ++at))
+        if (at < body.length) setImmediate(tick)
+        else res.end()
+      }
+      tick()
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const stack = await startStack(t, [
+    { address: A, url: base, models: [{ id: 'chat-model' }] },
+    { address: '0x' + 'd'.repeat(40), url: base + '/refuse', models: [{ id: 'refused-model' }] },
+  ])
+  const res = await fetch(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...stack.auth },
+    body: JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content: 'hi' }] }),
+  })
+  t.equal(res.status, 200)
+  const answer = (await res.json()) as any
+  t.equal(answer.choices[0].message.content, content, 'every byte of the answer, in order')
+  t.equal(answer.x_svc_trace.usage.completion_tokens, 7, 'and its usage read and billed')
+  const refused = await fetch(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...stack.auth },
+    body: JSON.stringify({ model: 'refused-model', messages: [{ role: 'user', content: 'hi' }] }),
+  })
+  t.equal(refused.status, 400)
+  t.match(((await refused.json()) as any).error.message, /^x{3000}$/, "the provider's refusal, whole")
 })

@@ -1,11 +1,12 @@
 /**
- * Request bodies as uWS delivers them: one chunk per socket read, lent for the callback only. A client that
+ * Bodies as sockets deliver them: one chunk per read (from uWS, lent for the callback only). A client that
  * sends its body a byte at a time (1-byte writes with Nagle off) gets one read, so one chunk, per byte, and a
  * Buffer kept per chunk costs ~100 bytes of heap per byte of body: measured before these helpers, 1.7 MB of
  * JSON sent that way grew the router by 107 MiB in 10 s and a 2 MB multipart upload by 168 MiB, on the way to
  * the 10 MiB JSON limit and the 25 MiB replay buffer. Both ways of reading a body keep a number of objects
  * that follows its bytes, not its reads:
- * - a body read whole (JSON) grows one buffer by doubling (GrowingBody);
+ * - a body read whole (a JSON request, a provider's answer held whole) grows one buffer by doubling
+ *   (GrowingBody);
  * - a streamed body (multipart) hands on small reads gathered into chunks of at least SMALL_CHUNK bytes
  *   (ChunkGatherer), except its last.
  */
@@ -47,16 +48,19 @@ export class ChunkGatherer {
 const FIRST_CAPACITY = 64 * 1024
 
 /**
- * A body read whole, in as many reads as the client made: one buffer that doubles as it fills (at most
+ * A body read whole, in as many reads as the sender made: one buffer that doubles as it fills (at most
  * `limit` bytes), so a body in many small reads costs a few allocations, not one object per read.
  */
 export class GrowingBody {
   readonly #limit: number
+  readonly #first: number
   #buffer: Buffer | null = null
   size = 0
 
-  constructor(limit: number) {
+  /** `first`: the capacity of its first buffer (at least what the first read needs). */
+  constructor(limit: number, first = FIRST_CAPACITY) {
     this.#limit = limit
+    this.#first = first
   }
 
   /** Appends a read (valid for this call only); the caller has checked that the body stays within `limit`. */
@@ -64,7 +68,7 @@ export class GrowingBody {
     const need = this.size + bytes.length
     let buffer = this.#buffer
     if (buffer === null || need > buffer.length) {
-      const grown = Buffer.allocUnsafe(Math.min(this.#limit, Math.max(need, FIRST_CAPACITY, 2 * (buffer?.length ?? 0))))
+      const grown = Buffer.allocUnsafe(Math.min(this.#limit, Math.max(need, buffer === null ? this.#first : 2 * buffer.length)))
       if (buffer !== null) buffer.copy(grown, 0, 0, this.size)
       this.#buffer = buffer = grown
     }
