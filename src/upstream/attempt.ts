@@ -311,7 +311,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     else {
       let rest = this.#rest
       if (rest === null) {
-        rest = this.#rest = new GrowingBody(MAX_HELD_RESPONSE, 2 * (this.#size + chunk.length))
+        // Sized for the two reads so far: an answer in two reads is copied once, as Buffer.concat would.
+        rest = this.#rest = new GrowingBody(MAX_HELD_RESPONSE, this.#size + chunk.length)
         if (this.#first !== null) rest.append(this.#first)
         this.#first = null
       }
