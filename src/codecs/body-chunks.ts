@@ -53,14 +53,25 @@ const FIRST_CAPACITY = 64 * 1024
  */
 export class GrowingBody {
   readonly #limit: number
-  readonly #first: number
   #buffer: Buffer | null = null
+  /** The first read, kept as it came (keep()): a body of one read is never copied. */
+  #kept: Buffer | null = null
   size = 0
 
-  /** `first`: the capacity of its first buffer (at least what the first read needs). */
-  constructor(limit: number, first = FIRST_CAPACITY) {
+  constructor(limit: number) {
     this.#limit = limit
-    this.#first = first
+  }
+
+  /**
+   * Appends a read the body may keep as it is (its own Buffer, not lent): the first is kept uncopied, and a
+   * second is copied with it into a buffer of exactly both (an answer in two reads is copied once, as
+   * Buffer.concat would).
+   */
+  keep(bytes: Buffer): void {
+    if (this.size === 0 && this.#buffer === null && this.#kept === null) {
+      this.#kept = bytes
+      this.size = bytes.length
+    } else this.append(bytes)
   }
 
   /** Appends a read (valid for this call only); the caller has checked that the body stays within `limit`. */
@@ -68,8 +79,12 @@ export class GrowingBody {
     const need = this.size + bytes.length
     let buffer = this.#buffer
     if (buffer === null || need > buffer.length) {
-      const grown = Buffer.allocUnsafe(Math.min(this.#limit, Math.max(need, buffer === null ? this.#first : 2 * buffer.length)))
+      const kept = this.#kept
+      const capacity = buffer !== null ? 2 * buffer.length : kept !== null ? need : FIRST_CAPACITY
+      const grown = Buffer.allocUnsafe(Math.min(this.#limit, Math.max(need, capacity)))
       if (buffer !== null) buffer.copy(grown, 0, 0, this.size)
+      else if (kept !== null) kept.copy(grown)
+      this.#kept = null
       this.#buffer = buffer = grown
     }
     buffer.set(bytes, this.size)
@@ -79,7 +94,7 @@ export class GrowingBody {
   /** The body: exactly its bytes (copied once more when the buffer has over a quarter to spare). */
   bytes(): Buffer {
     const buffer = this.#buffer
-    if (buffer === null) return Buffer.alloc(0)
+    if (buffer === null) return this.#kept ?? Buffer.alloc(0)
     const body = buffer.subarray(0, this.size)
     return this.size * 4 < buffer.length * 3 ? Buffer.from(body) : body
   }

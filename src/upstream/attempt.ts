@@ -97,10 +97,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #phase = Phase.Pending
   #startedAt = 0
   #ttfbMs = -1
-  /** A held answer: its first read as it came (most answers are one), then every read in one growing buffer. */
-  #first: Buffer | null = null
-  #rest: GrowingBody | null = null
-  #size = 0
+  /** A held answer (or refusal), in one growing buffer; its first read kept as it came (most answers are one). */
+  readonly #held = new GrowingBody(MAX_HELD_RESPONSE)
   #contentType = ''
   #abortReason: Error | null = null
   /** The request's total time ran out: a provider failure (a timeout), unlike #abortReason (we gave up). */
@@ -300,25 +298,15 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       }
       return
     }
-    if (phase === Phase.Passthrough && this.#size + chunk.length > MAX_ERROR_BODY) return
-    if (this.#size + chunk.length > MAX_HELD_RESPONSE) {
+    const size = this.#held.size
+    if (phase === Phase.Passthrough && size + chunk.length > MAX_ERROR_BODY) return
+    if (size + chunk.length > MAX_HELD_RESPONSE) {
       this.#abortRequest?.(tooLarge())
       return
     }
-    // Reads are copied into one buffer after the first: a provider sending its answer a byte at a time must
-    // not cost an object per byte (codecs/body-chunks.ts).
-    if (this.#size === 0 && this.#first === null) this.#first = chunk
-    else {
-      let rest = this.#rest
-      if (rest === null) {
-        // Sized for the two reads so far: an answer in two reads is copied once, as Buffer.concat would.
-        rest = this.#rest = new GrowingBody(MAX_HELD_RESPONSE, this.#size + chunk.length)
-        if (this.#first !== null) rest.append(this.#first)
-        this.#first = null
-      }
-      rest.append(chunk)
-    }
-    this.#size += chunk.length
+    // One growing buffer, not a list of reads: a provider sending its answer a byte at a time must not cost an
+    // object per byte (codecs/body-chunks.ts).
+    this.#held.keep(chunk)
   }
 
   #emitToReceiver(bytes: Buffer): void {
@@ -336,7 +324,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   }
 
   #body(): Buffer {
-    return this.#rest !== null ? this.#rest.bytes() : (this.#first ?? Buffer.alloc(0))
+    return this.#held.bytes()
   }
 
   /** A stream whose body ended without the provider's end marker: counted against the provider, and which failure it was. */

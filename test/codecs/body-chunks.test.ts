@@ -51,6 +51,19 @@ t.test('a growing body keeps its bytes in one buffer and hands back exactly them
   big.append(Buffer.alloc(10, 2))
   t.equal(big.bytes().length, limit, 'never past the limit')
   t.equal(new GrowingBody(limit).bytes().length, 0)
+
+  const one = Buffer.from('{"a":1}')
+  const kept = new GrowingBody(limit)
+  kept.keep(one)
+  t.equal(kept.bytes(), one, 'a body of one kept read is that read, uncopied')
+  const second = Buffer.from(',"b":2}')
+  kept.keep(second)
+  t.equal(kept.bytes().toString(), '{"a":1},"b":2}', 'a second read joins it')
+  t.not(kept.bytes(), one, 'in a buffer of its own')
+  t.equal(one.toString(), '{"a":1}', 'the first read left as it was')
+  for (let i = 0; i < 1000; i++) kept.keep(Buffer.from([0x20]))
+  t.equal(kept.size, one.length + second.length + 1000)
+  t.equal(kept.bytes().length, kept.size)
 })
 
 /** Sends `head` then `body` one byte per write (Nagle off), and returns the whole HTTP response. */
