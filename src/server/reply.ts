@@ -20,53 +20,95 @@ export interface Reply extends ResponseSink {
   bodySource(pool?: ChunkPool): BodySource
 }
 
-/** What watchAnswer runs around an answer. */
+/** What watchAnswer runs around an answer (called as methods of the hooks object). */
 export interface AnswerHooks {
   /** Before the answer's first byte (`send` or `begin`). */
-  readonly starting?: () => void
+  starting?(): void
   /** Once the answer is whole (after `send` or `end`), or the client went away first. */
-  readonly over?: () => void
+  over?(): void
 }
 
 /**
- * `reply`, with `hooks` run as its answer starts and once the request is over: for what an admission holds
- * until then (a spooled upload to delete, a streamed upload's memory to give back).
+ * `reply`, with `hooks` run as its answer starts and once the request is over (`over` runs once): for what a
+ * stage holds until then (a request counted in flight, a spooled upload to delete, a streamed upload's memory to
+ * give back). A class, not an object of closures: the drain's count wraps every inference request in one.
  */
 export function watchAnswer(reply: Reply, hooks: AnswerHooks): Reply {
-  const { starting, over } = hooks
-  if (over !== undefined) reply.onAborted(over)
-  return {
-    get aborted() {
-      return reply.aborted
-    },
-    get started() {
-      return reply.started
-    },
-    onAborted:
-      over === undefined
-        ? (handler) => reply.onAborted(handler)
-        : (handler) =>
-            reply.onAborted(() => {
-              over()
-              handler()
-            }),
-    send(status, headers, body) {
-      starting?.()
-      reply.send(status, headers, body)
-      over?.()
-    },
-    begin(status, headers) {
-      starting?.()
-      reply.begin(status, headers)
-    },
-    write: (chunk) => reply.write(chunk),
-    onWritable: (handler) => reply.onWritable(handler),
-    end(chunk) {
-      reply.end(chunk)
-      over?.()
-    },
-    cork: (fn) => reply.cork(fn),
-    readBody: (limit, onBody, onError) => reply.readBody(limit, onBody, onError),
-    bodySource: (pool) => reply.bodySource(pool),
+  return new WatchedReply(reply, hooks)
+}
+
+class WatchedReply implements Reply {
+  readonly #inner: Reply
+  readonly #hooks: AnswerHooks
+  readonly #watchesEnd: boolean
+  #ended = false
+  #abortHandler: (() => void) | null = null
+
+  constructor(inner: Reply, hooks: AnswerHooks) {
+    this.#inner = inner
+    this.#hooks = hooks
+    this.#watchesEnd = hooks.over !== undefined
+    if (this.#watchesEnd) {
+      inner.onAborted(() => {
+        this.#end()
+        this.#abortHandler?.()
+      })
+    }
+  }
+
+  #end(): void {
+    if (this.#ended || !this.#watchesEnd) return
+    this.#ended = true
+    this.#hooks.over!()
+  }
+
+  get aborted(): boolean {
+    return this.#inner.aborted
+  }
+
+  get started(): boolean {
+    return this.#inner.started
+  }
+
+  onAborted(handler: () => void): void {
+    // Without an `over` hook nothing of this wrapper's listens: the handler goes to the reply as it is.
+    if (!this.#watchesEnd) this.#inner.onAborted(handler)
+    else this.#abortHandler = handler
+  }
+
+  send(status: number, headers: HeaderList, body: string | Uint8Array): void {
+    this.#hooks.starting?.()
+    this.#inner.send(status, headers, body)
+    this.#end()
+  }
+
+  begin(status: number, headers: HeaderList): void {
+    this.#hooks.starting?.()
+    this.#inner.begin(status, headers)
+  }
+
+  write(chunk: string | Uint8Array): boolean {
+    return this.#inner.write(chunk)
+  }
+
+  onWritable(handler: () => void): void {
+    this.#inner.onWritable(handler)
+  }
+
+  end(chunk?: string | Uint8Array): void {
+    this.#inner.end(chunk)
+    this.#end()
+  }
+
+  cork(fn: () => void): void {
+    this.#inner.cork(fn)
+  }
+
+  readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void {
+    this.#inner.readBody(limit, onBody, onError)
+  }
+
+  bodySource(pool?: ChunkPool): BodySource {
+    return this.#inner.bodySource(pool)
   }
 }

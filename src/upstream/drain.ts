@@ -8,15 +8,11 @@
  */
 import { RouterError } from '../errors.js'
 import type { Handler } from '../server/app.js'
-import type { Reply } from '../server/reply.js'
+import { watchAnswer, type AnswerHooks } from '../server/reply.js'
 import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
-import type { RouterError as RouterErrorType } from '../errors.js'
-import type { ChunkPool } from './chunk-pool.js'
-import type { BodySource } from './request-body.js'
-import type { HeaderList } from './sink.js'
 
-export class InFlight {
+export class InFlight implements AnswerHooks {
   count = 0
   draining = false
   #idle: (() => void)[] = []
@@ -31,11 +27,12 @@ export class InFlight {
         return
       }
       this.count++
-      handler(head, new TrackedReply(reply, this))
+      handler(head, watchAnswer(reply, this))
     }
   }
 
-  done(): void {
+  /** A request it counts is over (AnswerHooks.over: its answer ended, or its client left). */
+  over(): void {
     this.count--
     if (this.count === 0 && this.#idle.length > 0) {
       const waiting = this.#idle
@@ -58,73 +55,5 @@ export class InFlight {
       }
       this.#idle.push(onIdle)
     })
-  }
-}
-
-class TrackedReply implements Reply {
-  readonly #inner: Reply
-  readonly #owner: InFlight
-  #finished = false
-  #abortHandler: (() => void) | null = null
-
-  constructor(inner: Reply, owner: InFlight) {
-    this.#inner = inner
-    this.#owner = owner
-    inner.onAborted(() => {
-      this.#finish()
-      this.#abortHandler?.()
-    })
-  }
-
-  #finish(): void {
-    if (this.#finished) return
-    this.#finished = true
-    this.#owner.done()
-  }
-
-  get aborted(): boolean {
-    return this.#inner.aborted
-  }
-
-  get started(): boolean {
-    return this.#inner.started
-  }
-
-  onAborted(handler: () => void): void {
-    this.#abortHandler = handler
-  }
-
-  send(status: number, headers: HeaderList, body: string | Uint8Array): void {
-    this.#inner.send(status, headers, body)
-    this.#finish()
-  }
-
-  begin(status: number, headers: HeaderList): void {
-    this.#inner.begin(status, headers)
-  }
-
-  write(chunk: string | Uint8Array): boolean {
-    return this.#inner.write(chunk)
-  }
-
-  onWritable(handler: () => void): void {
-    this.#inner.onWritable(handler)
-  }
-
-  end(chunk?: string | Uint8Array): void {
-    this.#inner.end(chunk)
-    this.#finish()
-  }
-
-  cork(fn: () => void): void {
-    this.#inner.cork(fn)
-  }
-
-  readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterErrorType) => void): void {
-    this.#inner.readBody(limit, onBody, onError)
-  }
-
-  bodySource(pool?: ChunkPool): BodySource {
-    return this.#inner.bodySource(pool)
   }
 }
