@@ -60,8 +60,12 @@ t.test('ejection backoff doubles per ejection in a row, up to the cap; a success
   t.equal(h.unhealthyUntil, 1100, 'back to the first backoff')
 })
 
-/** The first ejection's backoff: long enough that 'still ejected' checks keep a wide margin. */
-const COOLDOWN = 500
+/**
+ * The first ejection's backoff: long enough that 'still ejected' checks keep a wide margin. At 500 ms the
+ * check that the second backoff outlasts the first failed once on a fresh CI machine under the full suite's
+ * load (the check landed past twice the backoff): 1 s leaves it 980 ms.
+ */
+const COOLDOWN = 1000
 
 t.test('a flapping provider is ejected, skipped, and brought back by the half-open trial', async (t) => {
   const stack = await startStack(
