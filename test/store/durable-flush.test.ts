@@ -4,6 +4,7 @@
  * event loop keeps turning while a flush runs, and 'normal' never flushes. The database lives on the test's
  * own directory (a real disk), not on a tmpfs where a flush costs nothing.
  */
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { SqliteLedger } from '../../src/store/sqlite/ledger.js'
@@ -78,4 +79,44 @@ t.test('the WAL is checkpointed off the event loop and stays bounded under a ste
   const again = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal' })
   t.teardown(() => again.close())
   t.equal((await new SqliteLedger(again).totals(ACCOUNT)).spent, 30_000n, 'and after a reopen')
+})
+
+/** The WAL header's salts (bytes 16–23): SQLite draws new ones each time it starts the file over. */
+function walSalt(path: string): string {
+  return readFileSync(path + '-wal').subarray(16, 24).toString('hex')
+}
+
+t.test('the WAL is started over on the upkeep thread, so no commit on the event loop writes and fsyncs its header', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  // No upkeep but the ones asked for below.
+  const conn = new SqliteConnection({ path, synchronous: 'normal', upkeepEvery: 1_000_000 })
+  t.teardown(() => conn.close())
+  const ledger = new SqliteLedger(conn)
+  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
+  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
+
+  const upkeep = async (): Promise<void> => {
+    t.ok(conn.upkeep(), 'there is an upkeep thread')
+    await conn.upkeepGate()
+  }
+  for (let i = 0; i < 50; i++) await ledger.recordCharges([charge(5_000 + i)])
+  let salt = walSalt(path)
+  // With charges to fold: the fold's write, after the checkpoint, is the one that starts the WAL over.
+  await upkeep()
+  t.not(walSalt(path), salt, 'the WAL has a new header before the loop commits again')
+  salt = walSalt(path)
+  await ledger.recordCharges([charge(5_100)])
+  t.equal(walSalt(path), salt, "the loop's next commit appends to it")
+
+  // Nothing to fold (a deposit is not a charge): a no-op write starts it over instead.
+  await upkeep()
+  salt = walSalt(path)
+  await ledger.addFunds(ACCOUNT, 'credit', 5n, 'test', Date.now())
+  await upkeep()
+  t.not(walSalt(path), salt, 'started over with nothing to fold')
+  salt = walSalt(path)
+  await ledger.recordCharges([charge(5_101)])
+  t.equal(walSalt(path), salt, 'appended to again')
+
+  t.equal((await ledger.totals(ACCOUNT)).spent, 520n, 'every charge folded once')
 })

@@ -266,11 +266,18 @@ export class SqliteLedger implements LedgerStore {
    * transactions of at most 1,024 charges, so the totals equal the journal. Idempotent and safe with other
    * processes writing (each step re-reads the watermark under the write lock). Readers call it first; the
    * writer calls it every FOLD_EVERY charges. Never needs its own flush: a fold lost in a crash is redone.
+   * Returns how many charges it folded.
    */
-  fold(): void {
+  fold(): number {
     this.#conn.check()
     this.#unfolded = 0
-    while (this.#foldBatch.immediate() === FOLD_EVERY * 4);
+    let folded = 0
+    let step: number
+    do {
+      step = this.#foldBatch.immediate()
+      folded += step
+    } while (step === FOLD_EVERY * 4)
+    return folded
   }
 
   /** One step of fold(): up to `limit` charges; returns how many it folded. Runs inside a transaction. */
