@@ -120,3 +120,33 @@ t.test('the WAL is started over on the upkeep thread, so no commit on the event 
 
   t.equal((await ledger.totals(ACCOUNT)).spent, 520n, 'every charge folded once')
 })
+
+t.test("a reader's fold runs on the upkeep thread: the event loop keeps turning, and the totals are exact", async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const conn = new SqliteConnection({ path, synchronous: 'normal', upkeepEvery: 1_000_000 })
+  t.teardown(() => conn.close())
+  const ledger = new SqliteLedger(conn)
+  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
+  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
+  // 20,000 charges appended and not folded (as another process's, which nothing here folds): a fold of some
+  // tens of milliseconds.
+  const append = conn.db.prepare(`INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
+    prompt_tokens, completion_tokens, images, audio_ms) VALUES (?, 'charge', '7', ?, 'k', '', ?, 'm', 'p', 1, 1, 0, 0)`)
+  conn.db.transaction(() => {
+    for (let i = 0; i < 20_000; i++) append.run(ACCOUNT, `other-${i}`, Date.now())
+  })()
+  let turns = 0
+  let reading = true
+  const spin = (): void => {
+    if (!reading) return
+    turns++
+    setImmediate(spin)
+  }
+  setImmediate(spin)
+  const totals = await ledger.totals(ACCOUNT)
+  reading = false
+  t.equal(totals.spent, 140_000n, 'every appended charge is in the totals')
+  t.ok(turns >= 10, `the loop turned ${turns} times while the totals were folded`)
+  const usage = await ledger.usage(ACCOUNT, { fromDay: '2000-01-01', toDay: '2999-12-31' })
+  t.equal(usage.reduce((n, row) => n + row.requests, 0), 20_000, 'and in the daily usage, once')
+})

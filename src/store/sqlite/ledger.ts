@@ -280,6 +280,17 @@ export class SqliteLedger implements LedgerStore {
     return folded
   }
 
+  /**
+   * Before a read of the totals: the fold done by the upkeep thread when there is one (a reader's fold on the
+   * loop took as long as the charges it found, and waited for the thread's write lock when it was folding too);
+   * here when there is none, or its fold did not go through.
+   */
+  async #foldForRead(): Promise<void> {
+    const round = this.#conn.upkeepRound()
+    if (round !== null && (await round)) return this.#conn.check()
+    this.fold()
+  }
+
   /** One step of fold(): up to `limit` charges; returns how many it folded. Runs inside a transaction. */
   #foldRows(limit: number): number {
     const rows = this.#q.unfolded.all(this.#q.watermark.get()!, limit)
@@ -323,7 +334,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async totals(accountId: string): Promise<AccountTotals> {
-    this.fold()
+    await this.#foldForRead()
     const row = this.#q.accountRow.get(accountId)
     if (row === undefined) return { deposited: 0n, credited: 0n, spent: 0n }
     return { deposited: BigInt(row.deposited), credited: BigInt(row.credited), spent: BigInt(row.spent) }
@@ -335,7 +346,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async spendByKey(accountId: string, sinceDay: string | null): Promise<Map<string, bigint>> {
-    this.fold()
+    await this.#foldForRead()
     const out = new Map<string, bigint>()
     for (const row of this.#q.spendSince.all(accountId, sinceDay ?? '')) {
       out.set(row.key_id, (out.get(row.key_id) ?? 0n) + BigInt(row.cost))
@@ -344,7 +355,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]> {
-    this.fold()
+    await this.#foldForRead()
     const params = { account: accountId, from: filter.fromDay, to: filter.toDay, key: filter.keyId ?? null, model: filter.model ?? null }
     return this.#q.usage.all(params).map((r) => ({
       day: r.day,
