@@ -150,3 +150,34 @@ t.test("a reader's fold runs on the upkeep thread: the event loop keeps turning,
   const usage = await ledger.usage(ACCOUNT, { fromDay: '2000-01-01', toDay: '2999-12-31' })
   t.equal(usage.reduce((n, row) => n + row.requests, 0), 20_000, 'and in the daily usage, once')
 })
+
+t.test('a write made while the upkeep thread folds waits for it without holding the event loop', async (t) => {
+  const path = join(t.testdir(), 'svc.db')
+  const conn = new SqliteConnection({ path, synchronous: 'normal', upkeepEvery: 1_000_000 })
+  t.teardown(() => conn.close())
+  const ledger = new SqliteLedger(conn)
+  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
+  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
+  const append = conn.db.prepare(`INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
+    prompt_tokens, completion_tokens, images, audio_ms) VALUES (?, 'charge', '7', ?, 'k', '', ?, 'm', 'p', 1, 1, 0, 0)`)
+  conn.db.transaction(() => {
+    for (let i = 0; i < 20_000; i++) append.run(ACCOUNT, `other-${i}`, Date.now())
+  })()
+  // The thread checkpoints, then folds the 20,000 charges holding the write lock for some tens of milliseconds.
+  t.ok(conn.upkeep(), 'there is an upkeep thread')
+  await new Promise((resolve) => setTimeout(resolve, 10))
+  let turns = 0
+  let writing = true
+  const spin = (): void => {
+    if (!writing) return
+    turns++
+    setImmediate(spin)
+  }
+  setImmediate(spin)
+  // Without the wait, this write's transaction slept in SQLite's busy handler, on the loop, until the fold ended.
+  const credit = await ledger.addFunds(ACCOUNT, 'credit', 3n, 'during an upkeep', Date.now())
+  writing = false
+  t.equal(credit.amount, 3n, 'the write went through')
+  t.ok(turns >= 5, `the loop turned ${turns} times while the write waited`)
+  t.equal((await ledger.totals(ACCOUNT)).credited, 3n)
+})

@@ -38,7 +38,7 @@ export class SqliteAccounts implements AccountStore {
   }
 
   async ensureAccount(wallet: string, now: number): Promise<AccountRecord> {
-    this.#conn.check()
+    await this.#conn.writable()
     const { changes } = this.#q.insert.run(wallet, now)
     const account = toAccount(this.#q.byId.get(wallet)!)
     return changes === 0 ? account : this.#conn.flushed(account)
@@ -56,7 +56,7 @@ export class SqliteAccounts implements AccountStore {
   }
 
   async setAccountRateLimit(wallet: string, limit: number | null): Promise<AccountRecord | null> {
-    this.#conn.check()
+    await this.#conn.writable()
     if (limit !== null && (!Number.isSafeInteger(limit) || limit <= 0)) throw new RangeError(`rate limit must be a positive integer (got ${limit})`)
     const { changes } = this.#q.setRateLimit.run(limit, wallet)
     return changes === 0 ? null : this.#conn.flushed(toAccount(this.#q.byId.get(wallet)!))

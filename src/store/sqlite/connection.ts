@@ -147,6 +147,16 @@ export class SqliteConnection {
   }
 
   /**
+   * Where every write on this connection starts: resolves once no upkeep runs (at once when none does). A write
+   * while the upkeep thread holds SQLite's write lock would wait for it in SQLite's busy handler, asleep on the
+   * event loop. Looks again after each upkeep: another may have started before this write's turn came.
+   */
+  async writable(): Promise<void> {
+    while (this.#upkeeping !== null) await this.#upkeeping
+    this.check()
+  }
+
+  /**
    * For a reader that needs the totals folded: the end of an upkeep (the one under way, or one started now),
    * true if its fold went through; null when there is no upkeep thread. Every charge this connection committed
    * before the call is in that fold, since charges wait while an upkeep runs. Reading after it rather than

@@ -77,7 +77,7 @@ export class SqliteJobs implements JobStore {
   }
 
   async createJob(job: NewJob): Promise<void> {
-    this.#conn.check()
+    await this.#conn.writable()
     this.#q.insert.run(job)
     return this.#conn.flushed(undefined)
   }
@@ -89,13 +89,13 @@ export class SqliteJobs implements JobStore {
   }
 
   async markProcessing(id: string, at: number): Promise<void> {
-    this.#conn.check()
+    await this.#conn.writable()
     // Not waited for: a crash that loses it leaves the job pending, which a restart resumes all the same.
     this.#q.processing.run(at, id)
   }
 
   async finishJob(id: string, outcome: JobOutcome): Promise<boolean> {
-    this.#conn.check()
+    await this.#conn.writable()
     const { changes } = this.#q.finish.run({ id, ...outcome })
     return changes === 0 ? false : this.#conn.flushed(true)
   }
@@ -111,7 +111,7 @@ export class SqliteJobs implements JobStore {
   }
 
   async removeEndedJobs(endedBefore: number): Promise<JobRecord[]> {
-    this.#conn.check()
+    await this.#conn.writable()
     const rows = this.#q.ended.all(endedBefore)
     if (rows.length === 0) return []
     const remove = this.#q.remove

@@ -127,7 +127,7 @@ export class SqliteKeys implements KeyStore {
   }
 
   async createApiKey(key: NewApiKey): Promise<ApiKeyRecord> {
-    this.#conn.check()
+    await this.#conn.writable()
     this.#q.insertApiKey.run(
       key.id,
       key.accountId,
@@ -157,7 +157,7 @@ export class SqliteKeys implements KeyStore {
   }
 
   async updateApiKey(accountId: string, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null> {
-    this.#conn.check()
+    await this.#conn.writable()
     const update = this.#conn.db.transaction((): ApiKeyRecord | null => {
       const row = this.#q.apiKey.get(keyId, accountId)
       if (row === undefined) return null
@@ -180,13 +180,13 @@ export class SqliteKeys implements KeyStore {
   }
 
   async revokeApiKey(accountId: string, keyId: string, now: number): Promise<ApiKeyRecord | null> {
-    this.#conn.check()
+    await this.#conn.writable()
     const { changes } = this.#q.revokeApiKey.run(now, keyId, accountId)
     return changes === 0 ? null : this.#conn.flushed(toApiKey(this.#q.apiKey.get(keyId, accountId)!))
   }
 
   async createMgmtKey(key: NewMgmtKey): Promise<MgmtKeyRecord> {
-    this.#conn.check()
+    await this.#conn.writable()
     this.#q.insertMgmtKey.run(key.id, key.accountId, key.hash, key.preview, key.name, key.scopes.join(' '), key.createdAt)
     return this.#conn.flushed(toMgmtKey(this.#q.mgmtKey.get(key.id)!))
   }
@@ -198,7 +198,7 @@ export class SqliteKeys implements KeyStore {
   }
 
   async updateMgmtKey(accountId: string, keyId: string, patch: MgmtKeyPatch): Promise<MgmtKeyRecord | null> {
-    this.#conn.check()
+    await this.#conn.writable()
     const update = this.#conn.db.transaction((): MgmtKeyRecord | null => {
       const row = this.#q.mgmtKeyOf.get(keyId, accountId)
       if (row === undefined) return null
@@ -217,13 +217,13 @@ export class SqliteKeys implements KeyStore {
   }
 
   async revokeMgmtKey(keyId: string, now: number): Promise<MgmtKeyRecord | null> {
-    this.#conn.check()
+    await this.#conn.writable()
     const { changes } = this.#q.revokeMgmtKey.run(now, keyId)
     return changes === 0 ? null : this.#conn.flushed(toMgmtKey(this.#q.mgmtKey.get(keyId)!))
   }
 
   async touchMgmtKey(keyId: string, now: number, sourceIp: string, minIntervalMs: number): Promise<boolean> {
-    this.#conn.check()
+    await this.#conn.writable()
     return this.#q.touchMgmtKey.run(now, sourceIp, keyId, now - minIntervalMs).changes === 1
   }
 

@@ -186,7 +186,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry> {
-    this.#conn.check()
+    await this.#conn.writable()
     if (amount <= 0n) throw new RangeError(`a ${kind} must be positive (got ${amount})`)
     const add = this.#conn.db.transaction((): JournalEntry => {
       this.#q.insertAccount.run(wallet, now)
@@ -208,9 +208,7 @@ export class SqliteLedger implements LedgerStore {
 
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
     // Held back while the upkeep thread folds and checkpoints (connection.ts upkeepGate).
-    const gate = this.#conn.upkeepGate()
-    if (gate !== null) await gate
-    this.#conn.check()
+    await this.#conn.writable()
     const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
     const appended = this.#appendCharges.immediate(charges, out)
     this.#unfolded += appended
