@@ -149,6 +149,14 @@ t.test("a reader's fold runs on the upkeep thread: the event loop keeps turning,
   t.ok(turns >= 10, `the loop turned ${turns} times while the totals were folded`)
   const usage = await ledger.usage(ACCOUNT, { fromDay: '2000-01-01', toDay: '2999-12-31' })
   t.equal(usage.reduce((n, row) => n + row.requests, 0), 20_000, 'and in the daily usage, once')
+
+  // A short tail (fewer than FOLD_EVERY charges) is folded by the reader itself: no upkeep per read, which a
+  // refresh of many accounts' books would otherwise pay one by one.
+  const upkeeps = conn.upkeeps
+  for (let i = 0; i < 10; i++) append.run(ACCOUNT, `short-${i}`, Date.now())
+  t.equal((await ledger.totals(ACCOUNT)).spent, 140_070n, 'the short tail is in the totals')
+  t.equal((await ledger.spendByKey(ACCOUNT, null)).get('k'), 140_070n, 'and in the spend by key')
+  t.equal(conn.upkeeps, upkeeps, 'without an upkeep')
 })
 
 t.test('a write made while the upkeep thread folds waits for it without holding the event loop', async (t) => {

@@ -41,12 +41,14 @@ export class SqliteConnection {
   #closed = false
   /** The upkeep thread (maintenance-worker.ts), and the upkeep it is running. */
   #upkeep: Worker | null = null
-  #upkeeping: Promise<boolean> | null = null
-  #endUpkeep: ((folded: boolean) => void) | null = null
+  #upkeeping: Promise<void> | null = null
+  #endUpkeep: (() => void) | null = null
   readonly #upkeepEvery: number
   #writes = 0
   /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
   flushes = 0
+  /** Upkeeps asked of the thread so far. */
+  upkeeps = 0
   /** The WAL file, opened once it exists; -1 before. Kept open for the connection's life (see durable). */
   #walFd = -1
   /** The fdatasync under way, and the one queued behind it for commits made meanwhile. */
@@ -85,13 +87,12 @@ export class SqliteConnection {
           // A small heap: it folds a few hundred rows at a time (its isolate is most of its ~11 MiB).
           resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 32 },
         })
-        // Its answer: whether its fold went through (false: another process held the write lock).
-        worker.on('message', (folded: unknown) => this.#upkept(folded === true))
+        worker.on('message', () => this.#upkept())
         worker.on('error', (err) => {
           // Back to checkpoints in commits and inline folds rather than a WAL that only grows.
           process.emitWarning(`svc-router: the SQLite upkeep thread stopped (${err.message}); checkpoints and folds run on the loop again`)
           this.#upkeep = null
-          this.#upkept(false)
+          this.#upkept()
           if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
         })
         // After the listeners (adding a 'message' listener refs the port again): the thread never keeps the
@@ -142,7 +143,7 @@ export class SqliteConnection {
    * stream of charges, the WAL would never be wholly copied back and would grow without bound. Only charges wait
    * (a millisecond or two, every few hundred writes); the event loop does not.
    */
-  upkeepGate(): Promise<boolean> | null {
+  upkeepGate(): Promise<void> | null {
     return this.#upkeeping
   }
 
@@ -157,12 +158,10 @@ export class SqliteConnection {
   }
 
   /**
-   * For a reader that needs the totals folded: the end of an upkeep (the one under way, or one started now),
-   * true if its fold went through; null when there is no upkeep thread. Every charge this connection committed
-   * before the call is in that fold, since charges wait while an upkeep runs. Reading after it rather than
-   * folding here keeps the fold off the event loop, and the loop never waits for the thread's write lock.
+   * The end of an upkeep (the one under way, or one started now), or null when there is no upkeep thread: for a
+   * reader with a long tail of charges to fold, which the thread then folds off the event loop.
    */
-  upkeepRound(): Promise<boolean> | null {
+  upkeepRound(): Promise<void> | null {
     return this.upkeep() ? this.#upkeeping : null
   }
 
@@ -175,19 +174,20 @@ export class SqliteConnection {
     if (worker === null || this.#closed) return false
     if (this.#upkeeping !== null) return true
     this.#writes = 0
-    this.#upkeeping = new Promise<boolean>((resolve) => (this.#endUpkeep = resolve))
+    this.#upkeeping = new Promise<void>((resolve) => (this.#endUpkeep = resolve))
     // Charges wait for its answer: the thread keeps the process alive until it comes.
     worker.ref()
     worker.postMessage('upkeep')
+    this.upkeeps++
     return true
   }
 
-  #upkept(folded: boolean): void {
+  #upkept(): void {
     this.#upkeep?.unref()
     const end = this.#endUpkeep
     this.#endUpkeep = null
     this.#upkeeping = null
-    end?.(folded)
+    end?.()
   }
 
   /** `value` once the write that produced it is durable (see durable()): what a write method returns. */
@@ -235,7 +235,7 @@ export class SqliteConnection {
       worker.postMessage('close')
       worker.unref()
     }
-    this.#upkept(false)
+    this.#upkept()
     this.db.close()
     const fd = this.#walFd
     if (fd === -1) return
