@@ -4,7 +4,7 @@
  * event loop keeps turning while a flush runs, and 'normal' never flushes. The database lives on the test's
  * own directory (a real disk), not on a tmpfs where a flush costs nothing.
  */
-import { readFileSync } from 'node:fs'
+import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { SqliteLedger } from '../../src/store/sqlite/ledger.js'
@@ -17,14 +17,45 @@ function charge(i: number): Charge {
   return { requestId: `r-${i}`, accountId: ACCOUNT, keyId: 'k', model: 'm', provider: '0x' + 'b'.repeat(40), at: Date.now(), promptTokens: 1, completionTokens: 1, images: 0, audioMs: 0, cost: 10n }
 }
 
-async function open(t: { testdir(): string; teardown(fn: () => void): void }, synchronous: 'full' | 'normal') {
-  const conn = new SqliteConnection({ path: join(t.testdir(), 'svc.db'), synchronous })
+/** A funded account with key 'k' on a fresh file database; `upkeepEvery` huge: only the upkeeps a test asks for. */
+async function open(t: { testdir(): string; teardown(fn: () => void): void }, synchronous: 'full' | 'normal', upkeepEvery?: number) {
+  const path = join(t.testdir(), 'svc.db')
+  const conn = new SqliteConnection({ path, synchronous, upkeepEvery })
   t.teardown(() => conn.close())
   const ledger = new SqliteLedger(conn)
   await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
   // The key row the charges point at.
   conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
-  return { conn, ledger }
+  return { conn, ledger, path }
+}
+
+/**
+ * Appends `n` charges of 7 straight into the journal, as another process would, past anything that folds them:
+ * 20,000 take the fold some tens of milliseconds.
+ */
+function appendUnfolded(conn: SqliteConnection, prefix: string, n: number): void {
+  const append = conn.db.prepare(`INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
+    prompt_tokens, completion_tokens, images, audio_ms) VALUES (?, 'charge', '7', ?, 'k', '', ?, 'm', 'p', 1, 1, 0, 0)`)
+  conn.db.transaction(() => {
+    for (let i = 0; i < n; i++) append.run(ACCOUNT, `${prefix}-${i}`, Date.now())
+  })()
+}
+
+/** How many times the event loop turns while `work` is awaited. */
+async function turnsDuring<T>(work: () => Promise<T>): Promise<{ turns: number; value: T }> {
+  let turns = 0
+  let running = true
+  const spin = (): void => {
+    if (!running) return
+    turns++
+    setImmediate(spin)
+  }
+  setImmediate(spin)
+  try {
+    return { value: await work(), turns }
+  } finally {
+    running = false
+  }
 }
 
 t.test("'full': each write resolves after a WAL flush, and concurrent writes share flushes", async (t) => {
@@ -41,16 +72,9 @@ t.test("'full': each write resolves after a WAL flush, and concurrent writes sha
 
 t.test("'full': the event loop keeps serving while a flush runs", async (t) => {
   const { ledger } = await open(t, 'full')
-  let turns = 0
-  let done = false
-  const spin = (): void => {
-    if (done) return
-    turns++
-    setImmediate(spin)
-  }
-  setImmediate(spin)
-  for (let i = 0; i < 20; i++) await ledger.recordCharges([charge(100 + i)])
-  done = true
+  const { turns } = await turnsDuring(async () => {
+    for (let i = 0; i < 20; i++) await ledger.recordCharges([charge(100 + i)])
+  })
   t.ok(turns >= 20, `the loop turned ${turns} times during 20 flushed writes`)
 })
 
@@ -61,22 +85,16 @@ t.test("'normal': writes resolve without a flush", async (t) => {
 })
 
 t.test('the WAL is checkpointed off the event loop and stays bounded under a steady stream of charges', async (t) => {
-  const dir = t.testdir()
-  const conn = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal', upkeepEvery: 100 })
-  t.teardown(() => conn.close())
-  const ledger = new SqliteLedger(conn)
-  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
-  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
+  const { conn, ledger, path } = await open(t, 'normal', 100)
   t.equal(conn.db.pragma('wal_autocheckpoint', { simple: true }), 0, 'SQLite never checkpoints inside a commit')
-  const { statSync } = await import('node:fs')
-  const wal = () => statSync(join(dir, 'svc.db-wal')).size
+  const wal = () => statSync(path + '-wal').size
   // Back to back, never idle: without the gated checkpoint the WAL would only grow (about 6 MB here).
   for (let i = 0; i < 3000; i++) await ledger.recordCharges([charge(i)])
   t.ok(wal() < 2 * 1024 * 1024, `the WAL was started over (${wal()} bytes after 3,000 charges)`)
   const totals = await ledger.totals(ACCOUNT)
   t.equal(totals.spent, 30_000n, 'every charge is there')
   conn.close()
-  const again = new SqliteConnection({ path: join(dir, 'svc.db'), synchronous: 'normal' })
+  const again = new SqliteConnection({ path, synchronous: 'normal' })
   t.teardown(() => again.close())
   t.equal((await new SqliteLedger(again).totals(ACCOUNT)).spent, 30_000n, 'and after a reopen')
 })
@@ -87,14 +105,7 @@ function walSalt(path: string): string {
 }
 
 t.test('the WAL is started over on the upkeep thread, so no commit on the event loop writes and fsyncs its header', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  // No upkeep but the ones asked for below.
-  const conn = new SqliteConnection({ path, synchronous: 'normal', upkeepEvery: 1_000_000 })
-  t.teardown(() => conn.close())
-  const ledger = new SqliteLedger(conn)
-  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
-  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
-
+  const { conn, ledger, path } = await open(t, 'normal', 1_000_000)
   const upkeep = async (): Promise<void> => {
     t.ok(conn.upkeep(), 'there is an upkeep thread')
     await conn.upkeepGate()
@@ -122,29 +133,9 @@ t.test('the WAL is started over on the upkeep thread, so no commit on the event 
 })
 
 t.test("a reader's fold runs on the upkeep thread: the event loop keeps turning, and the totals are exact", async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  const conn = new SqliteConnection({ path, synchronous: 'normal', upkeepEvery: 1_000_000 })
-  t.teardown(() => conn.close())
-  const ledger = new SqliteLedger(conn)
-  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
-  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
-  // 20,000 charges appended and not folded (as another process's, which nothing here folds): a fold of some
-  // tens of milliseconds.
-  const append = conn.db.prepare(`INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
-    prompt_tokens, completion_tokens, images, audio_ms) VALUES (?, 'charge', '7', ?, 'k', '', ?, 'm', 'p', 1, 1, 0, 0)`)
-  conn.db.transaction(() => {
-    for (let i = 0; i < 20_000; i++) append.run(ACCOUNT, `other-${i}`, Date.now())
-  })()
-  let turns = 0
-  let reading = true
-  const spin = (): void => {
-    if (!reading) return
-    turns++
-    setImmediate(spin)
-  }
-  setImmediate(spin)
-  const totals = await ledger.totals(ACCOUNT)
-  reading = false
+  const { conn, ledger } = await open(t, 'normal', 1_000_000)
+  appendUnfolded(conn, 'other', 20_000)
+  const { turns, value: totals } = await turnsDuring(() => ledger.totals(ACCOUNT))
   t.equal(totals.spent, 140_000n, 'every appended charge is in the totals')
   t.ok(turns >= 10, `the loop turned ${turns} times while the totals were folded`)
   const usage = await ledger.usage(ACCOUNT, { fromDay: '2000-01-01', toDay: '2999-12-31' })
@@ -153,38 +144,20 @@ t.test("a reader's fold runs on the upkeep thread: the event loop keeps turning,
   // A short tail (fewer than FOLD_EVERY charges) is folded by the reader itself: no upkeep per read, which a
   // refresh of many accounts' books would otherwise pay one by one.
   const upkeeps = conn.upkeeps
-  for (let i = 0; i < 10; i++) append.run(ACCOUNT, `short-${i}`, Date.now())
+  appendUnfolded(conn, 'short', 10)
   t.equal((await ledger.totals(ACCOUNT)).spent, 140_070n, 'the short tail is in the totals')
   t.equal((await ledger.spendByKey(ACCOUNT, null)).get('k'), 140_070n, 'and in the spend by key')
   t.equal(conn.upkeeps, upkeeps, 'without an upkeep')
 })
 
 t.test('a write made while the upkeep thread folds waits for it without holding the event loop', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  const conn = new SqliteConnection({ path, synchronous: 'normal', upkeepEvery: 1_000_000 })
-  t.teardown(() => conn.close())
-  const ledger = new SqliteLedger(conn)
-  await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
-  conn.db.prepare("INSERT INTO api_keys (id, account_id, hash, preview, name, reset_period, created_at) VALUES ('k', ?, ?, 'sk-x', 'k', 'never', 0)").run(ACCOUNT, 'h'.repeat(43))
-  const append = conn.db.prepare(`INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
-    prompt_tokens, completion_tokens, images, audio_ms) VALUES (?, 'charge', '7', ?, 'k', '', ?, 'm', 'p', 1, 1, 0, 0)`)
-  conn.db.transaction(() => {
-    for (let i = 0; i < 20_000; i++) append.run(ACCOUNT, `other-${i}`, Date.now())
-  })()
+  const { conn, ledger } = await open(t, 'normal', 1_000_000)
+  appendUnfolded(conn, 'other', 20_000)
   // The thread checkpoints, then folds the 20,000 charges holding the write lock for some tens of milliseconds.
   t.ok(conn.upkeep(), 'there is an upkeep thread')
   await new Promise((resolve) => setTimeout(resolve, 10))
-  let turns = 0
-  let writing = true
-  const spin = (): void => {
-    if (!writing) return
-    turns++
-    setImmediate(spin)
-  }
-  setImmediate(spin)
   // Without the wait, this write's transaction slept in SQLite's busy handler, on the loop, until the fold ended.
-  const credit = await ledger.addFunds(ACCOUNT, 'credit', 3n, 'during an upkeep', Date.now())
-  writing = false
+  const { turns, value: credit } = await turnsDuring(() => ledger.addFunds(ACCOUNT, 'credit', 3n, 'during an upkeep', Date.now()))
   t.equal(credit.amount, 3n, 'the write went through')
   t.ok(turns >= 5, `the loop turned ${turns} times while the write waited`)
   t.equal((await ledger.totals(ACCOUNT)).credited, 3n)
