@@ -137,11 +137,11 @@ export class SqliteConnection {
   }
 
   /**
-   * While the upkeep thread works: the promise of its end. The charge path waits for it before its next batch
-   * (sqlite/ledger.ts recordCharges), so the fold takes the write lock from no one and the checkpoint sees no new
-   * commit, completes, and the next commit starts the WAL over from its beginning; otherwise, under a steady
-   * stream of charges, the WAL would never be wholly copied back and would grow without bound. Only charges wait
-   * (a millisecond or two, every few hundred writes); the event loop does not.
+   * While the upkeep thread works: the promise of its end. Every write waits for it (writable()), charge
+   * batches included (sqlite/ledger.ts recordCharges), so the checkpoint sees no new commit and completes, and
+   * the thread's own writes (the fold, the WAL's restart) take the write lock from no one; otherwise, under a
+   * steady stream of charges, the WAL would never be wholly copied back and would grow without bound. Only
+   * writes wait (a millisecond or two, every few hundred charges); the event loop does not.
    */
   upkeepGate(): Promise<void> | null {
     return this.#upkeeping

@@ -9,7 +9,7 @@
  *   fsyncs its new header before writing a frame (SQLite does so at any `synchronous` but OFF: without it a
  *   power cut could replay a stale frame of the old log over the database). Left to the next charge, that fsync
  *   ran inside a commit on the event loop, several times a second under load, and stalled every request for as
- *   long as the disk took (measured: 74 such fsyncs in 10 s at 2,000 req/s, loop stalls up to 237 ms). So the
+ *   long as the disk took (measured: 74 such fsyncs on the loop in 10 s at 2,000 req/s). So the
  *   checkpoint runs first and this thread writes next (the fold, or a no-op update when there is nothing to
  *   fold): the restart and its fsync happen here, and the loop's commits only ever append.
  * It runs when the connection asks, while the connection holds its charge batches back (so the checkpoint sees no
