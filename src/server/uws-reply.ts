@@ -65,12 +65,10 @@ export class UwsReply implements Reply {
 
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void {
     let body: GrowingBody | null = null
-    let size = 0
     let failed = false
     this.#res.onData((chunk, isLast) => {
       if (failed) return
-      size += chunk.byteLength
-      if (size > limit) {
+      if ((body?.size ?? 0) + chunk.byteLength > limit) {
         failed = true
         onError(new RouterError('request_too_large', `request body exceeds the limit of ${limit} bytes`))
         return

@@ -101,17 +101,13 @@ export class ReplayableBody implements RequestBody {
     if (this.#released) return
     if (this.#kept !== null) {
       if (this.#keptBytes + chunk.length <= this.#limit) {
-        hold(chunk)
-        this.#kept.push(chunk)
-        this.#keptBytes += chunk.length
+        this.#keep(this.#kept, chunk)
       } else if (this.#reader !== null) {
         // Past the replay buffer while an attempt reads: it is the last one that can send this body.
         this.#drop()
       } else {
         // Nobody reads yet and the buffer is full: hold the client until an attempt takes the body.
-        hold(chunk)
-        this.#kept.push(chunk)
-        this.#keptBytes += chunk.length
+        this.#keep(this.#kept, chunk)
         this.#pause()
       }
     }
@@ -123,6 +119,13 @@ export class ReplayableBody implements RequestBody {
     }
     if (!reader.push(chunk)) this.#pause()
     if (last) reader.end()
+  }
+
+  /** A chunk into the replay buffer, held there until it is dropped. */
+  #keep(kept: Buffer[], chunk: Buffer): void {
+    hold(chunk)
+    kept.push(chunk)
+    this.#keptBytes += chunk.length
   }
 
   /** The replay buffer's chunks given back: the body can no longer be sent again. */

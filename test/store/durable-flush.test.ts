@@ -108,7 +108,7 @@ t.test('the WAL is started over on the upkeep thread, so no commit on the event 
   const { conn, ledger, path } = await open(t, 'normal', 1_000_000)
   const upkeep = async (): Promise<void> => {
     t.ok(conn.upkeep(), 'there is an upkeep thread')
-    await conn.upkeepGate()
+    await conn.writable()
   }
   for (let i = 0; i < 50; i++) await ledger.recordCharges([charge(5_000 + i)])
   let salt = walSalt(path)

@@ -137,32 +137,17 @@ export class SqliteConnection {
   }
 
   /**
-   * While the upkeep thread works: the promise of its end. Every write waits for it (writable()), charge
+   * Where every write on this connection starts: resolves once no upkeep runs (at once when none does). Charge
    * batches included (sqlite/ledger.ts recordCharges), so the checkpoint sees no new commit and completes, and
    * the thread's own writes (the fold, the WAL's restart) take the write lock from no one; otherwise, under a
-   * steady stream of charges, the WAL would never be wholly copied back and would grow without bound. Only
-   * writes wait (a millisecond or two, every few hundred charges); the event loop does not.
-   */
-  upkeepGate(): Promise<void> | null {
-    return this.#upkeeping
-  }
-
-  /**
-   * Where every write on this connection starts: resolves once no upkeep runs (at once when none does). A write
-   * while the upkeep thread holds SQLite's write lock would wait for it in SQLite's busy handler, asleep on the
-   * event loop. Looks again after each upkeep: another may have started before this write's turn came.
+   * steady stream of charges, the WAL would never be wholly copied back and would grow without bound, and a
+   * write meeting the thread's lock would wait for it in SQLite's busy handler, asleep on the event loop. Only
+   * writes wait (a millisecond or two, every few hundred charges); the loop does not. Looks again after each
+   * upkeep: another may have started before this write's turn came.
    */
   async writable(): Promise<void> {
     while (this.#upkeeping !== null) await this.#upkeeping
     this.check()
-  }
-
-  /**
-   * The end of an upkeep (the one under way, or one started now), or null when there is no upkeep thread: for a
-   * reader with a long tail of charges to fold, which the thread then folds off the event loop.
-   */
-  upkeepRound(): Promise<void> | null {
-    return this.upkeep() ? this.#upkeeping : null
   }
 
   /**

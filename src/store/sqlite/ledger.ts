@@ -290,8 +290,8 @@ export class SqliteLedger implements LedgerStore {
   async #foldForRead(): Promise<void> {
     await this.#conn.writable()
     if (this.#q.longTail.get(this.#q.watermark.get()!) !== undefined) {
-      const round = this.#conn.upkeepRound()
-      if (round !== null) await round
+      // Folded by the thread, waited for as any upkeep is; with no thread, by fold() below.
+      this.#conn.upkeep()
       await this.#conn.writable()
     }
     this.fold()
