@@ -1,13 +1,13 @@
 /**
- * The routing index build (filter by tier floor, sort by price and by latency, for every model): inline, as
- * at start-up, and as a rebuild through the piscina pool with `table.refresh()`, which is what the router
- * does on every registry change or latency-stats move (structured clone both ways plus the main-thread
- * assembly of the new table).
+ * The routing index build (filter by tier floor, sort by price and by latency, for every model): the sort alone,
+ * and a whole rebuild with `table.refresh()` (what the router does on every registry change or latency-stats
+ * move) both ways: inline, and through the piscina pool (structured clone both ways plus the main-thread
+ * assembly of the new table). The loop time of the two rebuilds sets the table's INLINE_MAX_OFFERS.
  */
 import { Bench } from 'tinybench'
 import { buildIndex, FLOORS, type IndexInput, type IndexOutput } from '../../src/routing/index-build.js'
 import { buildOfferSet } from '../../src/routing/offers.js'
-import { RoutingTable } from '../../src/routing/table.js'
+import { INLINE_MAX_OFFERS, RoutingTable } from '../../src/routing/table.js'
 import { batched, check, formatNs, nsPerOp, ratio, recordSummary, type Finding } from './measure.js'
 import { indexInputOf, modelId, syntheticSnapshot, warmBook } from './registry-fixture.js'
 
@@ -36,7 +36,7 @@ function checkOutput(input: IndexInput, output: IndexOutput, n: number): void {
 }
 
 const bench = new Bench({ name: 'index-build', time: 500, warmupTime: 150 })
-const tables: RoutingTable[] = []
+const tables: { pooled: RoutingTable; inline: RoutingTable }[] = []
 
 for (const n of SIZES) {
   const snapshot = syntheticSnapshot(n / MODELS, MODELS)
@@ -44,14 +44,22 @@ for (const n of SIZES) {
   const input = indexInputOf(buildOfferSet(snapshot, book))
   checkOutput(input, buildIndex(input), n)
 
-  const table = new RoutingTable(snapshot, book, { indexThreads: 1, statsRebuildMs: 3_600_000 })
-  tables.push(table)
+  const table = new RoutingTable(snapshot, book, { indexThreads: 1, statsRebuildMs: 3_600_000, inlineMaxOffers: 0 })
+  const inline = new RoutingTable(snapshot, book, { indexThreads: 1, statsRebuildMs: 3_600_000, inlineMaxOffers: Number.POSITIVE_INFINITY })
+  tables.push({ pooled: table, inline })
   const before = table.model(modelId(0))!.price[0]!.map((o) => o.provider.address)
   await table.refresh()
-  const after = table.model(modelId(0))!.price[0]!.map((o) => o.provider.address)
-  check(before.length === after.length && before.every((a, i) => a === after[i]), `a pool rebuild yields the inline order @${n}`)
+  await inline.refresh()
+  check(table.pooled && !inline.pooled, `one table rebuilds through the pool, the other inline @${n}`)
+  for (const t of [table, inline]) {
+    const after = t.model(modelId(0))!.price[0]!.map((o) => o.provider.address)
+    check(before.length === after.length && before.every((a, i) => a === after[i]), `a rebuild yields the start-up order @${n}`)
+  }
 
   bench.add(`buildIndex inline @${n} offers`, batched(n >= 10_000 ? 1 : 10, () => buildIndex(input)))
+  bench.add(`table.refresh() inline @${n} offers`, async () => {
+    await inline.refresh()
+  })
   bench.add(`table.refresh() through the pool @${n} offers`, async () => {
     await table.refresh()
   })
@@ -73,13 +81,15 @@ async function mainThreadMsPerRefresh(table: RoutingTable, runs: number): Promis
 
 const findings: Finding[] = []
 for (const [k, n] of SIZES.entries()) {
-  const inline = nsPerOp(bench.getTask(`buildIndex inline @${n} offers`))
+  const sort = nsPerOp(bench.getTask(`buildIndex inline @${n} offers`))
   const pooled = nsPerOp(bench.getTask(`table.refresh() through the pool @${n} offers`))
-  const busy = (await mainThreadMsPerRefresh(tables[k]!, n >= 10_000 ? 10 : 50)) * 1e6
+  const runs = n >= 10_000 ? 10 : 50
+  const inlineBusy = (await mainThreadMsPerRefresh(tables[k]!.inline, runs)) * 1e6
+  const pooledBusy = (await mainThreadMsPerRefresh(tables[k]!.pooled, runs)) * 1e6
   findings.push({
     label: `rebuild @${n} offers`,
-    value: `inline ${formatNs(inline)} (all of it on the event loop); through the pool ${formatNs(pooled)} wall (${ratio(pooled, inline)}), of which ${formatNs(busy)} on the event loop`,
+    value: `the sort alone ${formatNs(sort)}; a whole rebuild inline keeps the event loop ${formatNs(inlineBusy)}, through the pool ${formatNs(pooledBusy)} (${ratio(pooledBusy, inlineBusy)}; ${formatNs(pooled)} wall); the router indexes inline up to ${INLINE_MAX_OFFERS} offers (${n <= INLINE_MAX_OFFERS ? 'inline' : 'pool'} here)`,
   })
 }
 recordSummary(bench, findings)
-for (const table of tables) await table.close()
+for (const { pooled, inline } of tables) await Promise.all([pooled.close(), inline.close()])

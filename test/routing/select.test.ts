@@ -92,9 +92,10 @@ interface Fixture {
   snapshot: RegistrySnapshot
 }
 
-function makeTable(t: Test, text = REGISTRY, book = new HealthBook()): Fixture {
+/** `pool`: rebuilds go through the piscina worker whatever the registry's size (else this small one is inline). */
+function makeTable(t: Test, text = REGISTRY, book = new HealthBook(), pool = false): Fixture {
   const snapshot = parseRegistry(text, 1, 'select.test')
-  const table = new RoutingTable(snapshot, book, { indexThreads: 1, statsRebuildMs: 60_000 })
+  const table = new RoutingTable(snapshot, book, { indexThreads: 1, statsRebuildMs: 60_000, ...(pool && { inlineMaxOffers: 0 }) })
   t.teardown(() => table.close())
   return { table, book, snapshot }
 }
@@ -345,7 +346,7 @@ t.test('default strategy prefers the candidate with fewer requests in flight', a
   t.ok(idleFirst > 200, `idle provider first in ${idleFirst} of 400`)
 })
 
-t.test('latency sort follows the observed time to first byte once the worker re-sorts', async (t) => {
+t.test('latency sort follows the observed time to first byte once the table is re-sorted', async (t) => {
   const { table, book } = makeTable(t)
   t.same(route(table, prefs({ sort: SORT_LATENCY })), ['C', 'A', 'B', 'D'], 'nothing observed yet: price order')
   book.offer(D, 'chat').observeTtfb(5, 1)
@@ -356,10 +357,11 @@ t.test('latency sort follows the observed time to first byte once the worker re-
   t.same(route(table, prefs({ sort: SORT_LATENCY })), ['D', 'B', 'A', 'C'], 'observed fastest first, never observed last')
   t.same(route(table, prefs({ sort: SORT_LATENCY, tier: 1 })), ['B', 'C'])
   t.same(route(table, prefs({ sort: SORT_PRICE })), ['C', 'A', 'B', 'D'], 'price order unchanged')
+  t.equal(table.pooled, false, 'a registry this small is re-sorted inline: no worker thread started')
 })
 
 t.test('the worker-built index orders exactly like the inline build', async (t) => {
-  const { table, book, snapshot } = makeTable(t)
+  const { table, book, snapshot } = makeTable(t, REGISTRY, new HealthBook(), true)
   book.offer(D, 'chat').observeTtfb(5, 1)
   book.offer(A, 'chat').observeTtfb(5, 1)
   book.offer(B, 'chat').observeTtfb(40, 1)
@@ -367,19 +369,21 @@ t.test('the worker-built index orders exactly like the inline build', async (t) 
   book.offer(D, 'std-only').observeTtfb(10, 1)
   await table.refresh()
   const inline = makeTable(t, REGISTRY, book).table
+  t.equal(table.pooled, true, 'the rebuild went through the pool')
   t.same(orders(table), orders(inline), 'refresh() through piscina == inline')
   t.same(orders(table).chat!.latency[0], ['A', 'D', 'B', 'C'], 'latency ties break on price')
   t.equal(table.version, snapshot.version)
 })
 
 t.test('update() swaps in a new snapshot indexed by the worker, the same as an inline build of it', async (t) => {
-  const { table, book } = makeTable(t)
+  const { table, book } = makeTable(t, REGISTRY, new HealthBook(), true)
   book.offer(B, 'chat').observeTtfb(7, 1)
   // Providers reversed and D dropped: a new registry version (YAML is a superset of JSON).
   const current = parseRegistry(REGISTRY, 1, 'select.test').providers
   const providers = current.filter((p) => p.address !== D).reverse()
   const next = parseRegistry(JSON.stringify({ providers: providers.map((p) => ({ ...p, simulate: undefined })) }), 2, 'select.test')
   await table.update(next)
+  t.equal(table.pooled, true, 'the update went through the pool')
   t.equal(table.version, 2)
   t.equal(table.provider(D), undefined, 'the dropped provider is gone')
   t.same(route(table, prefs({ sort: SORT_PRICE })), ['C', 'A', 'B'])
