@@ -3,8 +3,8 @@
  * pre-sorted lists of index-build.ts. Rebuilds (a new snapshot, or latency stats that moved) are swapped in whole,
  * so a request always sees one consistent table and never waits for a build. A large registry is sorted in a
  * piscina worker; a small one inline, because there the worker costs the event loop more than the sort itself
- * (the structured clone both ways: 144 µs of loop time per rebuild at 100 offers against 72 µs for the whole
- * rebuild inline, INLINE_MAX_OFFERS) and its idle thread about 10 MB of memory.
+ * (the structured clone both ways: at 100 offers 2–4× the loop time of the whole rebuild inline, INLINE_MAX_OFFERS)
+ * and its idle thread about 10 MB of memory.
  */
 import { Piscina } from 'piscina'
 import type { HealthBook } from '../health/health.js'
@@ -31,9 +31,10 @@ export interface TableSettings {
 }
 
 /**
- * Where the pool starts to save the loop time it costs (micro benchmark index-build, the whole rebuild with the
- * table's assembly): at 100 offers a rebuild keeps the loop busy 72 µs inline against 144 µs through the pool,
- * at 1,000 offers 480 against 280 µs; the lines cross near 300.
+ * Below where the pool starts to save the loop time it costs (micro benchmark index-build, the whole rebuild with
+ * the table's assembly; two runs of 2026-11-23): at 100 offers a rebuild keeps the loop busy 53–72 µs inline
+ * against 144–209 µs through the pool, at 1,000 offers 480–865 against 280–678 µs; the lines cross between 300
+ * and 500 offers.
  */
 export const INLINE_MAX_OFFERS = 250
 
@@ -149,7 +150,8 @@ export class RoutingTable {
         const offers = offersOf()
         const epoch = this.#book.latencyEpoch
         const { input, modelIds } = describe(offers)
-        const output = offers.all.length <= (this.#settings.inlineMaxOffers ?? INLINE_MAX_OFFERS) ? buildIndex(input) : await this.#poolRun(input)
+        const inline = offers.all.length <= (this.#settings.inlineMaxOffers ?? INLINE_MAX_OFFERS)
+        const output = inline ? buildIndex(input) : await this.#poolRun(input)
         this.#state = assemble(offers, modelIds, output)
         this.#builtEpoch = epoch
       } finally {
