@@ -265,8 +265,8 @@ export class SqliteLedger implements LedgerStore {
    * Adds every charge past the watermark into accounts.spent and usage_daily and moves the watermark, in
    * transactions of at most 1,024 charges, so the totals equal the journal. Idempotent and safe with other
    * processes writing (each step re-reads the watermark under the write lock). Readers have it done first
-   * (#foldForRead); the writer has it done every FOLD_EVERY charges, by the upkeep thread when there is one. Never needs its own flush: a fold lost in a crash is redone.
-   * Returns how many charges it folded.
+   * (#foldForRead); the writer has it done every FOLD_EVERY charges, by the upkeep thread when there is one.
+   * Never needs its own flush: a fold lost in a crash is redone. Returns how many charges it folded.
    */
   fold(): number {
     this.#conn.check()

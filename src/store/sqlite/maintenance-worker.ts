@@ -41,7 +41,6 @@ interface CheckpointResult {
 
 parentPort!.on('message', (message: unknown) => {
   if (message === 'upkeep') {
-    let ok = true
     // Whether the checkpoint copied every frame of the WAL: the next write then starts it over.
     let whole = false
     try {
@@ -49,16 +48,16 @@ parentPort!.on('message', (message: unknown) => {
       const [result] = conn.db.pragma('wal_checkpoint(PASSIVE)') as CheckpointResult[]
       whole = result !== undefined && result.busy === 0 && result.log > 0 && result.checkpointed === result.log
     } catch {
-      ok = false
+      // The next upkeep checkpoints again.
     }
     try {
       // Folds what the checkpoint just copied; its write (or the no-op's) restarts the WAL on this thread.
       if (ledger.fold() === 0 && whole) restart.immediate()
     } catch {
       // Busy (another process holds the write lock): the next upkeep, or the next reader, folds.
-      ok = false
     }
-    parentPort!.postMessage(ok)
+    // Done, whatever came of it: the connection lets its writes go on.
+    parentPort!.postMessage('done')
   } else if (message === 'close') {
     conn.close()
     parentPort!.close()
