@@ -6,6 +6,7 @@
  */
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
+import type { Worker } from 'node:worker_threads'
 import t from 'tap'
 import { SqliteLedger } from '../../src/store/sqlite/ledger.js'
 import { SqliteConnection } from '../../src/store/sqlite/connection.js'
@@ -161,4 +162,33 @@ t.test('a write made while the upkeep thread folds waits for it without holding 
   t.equal(credit.amount, 3n, 'the write went through')
   t.ok(turns >= 5, `the loop turned ${turns} times while the write waited`)
   t.equal((await ledger.totals(ACCOUNT)).credited, 3n)
+})
+
+t.test('an upkeep thread that ends mid-upkeep without an error (terminated) releases the writes held for it', async (t) => {
+  // The connection's thread, caught as it starts.
+  let thread: Worker | undefined
+  const onWorker = (worker: Worker): void => {
+    thread ??= worker
+  }
+  process.on('worker', onWorker)
+  const { conn, ledger } = await open(t, 'full', 1_000_000).finally(() => process.off('worker', onWorker))
+  if (thread === undefined) throw new Error('no upkeep thread started')
+  const warnings: string[] = []
+  const onWarning = (w: Error): void => void warnings.push(w.message)
+  process.on('warning', onWarning)
+  t.teardown(() => process.off('warning', onWarning))
+  // A long upkeep (the fold of 20,000 charges), ended from outside while it runs: an 'exit' with no 'error'.
+  appendUnfolded(conn, 'other', 20_000)
+  t.ok(conn.upkeep(), 'an upkeep is under way')
+  await new Promise((resolve) => setTimeout(resolve, 5))
+  await thread.terminate()
+  await new Promise((resolve) => setImmediate(resolve))
+  const credit = await ledger.addFunds(ACCOUNT, 'credit', 3n, 'after the thread ended', Date.now())
+  t.equal(credit.amount, 3n, 'a write after the loss goes through')
+  await ledger.recordCharges([charge(1)])
+  t.notOk(conn.upkeep(), 'no upkeep thread any more: the ledger folds inline')
+  t.match(warnings, [/SQLite upkeep thread stopped \(exit code 1\)/], 'the loss is reported once')
+  const totals = await ledger.totals(ACCOUNT)
+  t.equal(totals.spent, 140_010n, 'every charge counted once, whatever the thread had folded')
+  t.equal(totals.credited, 3n)
 })

@@ -88,13 +88,9 @@ export class SqliteConnection {
           resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 32 },
         })
         worker.on('message', () => this.#upkept())
-        worker.on('error', (err) => {
-          // Back to checkpoints in commits and inline folds rather than a WAL that only grows.
-          process.emitWarning(`svc-router: the SQLite upkeep thread stopped (${err.message}); checkpoints and folds run on the loop again`)
-          this.#upkeep = null
-          this.#upkept()
-          if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
-        })
+        // An error is followed by 'exit'; an exit alone (the thread ended without one) is the same loss.
+        worker.on('error', (err) => this.#lostUpkeep(worker, err.message))
+        worker.on('exit', (code) => this.#lostUpkeep(worker, `exit code ${code}`))
         // After the listeners (adding a 'message' listener refs the port again): the thread never keeps the
         // process alive.
         worker.unref()
@@ -165,6 +161,18 @@ export class SqliteConnection {
     worker.postMessage('upkeep')
     this.upkeeps++
     return true
+  }
+
+  /**
+   * The upkeep thread ended while the connection was open: back to checkpoints in commits and inline folds rather
+   * than a WAL that only grows, and the writes held back for its answer go on.
+   */
+  #lostUpkeep(worker: Worker, reason: string): void {
+    if (this.#upkeep !== worker) return
+    this.#upkeep = null
+    process.emitWarning(`svc-router: the SQLite upkeep thread stopped (${reason}); checkpoints and folds run on the loop again`)
+    this.#upkept()
+    if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
   }
 
   #upkept(): void {
