@@ -47,6 +47,11 @@ export interface LoadResult {
   /** Open loop: how late the generator itself sent each request, for judging its own share of the tail. */
   readonly sendLag: Distribution | null
   readonly ttft: Distribution | null
+  /**
+   * Streams: from sending to the first chunk of the answer's body, the simulator's first event (its role event,
+   * written as soon as the request is read, before the paced wait for the first token).
+   */
+  readonly firstEvent: Distribution | null
   readonly gap: Distribution | null
   /** Streams: most streams open (first byte seen, end not yet) at the same moment. */
   readonly peakOpen: number
@@ -181,6 +186,7 @@ function result(mode: LoadSpec['mode'], tally: StreamTally, seconds: number, ext
     latency: null,
     sendLag: null,
     ttft: null,
+    firstEvent: null,
     gap: null,
     peakOpen: 0,
     sent,
@@ -309,6 +315,7 @@ async function ttftLoop(spec: Extract<LoadSpec, { mode: 'ttft' }>): Promise<Load
   await warm(pool, req, spec.warmup, spec.concurrency)
   const tally = new StreamTally()
   const ttft = new Samples(spec.count)
+  const firstEvent = new Samples(spec.count)
   const gaps = new Samples(spec.count * 64)
   const start = performance.now()
   const stopAt = start + spec.maxMs
@@ -318,7 +325,10 @@ async function ttftLoop(spec: Extract<LoadSpec, { mode: 'ttft' }>): Promise<Load
       const watch = new StreamWatch(gaps)
       const t0 = performance.now()
       try {
-        if (tally.countStream(await exchange(pool, req, watch), watch)) ttft.push(watch.firstTokenAt - t0)
+        if (tally.countStream(await exchange(pool, req, watch), watch)) {
+          ttft.push(watch.firstTokenAt - t0)
+          firstEvent.push(watch.openedAt - t0)
+        }
       } catch (err) {
         tally.fail(String(err))
       }
@@ -327,7 +337,7 @@ async function ttftLoop(spec: Extract<LoadSpec, { mode: 'ttft' }>): Promise<Load
   await Promise.all(Array.from({ length: spec.concurrency }, worker))
   const seconds = (performance.now() - start) / 1000
   await pool.close()
-  return result('ttft', tally, seconds, { ttft: ttft.distribution(), gap: gaps.distribution() })
+  return result('ttft', tally, seconds, { ttft: ttft.distribution(), firstEvent: firstEvent.distribution(), gap: gaps.distribution() })
 }
 
 async function concurrentStreams(spec: Extract<LoadSpec, { mode: 'streams' }>): Promise<LoadResult> {

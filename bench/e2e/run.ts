@@ -154,7 +154,7 @@ function summary(id: WorkloadId, r: LoadResult): string {
     case 'open2000':
       return `${r.rps.toFixed(0)} req/s done, p50 ${ms(r.latency?.p50)}, p99 ${ms(r.latency?.p99)}${errs}`
     case 'ttft':
-      return `TTFT p50 ${ms(r.ttft?.p50)}, gap ${ms(r.gap?.mean)}${errs}`
+      return `TTFT p50 ${ms(r.ttft?.p50)}, first event p50 ${ms(r.firstEvent?.p50)}, gap ${ms(r.gap?.mean)}${errs}`
     case 'streams':
       return `${r.ok}/${STREAMS} complete in ${r.seconds.toFixed(1)} s, ${r.peakOpen} open at once${errs}`
   }
