@@ -1,7 +1,7 @@
 // API keys (sk-): create with name, trust mode, credit limit and reset period, allowed models and providers,
 // expiry; list; edit; revoke after a confirmation. Calls /v1/api-keys with the console session.
 import { api, h, iso, table } from './api.js'
-import { clearError, keyRowActions, secretPanel, showError } from './ui.js'
+import { keyPage } from './ui.js'
 
 const TRUST = [['', 'None (any tier)'], ['standard', 'standard'], ['verified', 'verified'], ['private', 'private']]
 const RESETS = ['never', 'daily', 'weekly', 'monthly']
@@ -67,35 +67,13 @@ function keyForm(models, key, onSubmit, onCancel) {
 export async function renderApiKeys(view) {
   const [keys, catalog] = await Promise.all([api('GET', '/v1/api-keys'), api('GET', '/v1/models').catch(() => ({ data: [] }))])
   const models = catalog.data.map((m) => m.id)
-  const reveal = h('div')
-  const editor = h('div')
-
-  const reload = async (focusSelector) => {
-    await renderApiKeys(view)
-    if (focusSelector) view.querySelector(focusSelector)?.focus()
-  }
-
-  async function create(body) {
-    clearError()
-    try {
-      const created = await api('POST', '/v1/api-keys', body)
-      await reload()
-      const panel = secretPanel(`New API key "${created.name}"`, created.key)
-      view.querySelector('[data-slot="reveal"]').replaceChildren(panel)
-      panel.focus()
-    } catch (err) {
-      showError(err)
-    }
-  }
-
-  const actions = keyRowActions({
+  const { create, actions, editor } = keyPage({
     view,
-    editor,
+    render: renderApiKeys,
     path: '/v1/api-keys',
     what: 'API key',
     consequence: 'Requests with it are refused from the next one on.',
     form: (key, onSubmit, onCancel) => keyForm(models, key, onSubmit, onCancel),
-    reload,
     focusAfterRevoke: '#new-key-name',
   })
 
@@ -114,7 +92,7 @@ export async function renderApiKeys(view) {
   view.replaceChildren(
     h('section', { class: 'card', 'aria-labelledby': 'new-key-title' },
       h('h2', { id: 'new-key-title' }, 'New API key (sk-)'),
-      h('div', { 'data-slot': 'reveal' }, reveal),
+      h('div', { 'data-slot': 'reveal' }),
       keyForm(models, null, create, null)),
     editor,
     h('section', { class: 'card', 'aria-labelledby': 'keys-title' },

@@ -1,7 +1,7 @@
 // Management keys (mk-): create with a name and scopes (secret shown once), rename, change scopes, revoke after
 // a confirmation; each with when and from where it was last used. Calls /v1/management-keys (session only).
 import { api, h, iso, table } from './api.js'
-import { clearError, keyRowActions, secretPanel, showError } from './ui.js'
+import { keyPage } from './ui.js'
 
 const SCOPES = [
   ['account:read', 'read balance, funds and usage'],
@@ -32,34 +32,13 @@ function mkForm(key, onSubmit, onCancel) {
 
 export async function renderManagementKeys(view) {
   const keys = await api('GET', '/v1/management-keys')
-  const editor = h('div')
-
-  const reload = async (focusSelector) => {
-    await renderManagementKeys(view)
-    if (focusSelector) view.querySelector(focusSelector)?.focus()
-  }
-
-  async function create(body) {
-    clearError()
-    try {
-      const created = await api('POST', '/v1/management-keys', body)
-      await reload()
-      const panel = secretPanel(`New management key "${created.name}"`, created.key)
-      view.querySelector('[data-slot="reveal"]').replaceChildren(panel)
-      panel.focus()
-    } catch (err) {
-      showError(err)
-    }
-  }
-
-  const actions = keyRowActions({
+  const { create, actions, editor } = keyPage({
     view,
-    editor,
+    render: renderManagementKeys,
     path: '/v1/management-keys',
     what: 'management key',
     consequence: 'Calls with it are refused from the next one on.',
     form: mkForm,
-    reload,
     focusAfterRevoke: '#new-mk-name',
   })
 

@@ -61,13 +61,34 @@ export function secretPanel(label, secret) {
   return panel
 }
 
-
 /**
- * The Edit and Revoke buttons of a key row, as both key pages have them. `path` is the collection's API path
- * (e.g. /v1/api-keys); `form(key, onSubmit, onCancel)` builds the edit form; `what` names the kind of key and
- * `consequence` what revoking it does, in the confirmation; `reload(focusSelector)` renders the page again.
+ * What both key pages (API keys, management keys) share. `render(view)` draws the page; `path` is the
+ * collection's API path (e.g. /v1/api-keys); `form(key, onSubmit, onCancel)` builds the create (key null) and
+ * edit forms; `what` names the kind of key and `consequence` what revoking it does, in the confirmation.
+ * Returns `create(body)` (POST, then the page again with the secret shown once in its `data-slot="reveal"`),
+ * `actions(key)` (a row's Edit and Revoke buttons) and `editor`, where the edit form opens.
  */
-export function keyRowActions({ view, editor, path, what, consequence, form, reload, focusAfterRevoke }) {
+export function keyPage({ view, render, path, what, consequence, form, focusAfterRevoke }) {
+  const editor = h('div')
+
+  const reload = async (focusSelector) => {
+    await render(view)
+    if (focusSelector) view.querySelector(focusSelector)?.focus()
+  }
+
+  async function create(body) {
+    clearError()
+    try {
+      const created = await api('POST', path, body)
+      await reload()
+      const panel = secretPanel(`New ${what} "${created.name}"`, created.key)
+      view.querySelector('[data-slot="reveal"]').replaceChildren(panel)
+      panel.focus()
+    } catch (err) {
+      showError(err)
+    }
+  }
+
   function edit(key) {
     clearError()
     const f = form(key, async (body) => {
@@ -93,7 +114,9 @@ export function keyRowActions({ view, editor, path, what, consequence, form, rel
     }
   }
 
-  return (k) => (k.revoked ? '' : h('div', { class: 'actions' },
+  const actions = (k) => (k.revoked ? '' : h('div', { class: 'actions' },
     h('button', { type: 'button', 'data-edit': k.key_id, onclick: () => edit(k) }, 'Edit', h('span', { class: 'sr-only' }, ` ${k.name}`)),
     h('button', { type: 'button', class: 'danger', 'data-revoke': k.key_id, onclick: () => revoke(k) }, 'Revoke', h('span', { class: 'sr-only' }, ` ${k.name}`))))
+
+  return { create, actions, editor }
 }
