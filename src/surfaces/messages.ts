@@ -39,15 +39,28 @@ const NATIVE_HEADERS = [...CHAT_HEADERS, 'anthropic-version', DEFAULT_ANTHROPIC_
 
 /**
  * What a native candidate gets of the client's Anthropic headers: anthropic-version and anthropic-beta as sent
- * (they select the wire format and features the client reads). A translated candidate gets neither.
+ * (they select the wire format and features the client reads). A translated candidate gets neither. A value
+ * with a byte the upstream request cannot carry is the client's error (400), found before any attempt: sent on,
+ * it failed every native candidate's dispatch and counted against their health.
  */
-function nativeHeaders(head: RequestHead | undefined): readonly string[] {
+function nativeHeaders(head: RequestHead | undefined): readonly string[] | RouterError {
   const version = head?.anthropicVersion ?? ''
   const beta = head?.anthropicBeta ?? ''
   if (version === '' && beta === '') return NATIVE_HEADERS
+  if (!isPrintableAscii(version)) return invalid('the anthropic-version header may hold only printable ASCII characters')
+  if (!isPrintableAscii(beta)) return invalid('the anthropic-beta header may hold only printable ASCII characters')
   const headers = [...CHAT_HEADERS, 'anthropic-version', version === '' ? DEFAULT_ANTHROPIC_VERSION : version]
   if (beta !== '') headers.push('anthropic-beta', beta)
   return headers
+}
+
+/** Visible ASCII, space and tab: what a header value forwarded as it came may hold. */
+function isPrintableAscii(value: string): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if ((c < 0x20 && c !== 0x09) || c > 0x7e) return false
+  }
+  return true
 }
 
 /** The Anthropic fields a request may set, by the OpenAI parameter an openai candidate must support for them. */
@@ -130,6 +143,8 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
   if (body.metadata !== undefined && !isObject(body.metadata)) return invalid('metadata must be an object')
   let paramMask = 0
   for (const [name, bit] of PARAMS) if (body[name] !== undefined && body[name] !== null) paramMask |= bit
+  const headers = nativeHeaders(head)
+  if (headers instanceof RouterError) return headers
   const native = new BufferBody(body.provider === undefined ? json.raw : spliceMembers(json, ['provider'], {}))
   return {
     model,
@@ -140,7 +155,7 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
     promptBytes: native.bytes.length,
     body,
     native,
-    nativeHeaders: nativeHeaders(head),
+    nativeHeaders: headers,
     stops: stopSequencesOf(body),
     translated: null,
   }

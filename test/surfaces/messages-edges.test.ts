@@ -6,7 +6,7 @@
  */
 import Anthropic from '@anthropic-ai/sdk'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { connect, type AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { addr, startStack, type Stack, type TestProvider } from '../helpers/stack.js'
@@ -69,6 +69,44 @@ async function apiError(t: Test, p: Promise<unknown>): Promise<InstanceType<type
   t.ok(err instanceof Anthropic.APIError, 'an APIError')
   return err as InstanceType<typeof Anthropic.APIError>
 }
+
+/** A POST to /v1/messages written byte for byte on a socket (a header value with a byte no client library sends). */
+function rawPost(stack: Stack, headerLines: Buffer, body: string): Promise<{ status: number; text: string }> {
+  const { hostname, port } = new URL(stack.url)
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => {
+      const head = `POST /v1/messages HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n`
+      socket.end(Buffer.concat([Buffer.from(head, 'latin1'), headerLines, Buffer.from('\r\n' + body)]))
+    })
+    const chunks: Buffer[] = []
+    socket.on('data', (c: Buffer) => chunks.push(c))
+    socket.on('error', reject)
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8')
+      resolve({ status: Number(text.slice(9, 12)), text: text.slice(text.indexOf('\r\n\r\n') + 4) })
+    })
+  })
+}
+
+t.test('an anthropic-beta or anthropic-version the upstream request cannot carry is a 400, and no provider pays for it', async (t) => {
+  const stack = await both(t)
+  const simN = stack.sims.get(N)!
+  const lines = (name: string): Buffer =>
+    Buffer.concat([Buffer.from(`x-api-key: ${stack.key}\r\nx-svc-provider-address: ${N}\r\n${name}: tools-`, 'latin1'), Buffer.from([0xe9]), Buffer.from('-2024\r\n', 'latin1')])
+  const before = simN.stats.requests
+  // More than enough failures to mark the provider unhealthy, had they counted as its failures.
+  for (let i = 0; i < 12; i++) {
+    for (const name of ['anthropic-beta', 'anthropic-version']) {
+      const res = await rawPost(stack, lines(name), JSON.stringify(HELLO))
+      t.equal(res.status, 400, `${name}: 400`)
+      if (i === 0) t.match(JSON.parse(res.text), { type: 'error', error: { type: 'invalid_request_error', code: 'invalid_request', message: new RegExp(name) } })
+    }
+  }
+  t.equal(simN.stats.requests, before, 'nothing reached the provider')
+  const providers = await (await request(`${stack.url}/v1/providers?model=${MODEL}`)).body.json() as { data: { address: string; is_healthy: boolean }[] }
+  t.equal(providers.data.find((p) => p.address === N)?.is_healthy, true, 'the provider is still healthy')
+  t.equal((await post(stack, HELLO, { 'x-api-key': stack.key, 'x-svc-provider-address': N, 'anthropic-beta': 'tools-2024-04-04' })).status, 200, 'a printable value still goes through')
+})
 
 t.test('a native candidate gets the client anthropic-version and anthropic-beta; a translated one gets neither', async (t) => {
   const stack = await both(t)
