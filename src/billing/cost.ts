@@ -100,10 +100,11 @@ export function maxOutputTokens(offer: Offer, requested: number): number {
 
 /**
  * What admission reserves for a chat request at this offer: every byte of the body counted as a prompt token
- * (a BPE token covers at least one byte, so this bounds any tokenizer) plus the most output it can produce.
+ * (a BPE token covers at least one byte, so this bounds any tokenizer) plus the most output it can produce: each
+ * of `choices` (the request's `n`) up to the output bound.
  */
-export function chatWorstCase(offer: Offer, bodyBytes: number, requestedMaxOutput: number): bigint {
-  return chatReservation(offer, bodyBytes, maxOutputTokens(offer, requestedMaxOutput))
+export function chatWorstCase(offer: Offer, bodyBytes: number, requestedMaxOutput: number, choices = 1): bigint {
+  return chatReservation(offer, bodyBytes, maxOutputTokens(offer, requestedMaxOutput) * choices)
 }
 
 /** Worst case of a chat request: its prompt estimate plus the whole output it may ask for. */

@@ -25,7 +25,12 @@ export interface ChatRequest extends SurfaceRequest {
   readonly body: Record<string, unknown>
   /** The Anthropic translation, for a candidate whose model speaks only Anthropic's format; made once, on the first. */
   anthropic: BufferBody | null
+  /** `n`: how many choices the provider generates, each up to the output bound (1 when not sent). */
+  readonly choices: number
 }
+
+/** The most choices one request may ask for (`n`), as OpenAI's API bounds it. */
+export const MAX_CHOICES = 128
 
 const UPSTREAM_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
 const PATH = '/v1/chat/completions'
@@ -65,6 +70,8 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
     if (!isPositiveInteger(v)) return invalid(`${name} must be a positive integer`)
     if (maxOutput === -1) maxOutput = v
   }
+  const n = body.n
+  if (n !== undefined && n !== null && !(isPositiveInteger(n) && n <= MAX_CHOICES)) return invalid(`n must be an integer from 1 to ${MAX_CHOICES}`)
   const stream = body.stream === true
   const clientWantsUsage = stream && (so as { include_usage?: unknown } | null | undefined)?.include_usage === true
   const upstream = new BufferBody(upstreamBody(json, stream, clientWantsUsage))
@@ -79,6 +86,7 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
     upstream,
     body,
     anthropic: null,
+    choices: typeof n === 'number' ? n : 1,
   }
 }
 
@@ -123,7 +131,8 @@ export const chatCompletions: Surface<ChatRequest> = {
     }
   },
   worstCase(req, offer) {
-    return chatWorstCase(offer, req.promptBytes, req.maxOutput)
+    // Each of the n choices may run to the output bound: the provider bills every token of every one.
+    return chatWorstCase(offer, req.promptBytes, req.maxOutput, req.choices)
   },
   cost: chatCost,
   renderError,
