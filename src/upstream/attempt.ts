@@ -28,9 +28,15 @@ import type { ResponseSink } from './sink.js'
 const MAX_ERROR_BODY = 64 * 1024
 /** A held answer larger than this is a broken provider, not a completion (the router must hold it whole). */
 const MAX_HELD_RESPONSE = 64 * 1024 * 1024
+/**
+ * A stream event longer than this is a broken provider. An event is held until it ends and then written whole,
+ * to a client that may not be reading: at the JSON bound, six streams of one endless event each took the router
+ * from 129 MB to 954 MB. A chat chunk is a token or a few; an image inlined as a data URL is a few MiB.
+ */
+export const MAX_STREAM_EVENT = 8 * 1024 * 1024
 
-function tooLarge(): Error {
-  return Object.assign(new Error(`provider response exceeds ${MAX_HELD_RESPONSE} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' })
+function tooLarge(bound = MAX_HELD_RESPONSE): Error {
+  return Object.assign(new Error(`provider response exceeds ${bound} bytes`), { code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' })
 }
 
 /** A request body as an attempt sends it: bytes, a stream, or an upload's reader (request-body.ts). */
@@ -285,9 +291,9 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const codec = this.plan.codec
     if (phase === Phase.Relaying && codec.streaming) {
       codec.push(chunk, this.#emit)
-      if (codec.pendingBytes > MAX_HELD_RESPONSE) {
+      if (codec.pendingBytes > MAX_STREAM_EVENT) {
         // One event that never ends is a broken provider: held without bound it would be memory without bound.
-        this.#abortRequest?.(tooLarge())
+        this.#abortRequest?.(tooLarge(MAX_STREAM_EVENT))
         return
       }
       if (!this.#writable) {

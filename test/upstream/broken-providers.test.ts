@@ -285,15 +285,15 @@ t.test('usage counts that are not whole non-negative numbers are estimated, neve
 })
 
 t.test('a stream event that never ends is cut at the bound as a provider failure, not held without limit', async (t) => {
+  let sent = 0
   const stack = await stackWith(
     t,
     (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       const filler = Buffer.alloc(1024 * 1024, 0x61)
       res.write('data: {"id":"chatcmpl-x","choices":[{"delta":{"content":"')
-      let sent = 0
       const more = (): void => {
-        while (sent < 80) {
+        while (sent < 40) {
           sent++
           if (!res.write(filler)) return void res.once('drain', more)
         }
@@ -303,6 +303,8 @@ t.test('a stream event that never ends is cut at the bound as a provider failure
     },
   )
   const res = await post(stack, STREAM)
+  // Cut a few socket buffers past MAX_STREAM_EVENT (8 MiB), far before the 40 MiB the provider had to send.
+  t.ok(sent > 8 && sent < 24, `cut after ${sent} MiB`)
   // Nothing of it reached the client (no event ever completed), so the next provider served the request.
   t.equal(res.status, 200)
   const traceLine = res.text.split('\n').find((l) => l.includes('x_svc_trace'))!
