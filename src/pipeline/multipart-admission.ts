@@ -9,7 +9,7 @@
 import type { Failover } from '../upstream/failover.js'
 import type { Usage } from '../billing/cost.js'
 import { AUDIO_HEAD_BYTES } from '../codecs/audio-duration.js'
-import { MultipartScan, type FormHead } from '../codecs/multipart.js'
+import { MultipartScan, PartWatch, type FormHead } from '../codecs/multipart.js'
 import { RouterError } from '../errors.js'
 import type { Handler } from '../server/app.js'
 import { watchAnswer, type HeaderList, type Reply } from '../server/reply.js'
@@ -88,6 +88,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     })
     // Not multipart at all: answered already, and uWS allows no body reader after the answer.
     if (refused) return
+    // Over the whole upload, past where the scan stops: a part the router acted on must not come twice.
+    const watch = PartWatch.of(head.contentType, surface.singleParts)
     // Streamed on: into pooled memory the replay buffer and the attempts hold (upstream/chunk-pool.ts).
     const source = reply.bodySource(spooled === undefined ? uploadChunks : undefined)
     // The upload as the replay buffer (or the spool) and the attempts read it: counted against the cap, shown
@@ -98,6 +100,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
           if (refused) return
           received += chunk.length
           if (received > max) return refuse(tooLarge(), headersNow())
+          const repeated = watch?.push(chunk) ?? null
+          if (repeated !== null) return refuse(repeated, headersNow())
           if (!scan.finished) scan.push(chunk, last)
           handler(chunk, last)
         })

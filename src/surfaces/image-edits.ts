@@ -24,6 +24,7 @@ export const imageEdits: MultipartSurface<ImageEditRequest, ImageUsage> = {
   modelType: 'text-to-image',
   dimension: DIMENSION_IMAGE,
   fileField: '',
+  singleParts: new Set(['model', 'n', ...Object.keys(CHECKED)]),
   // Every field is read before admission, so `n` (and response_format) are known wherever they come.
   wholeForm: true,
   fromForm(form, upload, head) {

@@ -65,6 +65,8 @@ export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = Ch
   readonly fileField: string
   /** The form is read to its end (within upstream.replay_buffer_bytes) before admission: see ScanOptions. */
   readonly wholeForm?: boolean
+  /** Parts the router acts on, which may come once: a repeat anywhere in the upload is a 400 (PartWatch). */
+  readonly singleParts: ReadonlySet<string>
   fromForm(form: FormHead, upload: Upload, head: RequestHead): R | RouterError
 }
 

@@ -42,6 +42,8 @@ export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> 
   modelType: 'speech-to-text',
   dimension: DIMENSION_AUDIO,
   fileField: 'file',
+  // The file too: its header bounds the reservation, and a second file is audio the router never heard of.
+  singleParts: new Set(['model', 'file', ...Object.keys(CHECKED)]),
   fromForm(form, upload, head) {
     const req = multipartRequest(form, upload, head, CHECKED)
     if (req instanceof RouterError) return req

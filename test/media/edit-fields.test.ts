@@ -5,12 +5,14 @@
  * - the hold is n × the image price (1 when n is absent), not the most an edit may ask for, so a capped key
  *   that can pay for what it asks is served;
  * - a response_format or n out of range after the image is a 400, as it would be before it;
- * - a form past the replay buffer is read only that far: an `n` beyond it is unknown, the most is held.
+ * - a form past the replay buffer is read only that far: an `n` beyond it is unknown, the most is held;
+ * - a part the router acts on (model, n, response_format, a transcription's file) may come once, wherever in the
+ *   upload: the router would have priced and checked one value while the provider acts on another.
  */
 import t from 'tap'
 import { request } from 'undici'
 import { startStack, type Stack } from '../helpers/stack.js'
-import { A, atto, charges, IMAGE_MODEL, mediaProviders, PRICE_SORT } from './fixtures.js'
+import { A, atto, AUDIO_MODEL, charges, IMAGE_MODEL, mediaProviders, PRICE_SORT, wav } from './fixtures.js'
 
 const BOUNDARY = 'svc-edit-fields'
 
@@ -30,8 +32,8 @@ function form(parts: Part[]): Buffer {
   return Buffer.concat(out)
 }
 
-async function edit(stack: Stack, auth: Record<string, string>, body: Buffer) {
-  const res = await request(stack.url + '/v1/images/edits', {
+async function edit(stack: Stack, auth: Record<string, string>, body: Buffer, path = '/v1/images/edits') {
+  const res = await request(stack.url + path, {
     method: 'POST',
     headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...auth, ...PRICE_SORT },
     body,
@@ -91,4 +93,27 @@ t.test('a form past the replay buffer: read that far, so an n beyond it is unkno
   t.equal(rich.json.x_svc_trace.billing.total_cost, '0.006', 'billed for what came back')
   t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 200_000, 'the whole upload went through')
   t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})
+
+t.test('a part the router acts on may come once, before or past where it stops reading: a repeat is a 400, nothing billed', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { upstream: { replay_buffer_bytes: 64 * 1024 } })
+  const big = { file: 'image', bytes: Buffer.alloc(200_000, 9) }
+  const audio = { file: 'file', bytes: wav(2) }
+  const cases: [string, string, Part[], string][] = [
+    ['edit: n, then n again', '/v1/images/edits', [['model', IMAGE_MODEL], IMAGE, ['prompt', 'x'], ['n', '1'], ['n', '10']], 'n'],
+    ['edit: model again past the replay buffer', '/v1/images/edits', [['model', IMAGE_MODEL], ['prompt', 'x'], big, ['model', 'other-model']], 'model'],
+    ['transcription: model again after the file', '/v1/audio/transcriptions', [['model', AUDIO_MODEL], audio, ['model', 'other-model']], 'model'],
+    ['transcription: a second file', '/v1/audio/transcriptions', [['model', AUDIO_MODEL], audio, { file: 'file', bytes: Buffer.alloc(300_000, 1) }], 'file'],
+  ]
+  for (const [label, path, parts, name] of cases) {
+    const out = await edit(stack, stack.auth, form(parts), path)
+    t.equal(out.status, 400, label)
+    t.equal(out.json.error.code, 'invalid_request')
+    t.equal(out.json.error.message, `the multipart field ${name} may appear only once`)
+  }
+  t.same(await charges(stack), [], 'nothing billed')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing held')
+  // Repeats of a field the router does not act on are the provider's to read (OpenAI's array fields).
+  const arrays = await edit(stack, stack.auth, form([['model', AUDIO_MODEL], ['timestamp_granularities[]', 'word'], ['timestamp_granularities[]', 'segment'], audio]), '/v1/audio/transcriptions')
+  t.equal(arrays.status, 200, 'array fields pass')
 })

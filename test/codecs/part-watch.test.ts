@@ -1,0 +1,77 @@
+/**
+ * PartWatch (codecs/multipart.ts): every part name of a streamed multipart upload, over the whole body, whatever
+ * the chunk boundaries: a repeat of a watched name is reported, other repeats (array fields) are not, and what
+ * follows the closing delimiter is not parts.
+ */
+import t from 'tap'
+import { boundaryOf, PartWatch } from '../../src/codecs/multipart.js'
+
+const BOUNDARY = 'b0UND4ry-x'
+const TYPE = `multipart/form-data; boundary=${BOUNDARY}`
+const WATCHED = new Set(['model', 'n', 'file'])
+
+type Part = [name: string, value: string] | { file: string; bytes: Buffer }
+
+function form(parts: Part[], epilogue = ''): Buffer {
+  const out: Buffer[] = [Buffer.from('preamble, ignored\r\n')]
+  for (const p of parts) {
+    if (Array.isArray(p)) out.push(Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${p[0]}"\r\n\r\n${p[1]}\r\n`))
+    else {
+      out.push(Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="${p.file}"; filename="a.wav"\r\ncontent-type: audio/wav\r\n\r\n`))
+      out.push(p.bytes, Buffer.from('\r\n'))
+    }
+  }
+  out.push(Buffer.from(`--${BOUNDARY}--\r\n${epilogue}`))
+  return Buffer.concat(out)
+}
+
+/** The watch's verdict on `body` pushed in chunks of `size` bytes: the refusal's message, or '' for none. */
+function verdict(body: Buffer, size: number): string {
+  const watch = PartWatch.of(TYPE, WATCHED)!
+  for (let at = 0; at < body.length; at += size) {
+    const err = watch.push(body.subarray(at, at + size))
+    if (err !== null) return err.message
+  }
+  return ''
+}
+
+const FILE = { file: 'file', bytes: Buffer.alloc(3000, 0x0d) }
+const SIZES = [1, 2, 3, 5, 7, 13, 64, 1000, 1 << 20]
+
+t.test('a watched name that comes twice is found at every chunk size, before or after a file', async (t) => {
+  const cases: [string, Part[], string][] = [
+    ['model then model', [['model', 'a'], ['model', 'b']], 'model'],
+    ['model, file, model', [['model', 'a'], FILE, ['model', 'b']], 'model'],
+    ['n before and after the file', [['n', '1'], FILE, ['model', 'a'], ['n', '10']], 'n'],
+    ['two files', [['model', 'a'], FILE, FILE], 'file'],
+  ]
+  for (const [label, parts, name] of cases) {
+    for (const size of SIZES) t.equal(verdict(form(parts), size), `the multipart field ${name} may appear only once`, `${label}, chunks of ${size}`)
+  }
+})
+
+t.test('repeats of other names, one of each watched name, and parts after the closing delimiter pass', async (t) => {
+  const cases: [string, Buffer][] = [
+    ['array fields', form([['model', 'a'], ['timestamp_granularities[]', 'word'], ['timestamp_granularities[]', 'segment'], FILE])],
+    ['every watched name once', form([['n', '2'], ['model', 'a'], FILE])],
+    ['a look-alike in a value', form([['model', 'a'], ['prompt', `--${BOUNDARY}x`], FILE])],
+    ['the epilogue', form([['model', 'a']], `--${BOUNDARY}\r\ncontent-disposition: form-data; name="model"\r\n\r\nb\r\n`)],
+  ]
+  for (const [label, body] of cases) for (const size of SIZES) t.equal(verdict(body, size), '', `${label}, chunks of ${size}`)
+})
+
+t.test('a part head past 16 KiB is refused: a repeat cannot hide behind it', async (t) => {
+  const long = Buffer.concat([
+    Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="model"\r\nx-pad: ${'p'.repeat(20_000)}\r\n\r\na\r\n--${BOUNDARY}--\r\n`),
+  ])
+  t.match(verdict(long, 4096), /headers exceed 16384 bytes/)
+})
+
+t.test('boundaryOf reads the parameter quoted or not, and only as a parameter', async (t) => {
+  t.equal(boundaryOf('multipart/form-data; boundary=abc'), 'abc')
+  t.equal(boundaryOf('multipart/form-data; charset=utf-8; BOUNDARY=abc ; x=y'), 'abc')
+  t.equal(boundaryOf('multipart/form-data; boundary="a b;c\\"d"'), 'a b;c"d')
+  t.equal(boundaryOf('multipart/form-data; xboundary=abc'), null)
+  t.equal(boundaryOf('multipart/form-data'), null)
+  t.equal(boundaryOf('multipart/form-data; boundary='), null)
+})
