@@ -49,10 +49,13 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
 /**
  * Provider answers that make the router try the next candidate (DESIGN.md §4: 5xx and 429), and redirects: the
  * router never follows one (it would send the client's request to an address that is not on the ledger) and a
- * 3xx is no answer a client can use, so it counts as the provider failing, like a 5xx.
+ * 3xx is no answer a client can use, so it counts as the provider failing, like a 5xx. So do the 4xx that judge
+ * the router's own standing with the provider, not the client's request: 401 and 403 (the router's credentials
+ * there), 402 (its account there), 407 (a proxy's credentials). Passed on, they told the client's SDK that its
+ * own key was bad (an AuthenticationError for a key that works).
  */
 export function isRetryableStatus(status: number): boolean {
-  return status >= 500 || status === 429 || (status >= 300 && status < 400)
+  return status >= 500 || status === 429 || (status >= 300 && status < 400) || status === 401 || status === 402 || status === 403 || status === 407
 }
 
 /** Provider answers that count against its health: all the retryable ones except 429 (it is only busy). */

@@ -337,3 +337,29 @@ t.test('a provider id that could break the response head is never sent as SVC-Re
   t.equal(res.headers['svc-res-key'], undefined)
   t.equal(JSON.parse(res.text).id, 'chatcmpl-1\r\nX-Injected: yes', 'the body is relayed as the provider sent it')
 })
+
+t.test("a provider's 401, 402, 403 or 407 judges the router's standing there: failover, then 502, never the client's auth error", async (t) => {
+  for (const status of [401, 402, 403, 407]) {
+    const reject: Respond = (_req, res) => {
+      res.writeHead(status, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ error: { message: 'provider key bad', type: 'invalid_request_error' } }))
+    }
+    const stack = await stackWith(t, reject)
+    const served = await post(stack, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })
+    t.equal(served.status, 200, `${status}: the next provider served it`)
+    t.same(JSON.parse(served.text).x_svc_trace.attempts, [
+      { provider: BAD, status, error: `http_${status}` },
+      { provider: GOOD, status: 200 },
+    ])
+    const alone = await stackWith(t, reject, true)
+    const sdk = new OpenAI({ baseURL: alone.url + '/v1', apiKey: alone.key, maxRetries: 0 })
+    const err = await sdk.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 }).then(
+      () => null,
+      (e: unknown) => e,
+    )
+    t.ok(err instanceof OpenAI.APIError && !(err instanceof OpenAI.AuthenticationError) && !(err instanceof OpenAI.PermissionDeniedError), `${status}: not an auth error for the client`)
+    t.equal((err as InstanceType<typeof OpenAI.APIError>).status, 502)
+    t.equal((err as InstanceType<typeof OpenAI.APIError>).code, 'provider_error')
+    t.equal(await charges(alone), 0, 'nothing billed')
+  }
+})
