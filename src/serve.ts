@@ -194,9 +194,17 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
   const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
   const ledger = new Ledger(store.ledger, writer, { budgetWaitMs: config.limits.budget_wait_ms })
+  const stopWatchingRevocations = credentials.onApiKeyRevoked((keyId) => ledger.keyRevoked(keyId))
   const stopWatchingLedger = store.changes.subscribe((change) => {
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
     reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
+    // A key another process changed may have been revoked: its requests waiting for room must not be sent.
+    if (change.kind === 'key') {
+      store.keys.getApiKey(change.accountId, change.keyId).then(
+        (key) => key?.revoked === true && ledger.keyRevoked(key.id),
+        (err: unknown) => log.error('billing: reading a key changed by another process failed', { err: String(err) }),
+      )
+    }
   })
   const deps: AdmissionDeps = {
     table,
@@ -306,6 +314,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     await tracing?.close()
     watcher?.close()
     stopWatchingLedger()
+    stopWatchingRevocations()
     // Jobs still running are detached (resumed at the next start); what they billed is written just below.
     await jobs.close()
     // Charges settled before the close are written before the store goes.

@@ -20,6 +20,7 @@ export class Credentials {
   readonly #store: Pick<Store, 'accounts' | 'keys'>
   readonly #cache: KeyCache | null
   readonly #now: () => number
+  readonly #revoked = new Set<(keyId: string) => void>()
 
   constructor(store: Pick<Store, 'accounts' | 'keys'>, cache: KeyCache | null, now: () => number = Date.now) {
     this.#store = store
@@ -63,8 +64,17 @@ export class Credentials {
 
   async revokeApiKey(accountId: string, keyId: string): Promise<ApiKeyRecord | null> {
     const record = await this.#store.keys.revokeApiKey(accountId, keyId, this.#now())
-    if (record !== null) this.#cache?.invalidate(record.hash)
+    if (record !== null) {
+      this.#cache?.invalidate(record.hash)
+      for (const listener of this.#revoked) listener(record.id)
+    }
     return record
+  }
+
+  /** Calls `listener` with the id of every API key revoked through this object (the ledger's waiting requests). */
+  onApiKeyRevoked(listener: (keyId: string) => void): () => void {
+    this.#revoked.add(listener)
+    return () => this.#revoked.delete(listener)
   }
 
   async issueMgmtKey(accountId: string, name: string, scopes: readonly Scope[]): Promise<Issued<MgmtKeyRecord>> {

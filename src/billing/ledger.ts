@@ -40,6 +40,8 @@ interface KeyBook {
   /** Spend of the current period, settled charges included as soon as they settle. */
   used: bigint
   reserved: bigint
+  /** The key was revoked: nothing more is held for it (spec §3: at once, requests waiting for room included). */
+  revoked?: true
 }
 
 /** What a settled request is billed for, with the cost at the served offer's prices. */
@@ -126,6 +128,18 @@ export class Ledger {
     const key = principal.keyId === null ? null : this.#keys.get(principal.keyId)
     if (account === undefined || key === undefined) throw new Error(`ledger: books of ${principal.accountId} are not loaded (call prepare first)`)
     return new Reservation(this.#writer, this.#now, requestId, principal, account, key, this.#waiters, this.#waitMs)
+  }
+
+  /**
+   * The key was revoked (here or by another process): its requests still waiting for room, and any later hold
+   * (a failover re-pricing), are refused with 401 invalid_api_key instead of being sent. Requests already sent
+   * run to their end and are billed.
+   */
+  keyRevoked(keyId: string): void {
+    const key = this.#keys.get(keyId)
+    if (key === undefined || key.revoked === true) return
+    key.revoked = true
+    this.#waiters.wake()
   }
 
   /** atto-USD held by the account's in-flight requests. */
@@ -327,6 +341,7 @@ export class Reservation {
   #hold(amount: bigint): { readonly err: RouterError; readonly final: boolean } | null {
     const key = this.#key
     if (key !== null) {
+      if (key.revoked === true) return { err: new RouterError('invalid_api_key', 'the API key was revoked'), final: true }
       roll(key, this.#now())
       const limit = this.#limit
       if (limit !== null && key.used + key.reserved + amount > limit) {

@@ -180,3 +180,35 @@ t.test(`a burst of ${N} on a capped key spends at least 70% of the cap before re
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing left held')
   t.equal(stack.router.ledger.waiting, 0, 'nobody left waiting')
 })
+
+t.test('a request waiting for room when its key is revoked is refused with 401, never sent or billed', async (t) => {
+  // A provider slow enough for the first request to hold the key's whole limit while the second waits.
+  const slow = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { ttftMs: 600, completionTokens: 4 } }])
+  const sim = slow.sims.get(P)!
+  const key = await slow.newApiKey({ creditLimit: (3n * WORST) / 2n })
+  const send = async (): Promise<Answer> => {
+    const res = await request(`${slow.url}/v1/chat/completions`, { method: 'POST', headers: { ...key.auth, 'content-type': 'application/json' }, body: BODY })
+    return { status: res.statusCode, json: (await res.body.json()) as Answer['json'] }
+  }
+  const first = send()
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  const second = send()
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(slow.router.ledger.waiting, 1, 'the second request waits for the first one’s hold')
+  const revoked = await request(`${slow.url}/v1/api-keys/${key.id}`, { method: 'DELETE', headers: slow.mgmtAuth })
+  t.equal(revoked.statusCode, 200)
+  await revoked.body.dump()
+  const [a, b] = await Promise.all([first, second])
+  t.equal(a.status, 200, 'the request already sent runs to its end')
+  t.equal(b.status, 401, 'the waiting one is refused at once')
+  t.equal(b.json.error?.code, 'invalid_api_key')
+  t.equal(sim.stats.requests, 1, 'only the first reached the provider')
+  const journal = await slow.router.store.ledger.journal(slow.account)
+  t.same(
+    journal.filter((e) => e.kind === 'charge').map((e) => e.requestId),
+    [a.json.x_svc_trace!.request_id],
+    'only the first is billed',
+  )
+  t.equal(slow.router.ledger.reserved(slow.account), 0n, 'nothing left held')
+  t.equal(slow.router.ledger.waiting, 0)
+})
