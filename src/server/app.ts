@@ -113,8 +113,13 @@ function onHeaderField(name: string, value: string): void {
     scan.values[slot] = value
   } else if ((JOINED & bit) !== 0) {
     scan.values[slot] += ',' + value
-  } else if (slot < CONFLICT_CHECKED && scan.conflict === '' && value !== scan.values[slot] && trimOws(value) !== trimOws(scan.values[slot]!)) {
-    scan.conflict = name
+  } else if (slot < CONFLICT_CHECKED && scan.conflict === '' && value !== scan.values[slot]) {
+    // A copy blank after trimming is unset (spec §4.7), so it conflicts with nothing: the other copy counts.
+    const now = trimOws(value)
+    const kept = trimOws(scan.values[slot]!)
+    if (now.length === 0 || now === kept) return
+    if (kept.length === 0) scan.values[slot] = value
+    else scan.conflict = name
   }
 }
 

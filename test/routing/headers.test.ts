@@ -172,6 +172,13 @@ t.test('header domains', async (t) => {
     t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['private', 'private'] }), 'trust mode twice'), P)
   })
 
+  t.test('a blank copy of a routing header is unset: the other copy counts, in either order', async (t) => {
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Sort': [' ', 'price'] }), 'blank, then price'), P)
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['private', ''] }), 'private, then blank'), P)
+    t.equal(expectServed(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['\t', 'private', ' '] }), 'blank around private'), P)
+    expectError(t, await chat(stack, { 'X-SVC-Provider-Trust-Mode': ['', 'private', 'standard'] }), 400, 'invalid_trust_mode', 'two values beside a blank')
+  })
+
   t.test('a routing header sent twice with different values is 400 with its own code', async (t) => {
     const before = requests(stack, P)
     expectError(t, await chat(stack, { 'X-SVC-Provider-Sort': ['price', 'latency'] }), 400, 'invalid_provider_header', 'sort')
