@@ -66,9 +66,27 @@ function parseResetPeriod(value: unknown): ResetPeriod {
   return value as ResetPeriod
 }
 
+/**
+ * Whether the timestamp's date and time exist as written: Date.parse rolls 2030-02-30 over to 2030-03-02 and
+ * 24:30 into the next day, which would store a time the client never sent.
+ */
+function realCalendarTime(value: string): boolean {
+  const year = Number(value.slice(0, 4))
+  const month = Number(value.slice(5, 7))
+  const day = Number(value.slice(8, 10))
+  if (month < 1 || month > 12 || day < 1 || day > new Date(Date.UTC(year, month, 0)).getUTCDate()) return false
+  if (value.length === 10) return true
+  const hours = Number(value.slice(11, 13))
+  const minutes = Number(value.slice(14, 16))
+  const seconds = value[16] === ':' ? Number(value.slice(17, 19)) : 0
+  if (hours > 23 || minutes > 59 || seconds > 59) return false
+  const zone = value.endsWith('Z') ? '' : value.slice(-6)
+  return zone === '' || (Number(zone.slice(1, 3)) <= 23 && Number(zone.slice(4, 6)) <= 59)
+}
+
 function parseExpiresAt(value: unknown, now: number): number | null {
   if (value === null) return null
-  const ms = typeof value === 'string' && ISO_TIMESTAMP.test(value) ? Date.parse(value) : NaN
+  const ms = typeof value === 'string' && ISO_TIMESTAMP.test(value) && realCalendarTime(value) ? Date.parse(value) : NaN
   if (!Number.isFinite(ms)) throw bad('expires_at must be an ISO 8601 timestamp with a time zone (e.g. "2030-01-31T00:00:00Z"), or null')
   if (ms <= now) throw bad('expires_at must be in the future')
   return ms
