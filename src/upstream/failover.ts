@@ -176,7 +176,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     }
     // The per-provider cap (limiter.ts): run now, after a wait in its queue, or move on to the next candidate.
     this.#ctx.pools.limiter.acquire(offer.provider.address, run, () => {
-      if (this.#current !== handler) return this.abandoned(handler, false)
+      if (this.#current !== handler) return this.#unsent()
       this.#busy++
       this.missed(handler, { provider: offer.provider.address, status: null, error: 'provider_busy' }, MissKind.Failure, '')
     })
@@ -258,10 +258,23 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     })
   }
 
+  /** The receiver went away while the attempt waited for room at its provider (limiter.ts): it was never sent. */
+  #unsent(): void {
+    this.#finished = true
+    this.#current = null
+    const budget = this.#req.budget
+    if (budget.open) budget.release()
+    this.#publishEnd(499, null, 'client_closed')
+  }
+
   abandoned(a: AttemptHandler, produced: boolean): void {
     const budget = this.#req.budget
     this.#finished = true
     this.#current = null
+    // The provider was asked: the attempt counts, in the request's end event and the access log.
+    const attempt: Attempt = { provider: a.offer.provider.address, status: a.status === 0 ? null : a.status, error: 'client_closed' }
+    this.#attempts.push(attempt)
+    this.#publishAttempt(a, attempt)
     if (!budget.open) return this.#publishEnd(499, a, 'client_closed')
     // A provider that produced something (events relayed, or a whole answer) did the work: it is billed.
     if (!produced) {

@@ -65,3 +65,30 @@ t.test('a request every provider fails publishes its error end and no settlement
   t.equal(settles.length, 0)
   t.match(ends, [{ status: 502, provider: null, error: 'provider_error', attempts: 1 }])
 })
+
+t.test('a client that leaves mid-stream ends with 499 client_closed and its attempt counted', async (t) => {
+  const stack = await startStack(t, [{ address: addr('a'), models: [{ id: MODEL }], sim: { tokensPerS: 20, completionTokens: 40 } }])
+  const attempts = listen<AttemptEvent>(t, 'svc-router:attempt:end')
+  const ends = listen<RequestEndEvent>(t, 'svc-router:request:end')
+  const controller = new AbortController()
+  const res = await request(stack.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...stack.auth },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    signal: controller.signal,
+  })
+  // Two chunks in, the client goes.
+  let chunks = 0
+  await new Promise<void>((resolve) => {
+    res.body.on('data', () => {
+      if (++chunks === 2) {
+        controller.abort()
+        resolve()
+      }
+    })
+    res.body.on('error', () => resolve())
+  })
+  for (let i = 0; i < 100 && ends.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+  t.match(ends, [{ status: 499, error: 'client_closed', provider: addr('a'), attempts: 1 }])
+  t.match(attempts, [{ provider: addr('a'), status: 200, error: 'client_closed' }])
+})
