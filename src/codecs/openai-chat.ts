@@ -8,6 +8,7 @@ import { renderError, type RouterError } from '../errors.js'
 import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
 import { OpenAiSseCodec } from './openai-sse.js'
 import { spliceTrace } from './trace-splice.js'
+import { isUtf8 } from 'node:buffer'
 
 const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
 const JSON_HEADERS = ['Content-Type', 'application/json']
@@ -140,8 +141,12 @@ export class ChatJsonCodec implements ResponseCodec {
   }
 }
 
-/** The provider's JSON answer as an object, or null when it is not one. */
+/**
+ * The provider's JSON answer as an object, or null when it is not one. JSON is UTF-8 (RFC 8259): a body that
+ * is not would decode here with replacement characters and reach the client as bytes a strict decoder refuses.
+ */
 function parseObject(body: Buffer): ChatResponse | null {
+  if (!isUtf8(body)) return null
   try {
     const value: unknown = JSON.parse(body.toString('utf8'))
     return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as ChatResponse) : null

@@ -5,8 +5,8 @@
  * its own `data: [DONE]` go there) and, when the router asked for usage on the client's behalf, the
  * provider's usage-only chunk.
  *
- * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not JSON is
- * forwarded as it is.
+ * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not a JSON object
+ * (by its first and last bytes) is dropped and the stream counts as failed (sawError).
  */
 import { isHeaderSafeId, type Emit } from './codec.js'
 import { SseFramer } from './sse-framing.js'
@@ -260,6 +260,14 @@ export class OpenAiSseCodec {
     this.#started = true
     if (isDone(src, from, to)) {
       this.#sawDone = true
+      return true
+    }
+    // Chunks are JSON objects: anything else is the provider failing, never relayed (a client's SDK would throw
+    // on it). Looked at by its first and last bytes only; a blank payload is no chunk and is dropped.
+    const first = skipSpace(src, from, to)
+    if (first === to) return true
+    if (src[first] !== 123 || src[skipSpaceBack(src, first, to) - 1] !== 125) {
+      this.#sawError = true
       return true
     }
     this.#events++

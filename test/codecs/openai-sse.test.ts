@@ -105,12 +105,13 @@ t.test('events after the provider\'s [DONE] are still relayed, and the stream st
   t.ok(r.codec.sawDone)
 })
 
-t.test('content that merely mentions [DONE] is relayed', async (t) => {
+t.test('content that merely mentions [DONE] is relayed; a payload that only looks like it is no end, and no chunk', async (t) => {
   const body = chunk('[DONE]') + 'data: [DONE] now\n\n' + 'data: [done]\n\n'
   const r = run([body])
-  t.equal(r.out, body)
+  t.equal(r.out, chunk('[DONE]'))
   t.notOk(r.codec.sawDone)
-  t.equal(r.codec.events, 3)
+  t.equal(r.codec.events, 1)
+  t.ok(r.codec.sawError, 'neither a chunk nor the end: the provider failed')
 })
 
 t.test('comments before the first data event are held and go out with it, once the chat id is known', async (t) => {
@@ -267,13 +268,22 @@ t.test('multi-line data is joined with LF and parsed', async (t) => {
   t.equal(r.out, '', 'a usage-only chunk split over lines is withheld too')
 })
 
-t.test('a malformed payload is relayed as it is', async (t) => {
-  const body = 'data: {"id":"chatcmpl-x","usage":{"prompt_tokens":1\n\ndata: \n\ndata\n\n' + chunk('a')
-  const r = run([body])
-  t.equal(r.out, body)
-  t.equal(r.codec.usage, null)
-  t.equal(r.codec.chatId, ID)
-  t.equal(r.codec.events, 4)
+t.test('a payload that is not a JSON object is dropped and fails the stream; a blank one is only dropped', async (t) => {
+  for (const bad of ['{"id":"chatcmpl-x","usage":{"prompt_tokens":1', 'not json', '[1,2]', '"text"', '\u0000\u0001garbage', '{"a":1}x']) {
+    const r = run([`data: ${bad}\n\n` + chunk('a')])
+    t.equal(r.out, chunk('a'), `${JSON.stringify(bad)} is not relayed`)
+    t.equal(r.codec.usage, null)
+    t.equal(r.codec.events, 1)
+    t.ok(r.codec.sawError, `${JSON.stringify(bad)} fails the stream`)
+  }
+  const blank = run(['data: \n\ndata\n\ndata:\t \n\n' + chunk('a')])
+  t.equal(blank.out, chunk('a'))
+  t.equal(blank.codec.chatId, ID)
+  t.equal(blank.codec.events, 1)
+  t.notOk(blank.codec.sawError, 'a blank payload is no failure')
+  const padded = run(['data:  \t{"id":"chatcmpl-p","choices":[]} \t\n\n' + chunk('a')])
+  t.equal(padded.codec.events, 2, 'JSON whitespace around the object is allowed')
+  t.notOk(padded.codec.sawError)
 })
 
 t.test('LF, CRLF, CR and mixed line endings relay the same events', async (t) => {

@@ -363,3 +363,37 @@ t.test("a provider's 401, 402, 403 or 407 judges the router's standing there: fa
     t.equal(await charges(alone), 0, 'nothing billed')
   }
 })
+
+t.test('a stream of events that are not JSON (then [DONE]) is a provider failure, none of it relayed or billed', async (t) => {
+  const garbage: Respond = (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end('data: {not json\n\ndata: \u0000\u0001garbage\n\ndata: [1,2]\n\ndata: [DONE]\n\n')
+  }
+  const served = await post(await stackWith(t, garbage), STREAM)
+  t.equal(served.status, 200)
+  t.notMatch(served.text, /not json|garbage|\[1,2\]/, 'nothing of it reached the client')
+  const events = served.text.split('\n\n').filter((e) => e.length > 0)
+  t.same(JSON.parse(events.at(-2)!.slice('data: '.length)).x_svc_trace.attempts, [
+    { provider: BAD, status: 200, error: 'stream_error' },
+    { provider: GOOD, status: 200 },
+  ])
+  const alone = await stackWith(t, garbage, true)
+  const res = await post(alone, STREAM)
+  t.equal(res.status, 502)
+  t.equal(JSON.parse(res.text).error.code, 'provider_error')
+  t.equal(await charges(alone), 0, 'nothing billed')
+  t.equal(alone.router.ledger.reserved(alone.account), 0n)
+})
+
+t.test('a JSON answer that is not UTF-8 is a provider failure, never relayed', async (t) => {
+  const latin1: Respond = (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    const text = '{"id":"chatcmpl-l","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"caf\u00e9"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
+    res.end(Buffer.from(text, 'latin1'))
+  }
+  const alone = await stackWith(t, latin1, true)
+  const res = await post(alone, { ...STREAM, stream: false })
+  t.equal(res.status, 502)
+  t.same(JSON.parse(res.text).x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'invalid_json' }])
+  t.equal(await charges(alone), 0, 'nothing billed')
+})
