@@ -161,6 +161,8 @@ t.test('heads uWS 20.43 cannot parse get no answer and are closed by its idle ti
     ['49 fields', headWithFields(49)],
     ['100 fields', headWithFields(100)],
     ['no Host', 'GET /ok HTTP/1.1\r\n\r\n'],
+    // RFC 9112 §3.2.2 asks servers to accept it (proxies' form); uWS 20.43 does not parse it.
+    ['an absolute-form target', 'GET http://a/ok HTTP/1.1\r\nHost: a\r\n\r\n'],
   ]
   const results = await Promise.all(cases.map(([, bytes]) => exchange(app.port, [bytes], { waitMs: IDLE_CLOSE_MS + 5_000 })))
   cases.forEach(([what], i) => assertClosedUnanswered(t, results[i]!, IDLE_CLOSE_MS, what))
