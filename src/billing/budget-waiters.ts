@@ -16,7 +16,6 @@ interface Waiter {
   readonly attempt: HoldAttempt
   readonly resolve: (refused: RouterError | null) => void
   readonly timer: NodeJS.Timeout
-  readonly refusal: RouterError
 }
 
 export class BudgetWaiters {
@@ -27,11 +26,14 @@ export class BudgetWaiters {
     return this.#list.length
   }
 
-  /** Resolves with null once `attempt` held its amount, or with a 402 once it never can or `waitMs` passed. */
-  wait(attempt: HoldAttempt, waitMs: number, refusal: RouterError): Promise<RouterError | null> {
+  /**
+   * Resolves with null once `attempt` held its amount, or with a 402 once it never can or `waitMs` passed: then
+   * `refusal()`, the 402 as things stand at that moment (its figures are the budget's then, not at arrival).
+   */
+  wait(attempt: HoldAttempt, waitMs: number, refusal: () => RouterError): Promise<RouterError | null> {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => this.#settle(waiter, refusal), waitMs)
-      const waiter: Waiter = { attempt, resolve, timer, refusal }
+      const timer = setTimeout(() => this.#settle(waiter, refusal()), waitMs)
+      const waiter: Waiter = { attempt, resolve, timer }
       this.#list.push(waiter)
     })
   }

@@ -326,14 +326,18 @@ export class Reservation {
     // The hold given back above (a previous candidate's) may be what another request waits for.
     this.#waiters.wake()
     if (outcome.final || this.#waitMs <= 0) return outcome.err
+    // The 402 to answer with if the wait ends without room, as of the last try (every release wakes one).
+    let latest = outcome.err
     return this.#waiters.wait(
       () => {
-        if (!this.#open) return outcome.err
+        if (!this.#open) return latest
         const again = this.#hold(amount)
-        return again === null ? null : again.final ? again.err : 'blocked'
+        if (again === null) return null
+        latest = again.err
+        return again.final ? again.err : 'blocked'
       },
       this.#waitMs,
-      outcome.err,
+      () => latest,
     )
   }
 
