@@ -237,7 +237,9 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   return {
     registry,
     contentType: registry.contentType,
-    render: () => registry.metrics(),
+    // prom-client 15 writes NaN as "Nan" (lib/util.js), which the text format does not know (it is "NaN"): the
+    // event-loop lag gauges are NaN until their first sample, so a scrape right after start had such lines.
+    render: () => registry.metrics().then((text) => text.replaceAll(' Nan\n', ' NaN\n')),
     close() {
       for (const [name, fn] of subs) unsubscribe(name, fn)
     },

@@ -161,3 +161,15 @@ t.test('requests refused before the failover loop are counted too (401, 400, 404
   t.equal(m.get(`svc_request_duration_seconds_count{surface="chat",model=""}`), 4, 'their durations too')
   t.equal(m.get('svc_requests_in_flight'), 0, 'a refused request never counted as in flight')
 })
+
+t.test('a scrape before the event-loop monitor has a sample writes its NaN as the text format spells it', async (t) => {
+  const { startMetrics } = await import('../../src/telemetry/metrics.js')
+  // No providers, no models: only the process collectors, scraped in the same turn as they start.
+  const table = { providers: () => [], models: () => [] } as unknown as Parameters<typeof startMetrics>[0]
+  const metrics = startMetrics(table, { chargesQueued: () => 0 })
+  t.teardown(() => metrics.close())
+  const text = await metrics.render()
+  const lag = text.split('\n').filter((l) => l.startsWith('svc_nodejs_eventloop_lag_mean_seconds '))
+  t.same(lag, ['svc_nodejs_eventloop_lag_mean_seconds NaN'], 'NaN, not prom-client\'s "Nan"')
+  t.notMatch(text, / Nan$/m)
+})
