@@ -4,12 +4,14 @@
  * event loop keeps turning while a flush runs, and 'normal' never flushes. The database lives on the test's
  * own directory (a real disk), not on a tmpfs where a flush costs nothing.
  */
-import { readFileSync, statSync } from 'node:fs'
-import { join } from 'node:path'
+import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import Database from 'better-sqlite3'
 import type { Worker } from 'node:worker_threads'
 import t from 'tap'
 import { SqliteLedger } from '../../src/store/sqlite/ledger.js'
 import { SqliteConnection } from '../../src/store/sqlite/connection.js'
+import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import type { Charge } from '../../src/store/store.js'
 
 const ACCOUNT = '0x' + 'a'.repeat(40)
@@ -22,7 +24,10 @@ function charge(i: number): Charge {
 async function open(t: { testdir(): string; teardown(fn: () => void): void }, synchronous: 'full' | 'normal', upkeepEvery?: number) {
   const path = join(t.testdir(), 'svc.db')
   const conn = new SqliteConnection({ path, synchronous, upkeepEvery })
-  t.teardown(() => conn.close())
+  t.teardown(async () => {
+    await conn.stopUpkeep()
+    conn.close()
+  })
   const ledger = new SqliteLedger(conn)
   await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
   // The key row the charges point at.
@@ -191,4 +196,23 @@ t.test('an upkeep thread that ends mid-upkeep without an error (terminated) rele
   const totals = await ledger.totals(ACCOUNT)
   t.equal(totals.spent, 140_010n, 'every charge counted once, whatever the thread had folded')
   t.equal(totals.credited, 3n)
+})
+
+t.test("a closed store's files stay still: the upkeep thread's connection closes first, ours last removes the WAL", async (t) => {
+  for (let i = 0; i < 5; i++) {
+    const path = join(t.testdir(), `svc-${i}.db`)
+    // An upkeep after every write: the close comes while the thread checkpoints and folds.
+    const store = await openSqliteStore({ path, synchronous: 'full', upkeepEvery: 1 })
+    const raw = new Database(path)
+    const append = raw.prepare(`INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
+      prompt_tokens, completion_tokens, images, audio_ms) VALUES (?, 'charge', '7', ?, NULL, '', ?, 'm', 'p', 1, 1, 0, 0)`)
+    await store.ledger.addFunds(ACCOUNT, 'deposit', 5n, 'test', Date.now())
+    raw.transaction(() => {
+      for (let j = 0; j < 20_000; j++) append.run(ACCOUNT, `other-${j}`, Date.now())
+    })()
+    raw.close()
+    await store.ledger.addFunds(ACCOUNT, 'credit', 1n, 'test', Date.now())
+    await store.close()
+    t.same(readdirSync(dirname(path)).filter((f) => f.startsWith(`svc-${i}.db-`)), [], 'no WAL or shared-memory file once close() resolved')
+  }
 })

@@ -10,6 +10,9 @@ import { Worker } from 'node:worker_threads'
 import Database from 'better-sqlite3'
 import { migrate } from './migrate.js'
 
+/** How long stopUpkeep() waits for the upkeep thread (a fold of a long backlog) before closing anyway. */
+const UPKEEP_STOP_MS = 5_000
+
 export interface SqliteStoreOptions {
   /** Database file, or ':memory:'. Its directory is created if missing. */
   readonly path: string
@@ -216,10 +219,38 @@ export class SqliteConnection {
     })
   }
 
+  /**
+   * Ends the upkeep thread and resolves once it has closed its connection (or after UPKEEP_STOP_MS), so that
+   * ours, closed next, is the last one: it checkpoints what is left and removes the WAL, and no file of the
+   * database changes after that. Writes held for an upkeep under way go on. The store's close() calls it.
+   */
+  async stopUpkeep(): Promise<void> {
+    const worker = this.#upkeep
+    if (worker === null) return
+    this.#upkeep = null
+    worker.removeAllListeners()
+    worker.on('error', () => {})
+    let timer: NodeJS.Timeout | undefined
+    const exited = new Promise<void>((resolve) => {
+      worker.once('exit', () => resolve())
+      // A thread that does not end in time is left behind, and never what keeps the process up.
+      timer = setTimeout(() => {
+        worker.unref()
+        resolve()
+      }, UPKEEP_STOP_MS)
+    })
+    // Waited for: the process stays up until the thread has closed its connection.
+    worker.ref()
+    worker.postMessage('close')
+    this.#upkept()
+    await exited
+    clearTimeout(timer)
+  }
+
   close(): void {
     if (this.#closed) return
     this.#closed = true
-    // The thread closes its own connection; ours, the last one, then checkpoints what is left and removes the WAL.
+    // Without stopUpkeep() first, the thread closes its own connection whenever it reads 'close': maybe after ours.
     const worker = this.#upkeep
     this.#upkeep = null
     if (worker !== null) {

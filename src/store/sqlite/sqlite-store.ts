@@ -19,6 +19,7 @@ export class SqliteStore implements Store {
   readonly changes: SqliteChanges
   readonly jobs: SqliteJobs
   readonly #conn: SqliteConnection
+  #closing: Promise<void> | null = null
 
   constructor(options: SqliteStoreOptions) {
     this.#conn = new SqliteConnection(options)
@@ -34,9 +35,17 @@ export class SqliteStore implements Store {
     }
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    if (this.#closing === null) this.#closing = this.#close()
+    return this.#closing
+  }
+
+  async #close(): Promise<void> {
     if (this.#conn.closed) return
     this.changes.close()
+    // First the upkeep thread and its connection: ours is then the last, and no file of the database changes
+    // once the store has closed (the last connection checkpoints and removes the WAL).
+    await this.#conn.stopUpkeep()
     // Leaves the totals folded for whoever opens the file next (a fold not done here is done by the next reader).
     try {
       this.ledger.fold()
