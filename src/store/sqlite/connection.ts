@@ -225,11 +225,8 @@ export class SqliteConnection {
    * database changes after that. Writes held for an upkeep under way go on. The store's close() calls it.
    */
   async stopUpkeep(): Promise<void> {
-    const worker = this.#upkeep
+    const worker = this.#dismissUpkeep()
     if (worker === null) return
-    this.#upkeep = null
-    worker.removeAllListeners()
-    worker.on('error', () => {})
     let timer: NodeJS.Timeout | undefined
     const exited = new Promise<void>((resolve) => {
       worker.once('exit', () => resolve())
@@ -241,25 +238,31 @@ export class SqliteConnection {
     })
     // Waited for: the process stays up until the thread has closed its connection.
     worker.ref()
-    worker.postMessage('close')
-    this.#upkept()
     await exited
     clearTimeout(timer)
   }
 
-  close(): void {
-    if (this.#closed) return
-    this.#closed = true
-    // Without stopUpkeep() first, the thread closes its own connection whenever it reads 'close': maybe after ours.
+  /**
+   * Tells the upkeep thread to close its connection and end, and stops listening to it: the connection has no
+   * upkeep thread from here on, and writes held for an upkeep under way go on. The thread, or null when none ran.
+   */
+  #dismissUpkeep(): Worker | null {
     const worker = this.#upkeep
     this.#upkeep = null
     if (worker !== null) {
       worker.removeAllListeners()
       worker.on('error', () => {})
       worker.postMessage('close')
-      worker.unref()
     }
     this.#upkept()
+    return worker
+  }
+
+  close(): void {
+    if (this.#closed) return
+    this.#closed = true
+    // Without stopUpkeep() first, the thread closes its own connection whenever it reads 'close': maybe after ours.
+    this.#dismissUpkeep()?.unref()
     this.db.close()
     const fd = this.#walFd
     if (fd === -1) return
