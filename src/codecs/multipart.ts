@@ -191,22 +191,20 @@ export class PartWatch {
     while (at < chunk.length && !this.#over) {
       if (this.#inHead) {
         const end = this.#headEnd(chunk, at)
-        if (end === -1) {
-          this.#carry = Buffer.concat([this.#carry, chunk.subarray(at)])
-          if (this.#carry.length > MAX_PART_HEAD) return invalid(`a multipart part's headers exceed ${MAX_PART_HEAD} bytes`)
-          // A closing delimiter is `--` right after the boundary.
-          if (this.#closes()) this.#over = true
-          return null
-        }
-        const head = Buffer.concat([this.#carry, chunk.subarray(at, end)])
+        const head = Buffer.concat([this.#carry, end === -1 ? chunk.subarray(at) : chunk.subarray(at, end)])
         if (head.length > MAX_PART_HEAD) return invalid(`a multipart part's headers exceed ${MAX_PART_HEAD} bytes`)
-        this.#inHead = false
-        this.#carry = EMPTY
-        at = end
+        // A closing delimiter is `--` right after the boundary: what follows it is not parts.
         if (head.length >= 2 && head[0] === 0x2d && head[1] === 0x2d) {
           this.#over = true
           return null
         }
+        if (end === -1) {
+          this.#carry = head
+          return null
+        }
+        this.#inHead = false
+        this.#carry = EMPTY
+        at = end
         const name = this.#nameOf(head)
         if (this.#watched.has(name)) {
           if (this.#seen.has(name)) return invalid(`the multipart field ${name} may appear only once`)
@@ -252,10 +250,6 @@ export class PartWatch {
     }
     const found = chunk.indexOf(HEAD_END, at)
     return found === -1 ? -1 : found + 4
-  }
-
-  #closes(): boolean {
-    return this.#carry.length >= 2 && this.#carry[0] === 0x2d && this.#carry[1] === 0x2d
   }
 
   /** The part's name as busboy reads it, from its head alone in a form of its own ('' when it has none). */
