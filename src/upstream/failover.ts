@@ -269,12 +269,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
 
   abandoned(a: AttemptHandler, produced: boolean): void {
     const budget = this.#req.budget
-    this.#finished = true
-    this.#current = null
     // The provider was asked: the attempt counts, in the request's end event and the access log.
-    const attempt: Attempt = { provider: a.offer.provider.address, status: a.status === 0 ? null : a.status, error: 'client_closed' }
-    this.#attempts.push(attempt)
-    this.#publishAttempt(a, attempt)
+    this.#answeredBy(a, 'client_closed')
     if (!budget.open) return this.#publishEnd(499, a, 'client_closed')
     // A provider that produced something (events relayed, or a whole answer) did the work: it is billed.
     if (!produced) {
@@ -312,8 +308,11 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     this.#publishEnd(500, a, 'server_error')
   }
 
+  /** The attempt that ends the request (answered, passed through, or left by the receiver), recorded. */
   #answeredBy(a: AttemptHandler, error: string | null): void {
-    const attempt: Attempt = error === null ? { provider: a.offer.provider.address, status: a.status } : { provider: a.offer.provider.address, status: a.status, error }
+    // No status when the receiver left before the provider's head came.
+    const status = a.status === 0 ? null : a.status
+    const attempt: Attempt = error === null ? { provider: a.offer.provider.address, status } : { provider: a.offer.provider.address, status, error }
     this.#attempts.push(attempt)
     this.#publishAttempt(a, attempt)
     this.#finished = true
