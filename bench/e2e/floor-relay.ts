@@ -4,14 +4,26 @@
  * direct is what the runtime and the two libraries cost by themselves; svc-router's added latency above it is
  * its own work.
  *
- *   node dist/bench/e2e/floor-relay.js <upstream-origin> [<port>]
+ *   node dist/bench/e2e/floor-relay.js <upstream-origin> [<port>] [--bill <sqlite file>]
  *
  * It is meant as the baseline an expert would write, not a strawman: the request body is copied out of uWS
  * once, the upstream answer is streamed to the client chunk by chunk as it arrives (every write corked), with
  * backpressure both ways (a slow client pauses the upstream read; a client that goes away aborts it). An
  * upstream answer with a Content-Length (JSON) keeps that framing (uWS tryEnd: one write carries head, body and
  * end, as nginx and svc-router send it); one without (SSE) is relayed chunked. No per-request logging.
+ *
+ * With `--bill` it is the floor plus only the work the spec and DESIGN.md require of any router on a JSON answer,
+ * each piece done the cheapest way this stack allows, so that what svc-router adds above *it* is what could
+ * still be saved: the key looked up in a Map (no hashing), the request body parsed to read its model, a hold on
+ * the account's balance, the answer parsed for its usage, the cost priced in integer atto-USD, one row appended
+ * to a SQLite journal (WAL, synchronous=NORMAL: on the OS before the last byte, group commit per turn of the
+ * loop, a unique request id) and the `x_svc_trace` member spliced in front of the answer's closing brace. A
+ * stream asks the provider for its usage (`stream_options.include_usage`), is relayed a run of whole events at
+ * a time with the provider's `[DONE]` held back, is billed from the usage event, and ends with a trace event and
+ * `[DONE]` once the charge is committed. No routing, rate limit, key policy, failover, telemetry, error
+ * envelopes or checks of the events: less than svc-router must do, so its cost is a lower bound.
  */
+import Database from 'better-sqlite3'
 import { STATUS_CODES } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
 import uWS from 'uWebSockets.js'
@@ -19,9 +31,12 @@ import uWS from 'uWebSockets.js'
 const CHAT_PATH = '/v1/chat/completions'
 const MAX_BODY = 4 * 1024 * 1024
 
-const [upstreamArg, portArg] = process.argv.slice(2)
-if (upstreamArg === undefined) {
-  process.stderr.write('usage: node dist/bench/e2e/floor-relay.js <upstream-origin> [<port>]\n')
+const args = process.argv.slice(2)
+const billAt = args.indexOf('--bill')
+const billPath = billAt === -1 ? null : (args.splice(billAt, 2)[1] ?? '')
+const [upstreamArg, portArg] = args
+if (upstreamArg === undefined || billPath === '') {
+  process.stderr.write('usage: node dist/bench/e2e/floor-relay.js <upstream-origin> [<port>] [--bill <sqlite file>]\n')
   process.exit(2)
 }
 const origin = new URL(upstreamArg).origin
@@ -48,6 +63,94 @@ function statusLine(status: number): string {
   return line
 }
 
+/** `--bill`: 0.10 and 0.30 USD per million tokens, in atto-USD per token (the run's svc-router prices). */
+const PROMPT_PRICE = 100_000_000_000n
+const COMPLETION_PRICE = 300_000_000_000n
+const ATTO = 10n ** 18n
+/** The worst case a hold reserves: the body's bytes as prompt tokens, this many completion tokens. */
+const HOLD_COMPLETION = 4096n
+
+interface Account {
+  balance: bigint
+  held: bigint
+}
+
+/** What a billed request carries from its head to its charge. */
+interface Bill {
+  readonly account: Account
+  readonly stream: boolean
+  readonly model: string
+  readonly requestId: string
+  readonly hold: bigint
+  readonly startedAt: number
+}
+
+/** The run's one key (the Authorization header direct and the relay are sent), funded for any run. */
+const accounts = new Map<string, Account>([['Bearer sk-bench-provider', { balance: 10n ** 30n, held: 0n }]])
+const requestIdPrefix = `req_${Date.now().toString(36)}_`
+let requestCount = 0
+
+function usd(atto: bigint): string {
+  return `${atto / ATTO}.${(atto % ATTO).toString().padStart(18, '0')}`
+}
+
+/**
+ * The journal: one row per charge, appended in one transaction per turn of the loop (the charges settled in the
+ * same turn share it), each answer released once its row is on the OS (synchronous=NORMAL, WAL).
+ */
+class Journal {
+  readonly #append: (rows: readonly Charge[]) => void
+  #queue: Charge[] = []
+
+  constructor(path: string) {
+    const db = new Database(path)
+    db.pragma('journal_mode = WAL')
+    db.pragma('synchronous = NORMAL')
+    db.exec(`CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
+      model TEXT NOT NULL, amount TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+      created_at INTEGER NOT NULL) STRICT`)
+    const insert = db.prepare<[string, string, string, number, number, number]>(
+      'INSERT INTO journal (request_id, model, amount, prompt_tokens, completion_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+    )
+    this.#append = db.transaction((rows: readonly Charge[]) => {
+      const now = Date.now()
+      for (const c of rows) insert.run(c.bill.requestId, c.bill.model, c.cost.toString(), c.prompt, c.completion, now)
+    })
+  }
+
+  enqueue(charge: Charge): void {
+    if (this.#queue.push(charge) === 1) setImmediate(this.#flush)
+  }
+
+  readonly #flush = (): void => {
+    const rows = this.#queue
+    this.#queue = []
+    let failure: Error | null = null
+    try {
+      this.#append(rows)
+    } catch (err) {
+      failure = err as Error
+    }
+    for (const c of rows) c.committed(failure)
+  }
+}
+
+interface Usage {
+  readonly prompt_tokens?: unknown
+  readonly completion_tokens?: unknown
+}
+
+interface Charge {
+  readonly bill: Bill
+  readonly cost: bigint
+  readonly prompt: number
+  readonly completion: number
+  committed(failure: Error | null): void
+}
+
+const journal = billPath === null ? null : new Journal(billPath)
+const INCLUDE_USAGE = Buffer.from(',"stream_options":{"include_usage":true}')
+
 /** One client request relayed upstream: the undici handler, holding the uWS response it answers on. */
 class Relay implements Dispatcher.DispatchHandler {
   readonly #res: uWS.HttpResponse
@@ -66,9 +169,27 @@ class Relay implements Dispatcher.DispatchHandler {
   /** Content-Length framing: the chunk uWS did not wholly take, and the write offset it starts at. */
   #pending: Buffer | null = null
   #pendingAt = 0
+  /** `--bill`: the request's hold and identity, and the JSON answer's chunks (null: relayed as it comes). */
+  #bill: Bill | null = null
+  #parts: Buffer[] | null = null
+  /** `--bill`, a stream: the start of an event not wholly received yet, and the usage read from the events. */
+  #sse: { rest: Buffer | null; usage: Usage | null } | null = null
 
   constructor(res: uWS.HttpResponse) {
     this.#res = res
+  }
+
+  /** Bills this request: `bill.hold` is on its account already. */
+  billAs(bill: Bill): void {
+    this.#bill = bill
+  }
+
+  /** Gives the hold back (once). */
+  #release(): void {
+    const bill = this.#bill
+    if (bill === null) return
+    this.#bill = null
+    bill.account.held -= bill.hold
   }
 
   clientAborted(): void {
@@ -95,6 +216,11 @@ class Relay implements Dispatcher.DispatchHandler {
     }
     this.#total = length === '' ? -1 : Number(length)
     if (!Number.isSafeInteger(this.#total) || this.#total < 0) this.#total = -1
+    // A billed JSON answer is held whole: its usage is read and its trace spliced in before it goes out.
+    if (this.#bill !== null && statusCode === 200) {
+      if (this.#total >= 0) this.#parts = []
+      else if (this.#bill.stream) this.#sse = { rest: null, usage: null }
+    }
     return true
   }
 
@@ -109,6 +235,14 @@ class Relay implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
+    if (this.#parts !== null) {
+      this.#parts.push(chunk)
+      return true
+    }
+    if (this.#sse !== null) {
+      this.#events(this.#sse, chunk)
+      return !this.#paused
+    }
     this.#relay(chunk)
     return !this.#paused
   }
@@ -171,6 +305,9 @@ class Relay implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    if (this.#parts !== null) return this.#settleAnswer(this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat(this.#parts))
+    if (this.#sse !== null) return this.#settleStream(this.#sse.usage)
+    this.#release()
     if (this.#aborted || this.#done) return
     // With a Content-Length, undici has checked it: every byte went to tryEnd, whose last call ended the
     // response or left a rest that onWritable sends and ends. What remains is a chunked (or empty) body.
@@ -183,6 +320,7 @@ class Relay implements Dispatcher.DispatchHandler {
   }
 
   onError(err: Error): void {
+    this.#release()
     if (this.#aborted || this.#done) return
     this.#done = true
     if (this.#headSent) {
@@ -192,6 +330,117 @@ class Relay implements Dispatcher.DispatchHandler {
     }
     this.#res.cork(() => this.#res.writeStatus('502 Bad Gateway').writeHeader('content-type', 'text/plain').end(`upstream error: ${err.message}\n`))
   }
+
+  /** `--bill`, a stream: the whole events of `chunk` relayed ([DONE] held back), the usage read where it is. */
+  #events(sse: { rest: Buffer | null; usage: Usage | null }, chunk: Buffer): void {
+    const buf = sse.rest === null ? chunk : Buffer.concat([sse.rest, chunk])
+    const end = buf.lastIndexOf('\n\n')
+    if (end === -1) {
+      sse.rest = buf
+      return
+    }
+    sse.rest = end + 2 < buf.length ? buf.subarray(end + 2) : null
+    let events = buf.subarray(0, end + 2)
+    const at = events.lastIndexOf('"usage":{')
+    if (at !== -1) {
+      const from = events.lastIndexOf('data:', at) + 5
+      const to = events.indexOf('\n', at)
+      try {
+        sse.usage = (JSON.parse(events.toString('utf8', from, to)) as { usage?: Usage }).usage ?? null
+      } catch {
+        sse.usage = null
+      }
+    }
+    const done = events.lastIndexOf('data: [DONE]')
+    if (done !== -1) events = events.subarray(0, done)
+    if (events.length > 0) this.#relay(events)
+  }
+
+  /** `--bill`: the usage priced and its charge appended; `answer` runs once it is committed, if the client is still there. */
+  #charge(usage: Usage | null | undefined, answer: (trace: string) => void): void {
+    const bill = this.#bill!
+    const prompt = usage?.prompt_tokens
+    const completion = usage?.completion_tokens
+    if (!Number.isSafeInteger(prompt) || !Number.isSafeInteger(completion) || (prompt as number) < 0 || (completion as number) < 0) {
+      return this.onError(new Error('the answer carries no usage'))
+    }
+    const input = BigInt(prompt as number) * PROMPT_PRICE
+    const output = BigInt(completion as number) * COMPLETION_PRICE
+    this.#release()
+    bill.account.balance -= input + output
+    journal!.enqueue({
+      bill,
+      cost: input + output,
+      prompt: prompt as number,
+      completion: completion as number,
+      committed: (failure) => {
+        if (this.#aborted || this.#done) return
+        if (failure !== null) return this.onError(new Error('not billed'))
+        this.#done = true
+        answer(
+          JSON.stringify({
+            request_id: bill.requestId,
+            provider: origin,
+            model: bill.model,
+            billing: { input_cost: usd(input), output_cost: usd(output), total_cost: usd(input + output), currency: 'USD' },
+            usage,
+            attempts: [{ provider: origin, status: 200 }],
+            latency_ms: Math.round((performance.now() - bill.startedAt) * 1000) / 1000,
+          }),
+        )
+      },
+    })
+  }
+
+  /** `--bill`, a JSON answer: sent with its trace spliced in front of the closing brace once its charge is committed. */
+  #settleAnswer(body: Buffer): void {
+    let usage: Usage | undefined
+    try {
+      usage = (JSON.parse(body.toString()) as { usage?: Usage }).usage
+    } catch {
+      usage = undefined
+    }
+    this.#charge(usage, (trace) => {
+      let end = body.length - 1
+      while (end > 0 && body[end] !== 0x7d) end--
+      const out = Buffer.concat([body.subarray(0, end), Buffer.from(',"x_svc_trace":' + trace), body.subarray(end)])
+      this.#res.cork(() => {
+        this.#res.writeStatus(statusLine(200))
+        if (this.#contentType !== '') this.#res.writeHeader('content-type', this.#contentType)
+        this.#res.end(out)
+      })
+    })
+  }
+
+  /** `--bill`, a stream: its trace event and `[DONE]` once its charge is committed. */
+  #settleStream(usage: Usage | null): void {
+    this.#charge(usage, (trace) => {
+      this.#res.cork(() => {
+        this.#writeHead()
+        this.#res.end(`data: {"x_svc_trace":${trace}}\n\ndata: [DONE]\n\n`)
+      })
+    })
+  }
+}
+
+/** `--bill`: the request's key, model and hold, or the answer that refuses it (sent here). */
+function admit(res: uWS.HttpResponse, account: Account | undefined, body: Buffer, startedAt: number): Bill | false {
+  const refuse = (status: string, why: string): false => {
+    res.cork(() => res.writeStatus(status).writeHeader('content-type', 'text/plain').end(why))
+    return false
+  }
+  if (account === undefined) return refuse('401 Unauthorized', 'unknown key\n')
+  let parsed: { model?: unknown; stream?: unknown; stream_options?: unknown }
+  try {
+    parsed = JSON.parse(body.toString()) as typeof parsed
+  } catch {
+    return refuse('400 Bad Request', 'not JSON\n')
+  }
+  if (typeof parsed.model !== 'string' || parsed.model === '') return refuse('400 Bad Request', 'no model\n')
+  const hold = BigInt(body.length) * PROMPT_PRICE + HOLD_COMPLETION * COMPLETION_PRICE
+  if (account.balance - account.held < hold) return refuse('402 Payment Required', 'insufficient balance\n')
+  account.held += hold
+  return { account, stream: parsed.stream === true, model: parsed.model, requestId: requestIdPrefix + String(++requestCount), hold, startedAt }
 }
 
 function relay(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
@@ -201,6 +450,8 @@ function relay(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
   // The request head is only valid during this callback.
   const contentType = req.getHeader('content-type')
   const headers = contentType === '' ? [] : ['content-type', contentType]
+  const account = journal === null ? undefined : accounts.get(req.getHeader('authorization'))
+  const startedAt = journal === null ? 0 : performance.now()
   let parts: Buffer[] | null = null
   let size = 0
   let refused = false
@@ -218,7 +469,17 @@ function relay(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
       ;(parts ??= []).push(copy)
       return
     }
-    const body = parts === null ? copy : Buffer.concat([...parts, copy], size)
+    let body = parts === null ? copy : Buffer.concat([...parts, copy], size)
+    if (journal !== null) {
+      const bill = admit(res, account, body, startedAt)
+      if (bill === false) return
+      r.billAs(bill)
+      // A stream's usage is asked for (its last event), spliced in front of the body's closing brace.
+      if (bill.stream && body.indexOf('"stream_options"') === -1) {
+        const end = body.lastIndexOf('}')
+        body = Buffer.concat([body.subarray(0, end), INCLUDE_USAGE, body.subarray(end)])
+      }
+    }
     pool.dispatch({ origin, path: CHAT_PATH, method: 'POST', headers, body }, r)
   })
 }

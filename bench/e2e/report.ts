@@ -97,7 +97,7 @@ const END = '<!-- micro:end -->'
 const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router', 'router-normal', 'floor']
 /** Targets that run in some workloads only (run.ts): a table lists them where they have a result. */
-const PARTIAL: readonly TargetId[] = ['floor', 'router-normal', 'router-logged', 'router-quiet']
+const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'router-normal', 'router-logged', 'router-quiet']
 const COLORS: Readonly<Record<TargetId, string>> = {
   direct: '#999999',
   nginx: '#4e79a7',
@@ -105,6 +105,7 @@ const COLORS: Readonly<Record<TargetId, string>> = {
   router: '#59a14f',
   'router-normal': '#8cd17d',
   floor: '#b07aa1',
+  'floor-billed': '#ff9da7',
   'router-logged': '#f28e2b',
   'router-quiet': '#76b7b2',
 }
@@ -288,9 +289,47 @@ function targetsSection(v: View): string[] {
     '',
     ...table(['target', 'measured in this run', 'met'], rows),
     '',
+    ...requiredWorkSection(v),
     'Outside reference (not targets):',
     '',
     ...table(['', 'this run'], reference),
+    '',
+  ]
+}
+
+/**
+ * What the floor with the required billing work (floor-relay.ts `--bill`) costs beside the floor and beside
+ * svc-router: how much of each target's room the spec's own work takes before any implementation choice.
+ */
+function requiredWorkSection(v: View): string[] {
+  if (!v.measured('floor-billed')) return []
+  const billed = TARGET_NAMES['floor-billed']
+  const floorP50 = v.added('latency', 'floor', 'p50')
+  const billedP50 = v.added('latency', 'floor-billed', 'p50')
+  const normalP50 = v.added('latency', 'router-normal', 'p50')
+  const firstEvent = (t: TargetId): number => v.added('ttft', t, 'p50', 'firstEvent')
+  const rows: string[][] = [
+    ['added p50, 1 connection', `${ms(billedP50)} vs the floor's ${ms(floorP50)} = ${formatRatio(billedP50, floorP50)} (the target allows svc-router 1.3×)`, `${ms(normalP50)} (\`normal\`) = ${formatRatio(normalP50, billedP50)}`],
+    [
+      `throughput, ${v.data.plan.connections} connections`,
+      `${int(v.rps('throughput', 'floor-billed'))} vs the floor's ${int(v.rps('throughput', 'floor'))} req/s = ${formatRatio(v.rps('throughput', 'floor-billed'), v.rps('throughput', 'floor'))} (the target asks 0.85×)`,
+      `${int(v.rps('throughput', 'router'))} req/s (\`full\`) = ${formatRatio(v.rps('throughput', 'router'), v.rps('throughput', 'floor-billed'))}`,
+    ],
+    [
+      'CPU per request, throughput',
+      `${ms(v.cpuPerRequest('throughput', 'floor-billed'))} vs the floor's ${ms(v.cpuPerRequest('throughput', 'floor'))} = ${formatRatio(v.cpuPerRequest('throughput', 'floor-billed'), v.cpuPerRequest('throughput', 'floor'))} (the target allows 1.3×)`,
+      `${ms(v.cpuPerRequest('throughput', 'router'))} = ${formatRatio(v.cpuPerRequest('throughput', 'router'), v.cpuPerRequest('throughput', 'floor-billed'))}`,
+    ],
+    [
+      `added first event p50, ${v.data.plan.ttftConcurrency} concurrent streams`,
+      `${ms(firstEvent('floor-billed'))} vs the floor's ${ms(firstEvent('floor'))} = ${formatRatio(firstEvent('floor-billed'), firstEvent('floor'))} (the target allows 1.2×)`,
+      `${ms(firstEvent('router'))} = ${formatRatio(firstEvent('router'), firstEvent('floor-billed'))}`,
+    ],
+  ]
+  return [
+    `What the spec's own work costs before any choice of svc-router's (not a target): the **${billed}** (Method) does on the same stack only what every answer must get, the cheapest way (the key looked up, the body parsed for its model, a hold, the answer's usage read, the charge appended to SQLite before the last byte, the trace spliced in; no routing, rate limit, key policy, failover or telemetry). A target ratio below its ratio to the floor cannot be met by any router that bills as the spec says, on this stack.`,
+    '',
+    ...table(['', `${billed} vs the floor`, 'svc-router vs it'], rows),
     '',
   ]
 }
@@ -365,6 +404,7 @@ function methodSection(v: View): string[] {
       ? []
       : [
           `- **${TARGET_NAMES.floor}** (bench/e2e/floor-relay.ts), in every workload but the 500 streams, as the reference of the targets: the smallest relay on svc-router's own stack, uWebSockets.js in front and one undici \`Pool\` (1,024 keep-alive connections) behind, one process per simulator. It copies the request body out of uWS, dispatches it with the content type (on undici's first handler interface, as svc-router's attempt handler), and streams the answer back chunk by chunk as it arrives (corked writes; an answer with a Content-Length keeps it), with backpressure both ways (a slow client pauses the upstream read, a client that leaves aborts it). It does no routing, auth, rate limiting, trace or billing and logs nothing: its added latency is what Node, uWS and undici cost by themselves, and svc-router's added latency above it is svc-router's own work.`,
+          `- **${TARGET_NAMES['floor-billed']}** (floor-relay.ts \`--bill\`), where requests are billed (every workload but the 500 streams): the floor plus only the work the spec and DESIGN.md require of every answer, each piece the cheapest way, and less than svc-router must do: the key looked up in a \`Map\` (no hashing), the request body parsed for its model, a hold on the account's balance, the answer parsed for its usage (a stream: asked for with \`stream_options.include_usage\`, read from the event that carries it, the provider's \`[DONE]\` held back), the cost priced in integer atto-USD, one row appended to a SQLite journal (WAL, \`synchronous=NORMAL\`, a unique request id, one transaction per turn of the loop) before the last byte, and the \`x_svc_trace\` spliced in (a stream: a trace event and \`[DONE]\`). No routing, rate limit, key policy, failover, telemetry, error envelopes or checks of the provider's events.`,
           `- **${TARGET_NAMES['router-normal']}**: the same svc-router with \`store.synchronous: normal\` (charges committed to the WAL without the flush), in the latency and throughput workloads: \`full\` minus \`normal\` is what durability costs, compared with a bare fdatasync of one WAL frame measured on the same disk in the same run (bench/e2e/fsync-probe.ts: overwrite 4,120 bytes, fdatasync, 2,000 times, before and after the workloads, the lower p50 kept).`,
         ]),
     '- Request: `POST /v1/chat/completions` `{"model":…,"messages":[{"role":"user","content":"hi"}]}` (+ `"stream":true`), with `Authorization: Bearer …`.',
@@ -376,7 +416,7 @@ function methodSection(v: View): string[] {
       ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the latency, open-loop and TTFT workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported. A target that saturates (unfinished requests) or fails runs once.`]
       : []),
     '- Added latency of a proxy = its percentile − direct\'s percentile in the same run. Percentiles are exact (every sample kept and sorted, nearest rank). RSS = VmRSS from /proc of the process and its children (nginx: master + worker), sampled every 100 ms; the peak per workload is reported. CPU per request = the proxy\'s utime + stime over the workload (10 ms ticks) ÷ requests sent, warm-up included.',
-    `- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router, svc-router normal, the ${TARGET_NAMES.floor}; each where it runs). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.`,
+    `- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router, svc-router normal, the ${TARGET_NAMES.floor}, the ${TARGET_NAMES['floor-billed']}; each where it runs). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.`,
     '',
   ]
 }

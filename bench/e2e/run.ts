@@ -109,7 +109,7 @@ const ALL: readonly TargetId[] = TARGET_IDS
 /** All but the two svc-routers of the cost of telemetry, which run in the latency workload only. */
 const MAIN: readonly TargetId[] = TARGET_IDS.filter((id) => !TELEMETRY_VARIANTS.includes(id))
 const BUT_NORMAL: readonly TargetId[] = MAIN.filter((id) => id !== 'router-normal')
-const PROXIES_ONLY: readonly TargetId[] = MAIN.filter((id) => id !== 'floor' && id !== 'router-normal')
+const PROXIES_ONLY: readonly TargetId[] = BUT_NORMAL.filter((id) => id !== 'floor' && id !== 'floor-billed')
 
 const WORKLOADS: readonly Workload[] = [
   { id: 'latency', label: 'latency, 1 connection', sim: 'fast', repeat: true, targets: ALL, spec: (t) => ({ mode: 'latency', request: json(t), ...PLAN.latency }), boundMs: PLAN.latency.maxMs + 30_000 },
@@ -197,6 +197,10 @@ async function startTargets(workDir: string): Promise<{ targets: Target[]; sims:
   if (wanted('floor')) {
     progress(`starting the ${TARGET_NAMES.floor} (one per simulator)`)
     targets.push(await guard('floor', () => floorTarget(root, sims)))
+  }
+  if (wanted('floor-billed')) {
+    progress(`starting the ${TARGET_NAMES['floor-billed']} (one per simulator)`)
+    targets.push(await guard('floor-billed', () => floorTarget(root, sims, [], workDir)))
   }
   for (let i = 0; i < targets.length; i++) {
     const t = targets[i]!

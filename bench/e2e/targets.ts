@@ -29,8 +29,8 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor' | 'router-logged' | 'router-quiet'
-export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'router-logged', 'router-quiet']
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor' | 'floor-billed' | 'router-logged' | 'router-quiet'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed', 'router-logged', 'router-quiet']
 /** The svc-router targets: the default (`full`), `normal` commits, and the two of the cost of telemetry (issue #13). */
 export type RouterId = 'router' | 'router-normal' | 'router-logged' | 'router-quiet'
 /**
@@ -45,6 +45,7 @@ export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   router: 'svc-router',
   'router-normal': 'svc-router, synchronous normal',
   floor: 'uWS + undici relay',
+  'floor-billed': 'uWS + undici relay + required billing work',
   'router-logged': 'svc-router, access log written + metrics',
   'router-quiet': 'svc-router, no access log, no metrics',
 }
@@ -258,14 +259,16 @@ export async function startOwnRouter(root: string, workDir: string, name: string
  * so there is one process per simulator; the request is direct's, addressed to the relay of that simulator.
  * `pid` is the `fast` relay's (the one the request/response workloads use); `pids` has each simulator's, so the
  * CPU and RSS of a workload are read from the relay it went through. `fastNodeArgs` are node flags for the
- * `fast` relay only.
+ * `fast` relay only. With `journalDir` it is the floor with the required billing work (floor-relay.ts
+ * `--bill`, target `floor-billed`), each relay's journal a SQLite file in that directory.
  */
-export async function floorTarget(root: string, sims: SimSet, fastNodeArgs: readonly string[] = []): Promise<Target> {
+export async function floorTarget(root: string, sims: SimSet, fastNodeArgs: readonly string[] = [], journalDir: string | null = null): Promise<Target> {
   const script = join(root, 'dist', 'bench', 'e2e', 'floor-relay.js')
   const started = await Promise.allSettled(
     SIM_KINDS.map(async (kind) => {
       // Node flags (the stage breakdown's --cpu-prof) go to the `fast` relay only: the one the latency workload uses.
-      const args = [...(kind === 'fast' ? fastNodeArgs : []), script, sims[kind].url, '0']
+      const bill = journalDir === null ? [] : ['--bill', join(journalDir, `floor-journal-${kind}.db`)]
+      const args = [...(kind === 'fast' ? fastNodeArgs : []), script, sims[kind].url, '0', ...bill]
       const { child, match } = await startChild(`floor relay (${kind})`, process.execPath, args, {
         cwd: root,
         ready: /floor relay listening on (http:\/\/[^\s]+)/,
@@ -282,7 +285,7 @@ export async function floorTarget(root: string, sims: SimSet, fastNodeArgs: read
   const byKind = Object.fromEntries(relays.map((r) => [r.kind, r])) as Record<SimKind, (typeof relays)[number]>
   const undici = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
   return {
-    id: 'floor',
+    id: journalDir === null ? 'floor' : 'floor-billed',
     version: `uWS 20.30 + undici ${undici}`,
     unavailable: null,
     pid: byKind.fast.child.pid,
@@ -306,7 +309,7 @@ export async function smokeCheck(target: Target): Promise<string | null> {
     if (res.status !== 200) return `HTTP ${res.status} on a chat completion: ${text.slice(0, 200)}`
     const body = JSON.parse(text) as { choices?: { message?: { content?: unknown } }[]; x_svc_trace?: unknown }
     if (typeof body.choices?.[0]?.message?.content !== 'string') return `no choices[0].message.content in ${text.slice(0, 200)}`
-    if (target.id.startsWith('router') && body.x_svc_trace === undefined) return 'svc-router answered without x_svc_trace'
+    if ((target.id.startsWith('router') || target.id === 'floor-billed') && body.x_svc_trace === undefined) return 'answered without x_svc_trace'
 
     const sse = target.request('paced', true)
     const streamed = await fetch(sse.origin + sse.path, { method: 'POST', headers: sse.headers, body: sse.body, signal: AbortSignal.timeout(10_000) })
@@ -314,6 +317,7 @@ export async function smokeCheck(target: Target): Promise<string | null> {
     if (streamed.status !== 200) return `HTTP ${streamed.status} on a stream: ${events.slice(0, 200)}`
     if (!events.includes('"delta":{"content":"')) return `no content token in the stream: ${events.slice(0, 200)}`
     if (!events.trimEnd().endsWith('data: [DONE]')) return `the stream did not end with [DONE]: …${events.slice(-200)}`
+    if (target.id === 'floor-billed' && !events.includes('"x_svc_trace":')) return 'a stream without its trace event'
     return null
   } catch (err) {
     return `request failed: ${(err as Error).message}`
