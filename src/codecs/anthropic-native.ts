@@ -9,7 +9,7 @@ import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { anthropicErrorEvent, meteredAnthropicUsage, renderAnthropicError } from './anthropic-wire.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
-import { SseFramer } from './sse-framing.js'
+import { payloadKind, SseFramer } from './sse-framing.js'
 import { spliceTrace } from './trace-splice.js'
 
 export const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
@@ -31,6 +31,8 @@ export class AnthropicStreamCodec implements ResponseCodec {
   #error: Record<string, unknown> | null = null
   /** The provider's message_stop arrived (held: complete() sends it), or a message_delta with a stop_reason. */
   #stopped = false
+  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
+  #malformed = false
   readonly #framer: SseFramer
 
   constructor() {
@@ -56,7 +58,11 @@ export class AnthropicStreamCodec implements ResponseCodec {
   }
 
   get ended(): boolean {
-    return this.#stopped || this.#error !== null
+    return !this.#malformed && (this.#stopped || this.#error !== null)
+  }
+
+  get streamError(): boolean {
+    return this.#malformed
   }
 
   read(): boolean {
@@ -96,6 +102,11 @@ export class AnthropicStreamCodec implements ResponseCodec {
       return
     }
     const name = f.eventName()
+    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
+    if (kind !== 'object' && name !== 'error') {
+      if (kind === 'other') this.#malformed = true
+      return
+    }
     if (name === 'message_stop') {
       this.#stopped = true
       return

@@ -11,7 +11,7 @@ import { anthropicErrorEvent, anthropicErrorOf } from './anthropic-wire.js'
 import { SSE_HEADERS } from './anthropic-native.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { longestStop, matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
-import { SseFramer } from './sse-framing.js'
+import { payloadKind, SseFramer } from './sse-framing.js'
 
 const NONE = 0
 const TEXT = 1
@@ -238,6 +238,8 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
   readonly translator: AnthropicStreamTranslator
   #out = ''
   #sawDone = false
+  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
+  #malformed = false
   readonly #framer: SseFramer
 
   constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
@@ -264,7 +266,11 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
   }
 
   get ended(): boolean {
-    return this.#sawDone || this.translator.finished || this.translator.error !== null
+    return !this.#malformed && (this.#sawDone || this.translator.finished || this.translator.error !== null)
+  }
+
+  get streamError(): boolean {
+    return this.#malformed
   }
 
   read(): boolean {
@@ -304,18 +310,21 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
   #onEvent(): void {
     const f = this.#framer
     if (f.continuation || f.dataLines === 0) return
+    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
+    if (kind === 'blank') return
     const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
-    if (data.trim() === '[DONE]') {
-      this.#sawDone = true
+    if (kind === 'other') {
+      if (data.trim() === '[DONE]') this.#sawDone = true
+      else this.#malformed = true
       return
     }
-    let chunk: unknown
+    let chunk: object
     try {
-      chunk = JSON.parse(data)
+      chunk = JSON.parse(data) as object
     } catch {
+      this.#malformed = true
       return
     }
-    if (chunk === null || typeof chunk !== 'object' || Array.isArray(chunk)) return
     const error = (chunk as Record<string, any>).error
     if (error !== null && typeof error === 'object') this.translator.error = error
     else this.#out += this.translator.chunk(chunk as Record<string, any>)

@@ -9,7 +9,7 @@ import { renderError, type RouterError } from '../errors.js'
 import { chatUsageOf, meteredAnthropicUsage, providerError } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
-import { SseFramer } from './sse-framing.js'
+import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
 
@@ -124,6 +124,8 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   #events = 0
   #tool = -1
   #out = ''
+  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
+  #malformed = false
   readonly #model: string
   readonly #clientWantsUsage: boolean
   readonly #framer: SseFramer
@@ -153,7 +155,11 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   }
 
   get ended(): boolean {
-    return this.#stopped || this.#stop !== null
+    return !this.#malformed && (this.#stopped || this.#stop !== null)
+  }
+
+  get streamError(): boolean {
+    return this.#malformed
   }
 
   read(): boolean {
@@ -205,10 +211,14 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   #onEvent(): void {
     const f = this.#framer
     if (f.continuation || f.dataLines === 0) return
+    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
+    if (kind === 'blank') return
     let e: Json
     try {
+      if (kind === 'other') throw new SyntaxError('not an object')
       e = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
     } catch {
+      this.#malformed = true
       return
     }
     switch (e?.type) {

@@ -9,7 +9,7 @@
  * (by its first and last bytes) is dropped and the stream counts as failed (sawError).
  */
 import { isHeaderSafeId, type Emit } from './codec.js'
-import { SseFramer } from './sse-framing.js'
+import { payloadKind, SseFramer, skipSpace, skipSpaceBack } from './sse-framing.js'
 
 /** The provider's `usage` object, as it sent it. */
 export interface StreamUsage {
@@ -262,12 +262,11 @@ export class OpenAiSseCodec {
       this.#sawDone = true
       return true
     }
-    // Chunks are JSON objects: anything else is the provider failing, never relayed (a client's SDK would throw
-    // on it). Looked at by its first and last bytes only; a blank payload is no chunk and is dropped.
-    const first = skipSpace(src, from, to)
-    if (first === to) return true
-    if (src[first] !== 123 || src[skipSpaceBack(src, first, to) - 1] !== 125) {
-      this.#sawError = true
+    // Chunks are JSON objects: anything else is the provider failing, never relayed. A blank payload is no
+    // chunk and is dropped.
+    const kind = payloadKind(src, from, to)
+    if (kind !== 'object') {
+      if (kind === 'other') this.#sawError = true
       return true
     }
     this.#events++
@@ -419,27 +418,7 @@ function finishReason(src: Buffer, from: number, to: number): number {
   return found
 }
 
-/** The end of [from, to) with trailing JSON whitespace left out. */
-function skipSpaceBack(src: Buffer, from: number, to: number): number {
-  while (to > from) {
-    const b = src[to - 1]
-    if (b !== 32 && b !== 9 && b !== 10 && b !== 13) break
-    to--
-  }
-  return to
-}
-
 function skipBlank(src: Buffer, i: number, to: number): number {
   while (i < to && (src[i] === 32 || src[i] === 9)) i++
-  return i
-}
-
-/** JSON whitespace: space, tab, LF, CR. */
-function skipSpace(src: Buffer, i: number, to: number): number {
-  while (i < to) {
-    const b = src[i]
-    if (b !== 32 && b !== 9 && b !== 10 && b !== 13) break
-    i++
-  }
   return i
 }

@@ -320,3 +320,35 @@ export class SseFramer {
     this.#source = EMPTY
   }
 }
+
+/** The end of [from, to) with trailing JSON whitespace (space, tab, LF, CR) left out. */
+export function skipSpaceBack(src: Buffer, from: number, to: number): number {
+  while (to > from) {
+    const b = src[to - 1]
+    if (b !== 32 && b !== 9 && b !== 10 && b !== 13) break
+    to--
+  }
+  return to
+}
+
+/** The first index of [i, to) that is not JSON whitespace (space, tab, LF, CR); `to` when there is none. */
+export function skipSpace(src: Buffer, i: number, to: number): number {
+  while (i < to) {
+    const b = src[i]
+    if (b !== 32 && b !== 9 && b !== 10 && b !== 13) break
+    i++
+  }
+  return i
+}
+
+/**
+ * What an event's data payload [from, to) of `src` is, by its first and last non-blank bytes only (no parse):
+ * nothing, what can only be a JSON object ('{' … '}'), or something else. Every event of the chat and
+ * Messages streams is an object; anything else is a provider failing, never to be relayed (a client's SDK
+ * would throw on it).
+ */
+export function payloadKind(src: Buffer, from: number, to: number): 'blank' | 'object' | 'other' {
+  const first = skipSpace(src, from, to)
+  if (first === to) return 'blank'
+  return src[first] === 123 && src[skipSpaceBack(src, first, to) - 1] === 125 ? 'object' : 'other'
+}

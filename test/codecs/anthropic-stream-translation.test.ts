@@ -309,3 +309,20 @@ t.test('stop_sequence: named by the provider, or at the end of the text; otherwi
   const none = toAnthropicMessage({ id: 'x', choices: [{ message: { content: 'a ###' }, finish_reason: 'stop', stop_reason: '###' }] }, 'm', new Map())
   t.same([none.stop_reason, none.stop_sequence], ['end_turn', null], 'a request without stop_sequences never gets stop_sequence')
 })
+
+t.test('an event whose data is not a JSON object is dropped and breaks the stream, whatever follows', async (t) => {
+  for (const bad of ['{not json', '<html>502</html>', '[1,2]', '"a-bare-string"', '{"a":1} {"b":2}']) {
+    const body = Buffer.concat([sse([chunk({ role: 'assistant', content: 'Hi' })], false), Buffer.from(`data: ${bad}\n\n`), sse([chunk({}, 'stop'), USAGE])])
+    const codec = new AnthropicTranslatedStreamCodec('claude-x', new Map())
+    const out: Buffer[] = []
+    codec.push(body, (b) => out.push(Buffer.from(b)))
+    codec.finish((b) => out.push(Buffer.from(b)))
+    t.notOk(Buffer.concat(out).toString().includes(bad), `${bad}: not relayed`)
+    t.equal(codec.ended, false, `${bad}: the stream is not whole though [DONE] came`)
+    t.equal(codec.streamError, true, `${bad}: a stream_error`)
+  }
+  const blank = new AnthropicTranslatedStreamCodec('claude-x', new Map())
+  blank.push(Buffer.concat([Buffer.from('data: \n\ndata:   \n\n'), FIXTURES['a refusal']!]), () => {})
+  t.equal(blank.ended, true, 'blank data lines are no events and break nothing')
+  t.equal(blank.streamError, false)
+})

@@ -5,6 +5,7 @@
  * - bytes had reached the client: the stream ends with an error event (provider_error, incomplete_stream),
  *   never with the router's [DONE] or message_stop: no fake success;
  * - nothing had: it is a miss like a reset, so the next candidate answers, or 502 with nothing billed.
+ * An event whose data is not a JSON object is the provider failing too: dropped, and the stream is broken.
  * Each case runs through all four streaming codecs: OpenAI relayed, Anthropic relayed, and both translations.
  */
 import t, { type Test } from 'tap'
@@ -41,6 +42,7 @@ const BODIES = {
     finishedNoDone: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }) + chunk({}, 'stop') + USAGE,
     doneUnterminated: chunk({ content: 'Hi' }) + chunk({}, 'stop') + 'data: [DONE]',
     cut: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }),
+    garbled: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi' }) + 'data: {not json\n\n' + chunk({}, 'stop') + USAGE + 'data: [DONE]\n\n',
     empty: '',
     commentsOnly: ': keep-alive\n\n: keep-alive\n\n',
   },
@@ -49,6 +51,7 @@ const BODIES = {
     finishedNoDone: START + BLOCK + DELTA + BLOCK_STOP + MESSAGE_DELTA,
     doneUnterminated: START + BLOCK + DELTA + BLOCK_STOP + MESSAGE_DELTA + MESSAGE_STOP.slice(0, -2),
     cut: START + BLOCK + DELTA,
+    garbled: START + BLOCK + DELTA + 'event: content_block_delta\ndata: <html>not json</html>\n\n' + BLOCK_STOP + MESSAGE_DELTA + MESSAGE_STOP,
     empty: '',
     commentsOnly: ': keep-alive\n\n',
   },
@@ -130,6 +133,18 @@ for (const route of ROUTES) {
     t.match(error.x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'incomplete_stream' }])
     t.equal(await charges(stack), 4, 'what the provider produced is billed, as for any broken stream')
 
+    which = 'garbled'
+    const garbled = await stream(stack, route.surface)
+    t.equal(garbled.status, 200, 'garbled: the head had gone out with the first event')
+    t.match(garbled.text, /Hi/, 'garbled: what came before was relayed')
+    t.notMatch(garbled.text, /not json/, 'garbled: the event that is not JSON was not relayed')
+    t.notOk(isWhole(route.surface, garbled.text), 'garbled: no [DONE] or message_stop, though the provider sent its end')
+    t.notOk(garbled.text.includes('[DONE]'), 'garbled: no [DONE] at all')
+    const broken = lastData(garbled.text)
+    t.equal(broken.error.code, 'provider_error')
+    t.match(broken.x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'stream_error' }])
+    t.equal(await charges(stack), 5, 'garbled: what the provider produced is billed, as for any broken stream')
+
     // A relayed Anthropic stream passes comments on as they come: one of them already started the answer.
     const misses = route.surface === 'messages' && route.format === 'anthropic' ? (['empty'] as const) : (['empty', 'commentsOnly'] as const)
     for (const c of misses) {
@@ -149,7 +164,7 @@ for (const route of ROUTES) {
       t.equal(error.error.code, 'provider_error')
       t.equal(error.x_svc_trace.billing.total_cost, '0', 'no content produced: nothing billed')
     }
-    t.equal(await charges(stack), 4, 'nothing billed for a stream with no answer')
+    t.equal(await charges(stack), 5, 'nothing billed for a stream with no answer')
     t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
   })
 }
