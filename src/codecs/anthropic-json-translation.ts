@@ -6,7 +6,7 @@
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { JSON_HEADERS } from './anthropic-native.js'
-import { anthropicErrorOf, renderAnthropicError } from './anthropic-wire.js'
+import { anthropicErrorOf, anthropicUsageOf, renderAnthropicError } from './anthropic-wire.js'
 import type { ResponseCodec } from './codec.js'
 import { matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
 
@@ -38,15 +38,7 @@ export function toAnthropicMessage(completion: Json, model: string, names: ToolN
       content.push({ type: 'tool_use', id: call?.id, name: names.get(name) ?? name, input: parseInput(call?.function?.arguments) })
     }
   }
-  const u = completion.usage
-  const usage: Json = { input_tokens: 0, output_tokens: 0 }
-  if (u !== null && typeof u === 'object') {
-    const cached = u.prompt_tokens_details?.cached_tokens
-    const hasCached = typeof cached === 'number' && cached > 0
-    usage.input_tokens = (u.prompt_tokens ?? 0) - (hasCached ? cached : 0)
-    usage.output_tokens = u.completion_tokens ?? 0
-    if (hasCached) usage.cache_read_input_tokens = cached
-  }
+  const usage = anthropicUsageOf(completion.usage, 0, 0)
   const stopped = matchedStop(choice?.finish_reason, choice, text, stops)
   return {
     id: completion.id,

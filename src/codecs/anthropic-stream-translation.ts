@@ -7,7 +7,7 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import { anthropicErrorEvent, anthropicErrorOf } from './anthropic-wire.js'
+import { anthropicErrorEvent, anthropicErrorOf, anthropicUsageOf } from './anthropic-wire.js'
 import { SSE_HEADERS } from './anthropic-native.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { longestStop, matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
@@ -131,13 +131,7 @@ export class AnthropicStreamTranslator {
     }
     let out = this.started ? '' : this.#start({})
     out += this.#close()
-    const u = this.usage
-    const cached = u?.prompt_tokens_details?.cached_tokens
-    const usage: Record<string, unknown> = { output_tokens: u?.completion_tokens ?? this.contentChunks }
-    if (typeof u?.prompt_tokens === 'number') {
-      usage.input_tokens = u.prompt_tokens - (typeof cached === 'number' ? cached : 0)
-      if (typeof cached === 'number' && cached > 0) usage.cache_read_input_tokens = cached
-    }
+    const usage = anthropicUsageOf(this.usage, null, this.contentChunks)
     const delta = { type: 'message_delta', delta: { stop_reason: stopReason(this.#finish, this.#refused, this.#stopped), stop_sequence: this.#stopped }, usage }
     out += event('message_delta', JSON.stringify(delta))
     out += event('message_stop', `{"type":"message_stop"${extra}}`)
@@ -147,7 +141,8 @@ export class AnthropicStreamTranslator {
   #start(c: Record<string, any>): string {
     this.started = true
     if (typeof c.id === 'string') this.id = c.id
-    const input = typeof c.usage?.prompt_tokens === 'number' ? c.usage.prompt_tokens : 0
+    const prompt: unknown = c.usage?.prompt_tokens
+    const input = Number.isSafeInteger(prompt) && (prompt as number) >= 0 ? prompt : 0
     const message = {
       id: this.id,
       type: 'message',

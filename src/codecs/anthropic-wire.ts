@@ -23,6 +23,25 @@ function count(n: unknown): number {
 }
 
 /**
+ * An OpenAI usage object as Anthropic's: the cached prompt tokens apart (cache_read_input_tokens, which
+ * input_tokens excludes). A count that is not a whole non-negative number is not passed on (the router bills
+ * an estimate then, which the trace shows): `output` stands in for the completion, and `input` for the
+ * prompt, or input_tokens is left out when `input` is null.
+ */
+export function anthropicUsageOf(usage: unknown, input: number | null, output: number): Record<string, unknown> {
+  const u = (usage !== null && typeof usage === 'object' ? usage : {}) as Record<string, any>
+  const prompt = count(u.prompt_tokens)
+  const completion = count(u.completion_tokens)
+  const cached = count(u.prompt_tokens_details?.cached_tokens)
+  const out: Record<string, unknown> = {}
+  if (prompt >= 0) out.input_tokens = prompt - (cached > 0 && cached <= prompt ? cached : 0)
+  else if (input !== null) out.input_tokens = input
+  out.output_tokens = completion >= 0 ? completion : output
+  if (prompt >= 0 && cached > 0 && cached <= prompt) out.cache_read_input_tokens = cached
+  return out
+}
+
+/**
  * Anthropic usage as the chat usage the loop bills. Anthropic's input_tokens excludes the cache tokens, which
  * are prompt tokens all the same (billed at the prompt price). Null when the counts are missing or not counts.
  */

@@ -326,3 +326,23 @@ t.test('an event whose data is not a JSON object is dropped and breaks the strea
   t.equal(blank.ended, true, 'blank data lines are no events and break nothing')
   t.equal(blank.streamError, false)
 })
+
+t.test('usage counts that are not counts are not passed on to the client', async (t) => {
+  const bad = { ...BASE, choices: [], usage: { prompt_tokens: -20, completion_tokens: -7, total_tokens: -27, prompt_tokens_details: { cached_tokens: -5 } } }
+  const { events, codec } = run([sse([chunk({ role: 'assistant', content: 'Hi' }, null, { usage: bad.usage }), chunk({ content: '!' }, 'stop'), bad])])
+  t.equal(events[0]![1].message.usage.input_tokens, 0, 'message_start: no negative input')
+  const delta = events.find((e) => e[0] === 'message_delta')![1]
+  t.same(delta.usage, { output_tokens: 2 }, 'message_delta: the content chunks counted, no input_tokens')
+  t.equal(codec.usage(100).estimated, true, 'billed by estimate')
+  const cached = run([sse([chunk({ content: 'x' }, 'stop'), { ...BASE, choices: [], usage: { prompt_tokens: 4, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 9 } } }])])
+  t.same(cached.events.find((e) => e[0] === 'message_delta')![1].usage, { input_tokens: 4, output_tokens: 1 }, 'more cached than prompt tokens: no cache figure')
+})
+
+t.test('a translated JSON message carries no negative usage', async (t) => {
+  const { toAnthropicMessage } = await import('../../src/codecs/anthropic-json-translation.js')
+  const choice = { message: { content: 'a' }, finish_reason: 'stop' }
+  const negative = toAnthropicMessage({ id: 'x', choices: [choice], usage: { prompt_tokens: -3, completion_tokens: -1 } }, 'm', new Map())
+  t.same(negative.usage, { input_tokens: 0, output_tokens: 0 })
+  const cached = toAnthropicMessage({ id: 'x', choices: [choice], usage: { prompt_tokens: 12, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 10 } } }, 'm', new Map())
+  t.same(cached.usage, { input_tokens: 2, output_tokens: 2, cache_read_input_tokens: 10 })
+})
