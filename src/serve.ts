@@ -198,8 +198,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const stopWatchingLedger = store.changes.subscribe((change) => {
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
     reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
-    // A key another process changed may have been revoked: its requests waiting for room must not be sent.
-    if (change.kind === 'key') {
+    // A key another process changed may have been revoked: its requests waiting for room must not be sent. A
+    // key with no book here has none waiting, and its next request reads it afresh.
+    if (change.kind === 'key' && ledger.hasKey(change.keyId)) {
       store.keys.getApiKey(change.accountId, change.keyId).then(
         (key) => key?.revoked === true && ledger.keyRevoked(key.id),
         (err: unknown) => log.error('billing: reading a key changed by another process failed', { err: String(err) }),

@@ -142,6 +142,11 @@ export class Ledger {
     this.#waiters.wake()
   }
 
+  /** Whether the key's book is in memory (keyRevoked has something to mark). */
+  hasKey(keyId: string): boolean {
+    return this.#keys.has(keyId)
+  }
+
   /** atto-USD held by the account's in-flight requests. */
   reserved(accountId: string): bigint {
     return this.#accounts.get(accountId)?.reserved ?? 0n
