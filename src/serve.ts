@@ -5,6 +5,7 @@
 import { ChargeWriter } from './billing/charge-writer.js'
 import { Ledger } from './billing/ledger.js'
 import { createKeyAuthenticators, type KeyAuthenticators } from './auth/authenticate.js'
+import { ConsoleOrigins } from './auth/console-origins.js'
 import { Credentials } from './auth/credentials.js'
 import { KeyCache } from './auth/key-cache.js'
 import { SessionBook } from './auth/session.js'
@@ -249,7 +250,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const apiKeys = createApiKeys({ authenticate: consoleAuth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
   const account = createAccount({ authenticate: consoleAuth.management, store, reserved: (accountId) => ledger.reserved(accountId) })
   const mgmtKeys = createManagementKeys({ authenticate: consoleAuth.sessionOnly, credentials, store })
-  const signIn = createAuthSession({ sessions, store })
+  // Where the console is reached: configured, or the listening address once it is known (below).
+  let consoleOrigins = config.server.public_origins.length > 0 ? ConsoleOrigins.of(config.server.public_origins) : null
+  const signIn = createAuthSession({ sessions, store, origins: () => consoleOrigins! })
   const consoleFiles = createConsoleFiles()
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions), chatCompletions.name) },
@@ -333,6 +336,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     if (config.ops.separate_port) opsApp = await listen(config.ops.host, config.ops.port, opsRoutes)
     else routes.push(...opsRoutes)
     app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms })
+    consoleOrigins ??= ConsoleOrigins.listening(config.server.host, app.port)
   } catch (err) {
     opsApp?.close()
     await stopServing()

@@ -8,6 +8,7 @@
  */
 import type { SiweMessage } from 'viem/siwe'
 import { RouterError } from '../errors.js'
+import type { ConsoleOrigins } from './console-origins.js'
 import type { SessionBook } from './session.js'
 
 /** EIP-155 chain id the console signs in on by default (Ethereum mainnet; it only scopes the message). */
@@ -16,10 +17,11 @@ export const DEFAULT_CHAIN_ID = 1
 export const MAX_MESSAGE_CHARS = 8192
 
 export interface SiweExpectations {
-  /** The Host the browser addressed (RFC 3986 authority): the message's domain must be exactly this. */
-  readonly domain: string
-  /** The console's origin (scheme://host): the message's URI must be on it. */
-  readonly origin: string
+  /**
+   * Where the console is reached: the message's domain must be one of these authorities and its URI on that
+   * authority's origin. Not the request's Host, which the sender writes.
+   */
+  readonly origins: ConsoleOrigins
   readonly chainId: number
   readonly now: number
 }
@@ -58,17 +60,19 @@ export async function verifySignIn(book: SessionBook, message: unknown, signatur
   if (version !== '1') throw refused(`version ${JSON.stringify(version)} is not 1`)
   // Spent before anything else can fail: a nonce is good for one attempt.
   if (!book.consumeNonce(nonce)) throw refused('the nonce is unknown, already used or expired: ask /v1/auth/nonce for a new one')
-  if (domain !== expect.domain) throw refused(`the message is for ${JSON.stringify(domain)}, this console is ${JSON.stringify(expect.domain)}`)
-  let uriOrigin: string
+  if (!expect.origins.hasAuthority(domain)) throw refused(`the message is for ${JSON.stringify(domain)}, this console is reached at ${expect.origins}`)
+  let url: URL
   try {
-    uriOrigin = new URL(uri).origin
+    url = new URL(uri)
   } catch {
     throw refused('the message URI is not a URL')
   }
-  if (uriOrigin !== expect.origin) throw refused(`the message URI ${JSON.stringify(uri)} is not on ${expect.origin}`)
+  if (expect.origins.origin(url.protocol.slice(0, -1), domain) !== url.origin) {
+    throw refused(`the message URI ${JSON.stringify(uri)} is not on the origin of its domain ${JSON.stringify(domain)}`)
+  }
   if (chainId !== expect.chainId) throw refused(`chain ID ${chainId} is not ${expect.chainId}`)
   const time = new Date(expect.now)
-  if (!validateSiweMessage({ message: fields, domain: expect.domain, nonce, time })) {
+  if (!validateSiweMessage({ message: fields, domain, nonce, time })) {
     throw refused('the message has expired or is not valid yet')
   }
   // Issued-at in the future beyond a small clock skew: a message prepared for later use.

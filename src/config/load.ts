@@ -32,7 +32,7 @@ export interface LoadConfigOptions {
   readonly env?: Readonly<Record<string, string | undefined>>
 }
 
-type LeafKind = 'number' | 'boolean' | 'string'
+type LeafKind = 'number' | 'boolean' | 'string' | 'list'
 
 /** A configurable value: its dotted path, its env var name, and how to coerce an env string for it. */
 export interface ConfigLeaf {
@@ -60,6 +60,7 @@ function leavesOf(schema: z.ZodType, prefix: readonly string[]): ConfigLeaf[] {
   if (inner instanceof z.ZodNumber) kind = 'number'
   else if (inner instanceof z.ZodBoolean) kind = 'boolean'
   else if (inner instanceof z.ZodString || inner instanceof z.ZodEnum) kind = 'string'
+  else if (inner instanceof z.ZodArray) kind = 'list'
   else throw new Error(`config schema: no env coercion for ${path}`)
   return [{ path, segments: prefix, env: envName(path), kind }]
 }
@@ -201,6 +202,9 @@ function coerce(leaf: ConfigLeaf, value: string, cwd: string): { value?: unknown
       // A relative path given in the environment is relative to where the process was started.
       if (PATH_KEYS.includes(leaf.path)) return { value: resolvePath(cwd, value) }
       return { value }
+    case 'list':
+      // Comma-separated; blank: an empty list.
+      return { value: text === '' ? [] : text.split(',').map((item) => item.trim()) }
   }
 }
 

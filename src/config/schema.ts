@@ -4,6 +4,7 @@
  */
 
 import { z } from 'zod'
+import { originProblem } from '../auth/console-origins.js'
 import { LOWER_ADDRESS_PATTERN } from '../vocabulary/address.js'
 
 /** Node clamps any timer delay above 2^31-1 ms to 1 ms, so a longer "timeout" would fire at once. */
@@ -23,6 +24,18 @@ const ServerSchema = z.strictObject({
   send_timeout_ms: timeoutMs(60_000),
   /** On SIGTERM/SIGINT: how long requests in flight may take to finish before they are ended. */
   drain_timeout_ms: timeoutMs(30_000),
+  /**
+   * Where the console is reached (scheme://host[:port] each): the only domains a wallet sign-in may name. Empty:
+   * the listening address (and localhost, 127.0.0.1, [::1] when it is a loopback or wildcard one).
+   */
+  public_origins: z
+    .array(
+      z.string().superRefine((value, ctx) => {
+        const problem = originProblem(value)
+        if (problem !== null) ctx.addIssue({ code: 'custom', message: `${problem} (got ${JSON.stringify(value)})` })
+      }),
+    )
+    .default([]),
 })
 
 const RegistrySchema = z.strictObject({

@@ -22,9 +22,11 @@ import {
   isSameOrigin,
   originOf,
   resolveSession,
+  schemeOf,
   sessionCookie,
   sessionToken,
 } from '../auth/session-auth.js'
+import type { ConsoleOrigins } from '../auth/console-origins.js'
 import { DEFAULT_CHAIN_ID, verifySignIn } from '../auth/siwe.js'
 
 type Handler = (head: RequestHead, reply: Reply) => void
@@ -34,6 +36,8 @@ export interface AuthSessionDeps {
   readonly store: Pick<Store, 'accounts'>
   /** EIP-155 chain id the sign-in message must name. */
   readonly chainId?: number
+  /** Where the console is reached (known once the router listens): what a sign-in message may name. */
+  readonly origins: () => ConsoleOrigins
 }
 
 export interface AuthSessionSurface {
@@ -68,7 +72,7 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
     const body = parseJsonObject(raw)
     if (body instanceof RouterError) throw body
     const now = book.now()
-    const signed = await verifySignIn(book, body.message, body.signature, { domain: head.host ?? '', origin: originOf(head), chainId, now })
+    const signed = await verifySignIn(book, body.message, body.signature, { origins: deps.origins(), chainId, now })
     await deps.store.accounts.ensureAccount(signed.wallet, now)
     // A sign-in always starts a new session (no fixation); the one this browser held, if any, ends.
     book.close(sessionToken(head))
@@ -81,6 +85,13 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
   return {
     nonce: function issueNonce(head, reply) {
       if ((head.host ?? '') === '') return fail(head, reply, NO_HOST)
+      // The message names where the console is reached, never merely the Host this request wrote.
+      const origins = deps.origins()
+      const origin = origins.origin(schemeOf(head), head.host!)
+      if (origin === null) {
+        const why = `this console is not reached at ${originOf(head)}: sign in at ${origins} (server.public_origins lists where it is served)`
+        return fail(head, reply, new RouterError('invalid_request', why))
+      }
       const issued = book.issueNonce()
       if (issued === null) {
         return fail(head, reply, new RouterError('rate_limit_exceeded', 'too many sign-ins pending: try again in a minute', { 'Retry-After': '60' }))
@@ -89,7 +100,7 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
         nonce: issued.nonce,
         expires_at: iso(issued.expiresAt),
         domain: head.host,
-        uri: `${originOf(head)}/console`,
+        uri: `${origin}/console`,
         chain_id: chainId,
         version: '1',
         statement: STATEMENT,

@@ -14,7 +14,7 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 
 function defaultsWithPathsIn(dir: string): Config {
   return {
-    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000 },
+    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [] },
     registry: { source: 'file', path: join(dir, 'providers.yaml'), watch: true },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full' },
     limits: { requests_per_minute: 600, budget_wait_ms: 10000 },
@@ -279,6 +279,15 @@ t.test('env overrides', async (t) => {
     t.strictSame(problemsOf(t, () => loadConfig({ env: { SVC_REGISTRY_WATCH: 'maybe' } })), [
       'SVC_REGISTRY_WATCH: expected true or false (got "maybe")',
     ])
+  })
+
+  t.test('server.public_origins: origins only, from the file or as a comma-separated variable', async (t) => {
+    const config = loadConfig({ env: { SVC_SERVER_PUBLIC_ORIGINS: 'https://a.example, http://b.example:8080' } })
+    t.strictSame(config.server.public_origins, ['https://a.example', 'http://b.example:8080'])
+    t.strictSame(loadConfig({ env: { SVC_SERVER_PUBLIC_ORIGINS: '' } }).server.public_origins, [])
+    const problems = problemsOf(t, () => loadConfig({ file: configFile(t, 'server: { public_origins: [a.example, "https://a.example/console", "ftp://a.example"] }\n') }))
+    t.equal(problems.length, 3, problems.join('; '))
+    t.match(problems.join('\n'), /not a URL[\s\S]*must be an origin[\s\S]*must be http/)
   })
 
   t.test('an unknown SVC_ variable is an error with a hint', async (t) => {

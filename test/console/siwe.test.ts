@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { createKeyAuthenticators } from '../../src/auth/authenticate.js'
 import { Credentials } from '../../src/auth/credentials.js'
 import { KeyCache } from '../../src/auth/key-cache.js'
+import { ConsoleOrigins } from '../../src/auth/console-origins.js'
 import { SessionBook } from '../../src/auth/session.js'
 import { createSessionAuthenticators } from '../../src/auth/session-auth.js'
 import { listen } from '../../src/server/app.js'
@@ -73,6 +74,54 @@ t.test('refused: a message for another domain', async (t) => {
   t.ok(isError(answer, 401, 'invalid_siwe_message'), answer.text)
   t.match(answer.json.error.message, /evil\.example/)
   t.equal(answer.headers['set-cookie'], undefined)
+})
+
+t.test("refused: a phishing site's relay, a message for its own domain sent with its own Host", async (t) => {
+  // What a page at evil.example gets a wallet to sign (the wallet sees its own page's domain: no warning),
+  // replayed here from the attacker's server with the Host and Origin it likes.
+  const evil = { host: 'evil.example', origin: 'http://evil.example', 'sec-fetch-site': 'same-origin' }
+  const asked = await call(stack, 'GET', '/v1/auth/nonce', { headers: evil })
+  t.ok(isError(asked, 400, 'invalid_request'), asked.text)
+  t.match(asked.json.error.message, /server\.public_origins/)
+  const wallet = newWallet()
+  const text = await message(stack, wallet, { domain: 'evil.example', uri: 'http://evil.example/console' })
+  const answer = await verify(stack, text, await wallet.signMessage({ message: text }), evil)
+  t.ok(isError(answer, 401, 'invalid_siwe_message'), answer.text)
+  t.equal(answer.headers['set-cookie'], undefined, 'no session')
+  t.equal(await stack.router.store.accounts.getAccount(wallet.address.toLowerCase()), null, 'no account made for the wallet')
+})
+
+t.test('a message on this origin under another of its names (localhost) is accepted; on another port it is not', async (t) => {
+  const port = new URL(stack.url).port
+  const wallet = newWallet()
+  const local = `http://localhost:${port}`
+  const headers = { host: `localhost:${port}`, origin: local, 'sec-fetch-site': 'same-origin' }
+  const n = (await call(stack, 'GET', '/v1/auth/nonce', { headers })).json
+  t.equal(n.uri, `${local}/console`)
+  const text = await message(stack, wallet, { domain: `localhost:${port}`, uri: n.uri, nonce: n.nonce })
+  t.equal((await verify(stack, text, await wallet.signMessage({ message: text }), headers)).status, 200)
+  const other = await message(stack, wallet, { domain: 'localhost:1', uri: 'http://localhost:1/console' })
+  t.ok(isError(await verify(stack, other, await wallet.signMessage({ message: other })), 401, 'invalid_siwe_message'))
+  const mixed = await message(stack, wallet, { uri: `${local}/console` })
+  t.ok(isError(await verify(stack, mixed, await wallet.signMessage({ message: mixed })), 401, 'invalid_siwe_message'), 'the URI must be on the domain it names')
+})
+
+t.test('server.public_origins: the console behind a proxy signs in at its public name only', async (t) => {
+  const proxied = await oneProviderStack(t, { server: { public_origins: ['https://console.example'] } })
+  const wallet = newWallet()
+  const headers = { host: 'console.example', origin: 'https://console.example', 'sec-fetch-site': 'same-origin' }
+  const n = (await call(proxied, 'GET', '/v1/auth/nonce', { headers })).json
+  t.equal(n.domain, 'console.example')
+  t.equal(n.uri, 'https://console.example/console')
+  const text = await message(proxied, wallet, { domain: 'console.example', uri: n.uri, nonce: n.nonce })
+  const answer = await verify(proxied, text, await wallet.signMessage({ message: text }), headers)
+  t.equal(answer.status, 200, answer.text)
+  t.match(String(answer.headers['set-cookie']), /; Secure/)
+  const again = (await call(proxied, 'GET', '/v1/auth/nonce', { headers })).json.nonce
+  const direct = await message(proxied, wallet, { nonce: again })
+  const refused = await verify(proxied, direct, await wallet.signMessage({ message: direct }))
+  t.ok(isError(refused, 401, 'invalid_siwe_message'), 'its listening address is not where it is reached')
+  t.match(refused.json.error.message, /https:\/\/console\.example/)
 })
 
 t.test('refused: a URI on another origin, another chain', async (t) => {
@@ -219,7 +268,8 @@ t.test('sessions expire when idle and at their absolute end', async (t) => {
   const sessions = new SessionBook({ idleMs: 60_000, absoluteMs: 300_000, now: () => now })
   const auth = createSessionAuthenticators(sessions, keys)
   const mgmt = createManagementKeys({ authenticate: auth.sessionOnly, credentials: new Credentials(store, cache), store })
-  const signInRoutes = createAuthSession({ sessions, store })
+  let origins: ConsoleOrigins | null = null
+  const signInRoutes = createAuthSession({ sessions, store, origins: () => origins! })
   const app = await listen('127.0.0.1', 0, [
     { method: 'get', pattern: '/v1/auth/nonce', handler: signInRoutes.nonce },
     { method: 'post', pattern: '/v1/auth/verify', handler: signInRoutes.verify },
@@ -229,6 +279,7 @@ t.test('sessions expire when idle and at their absolute end', async (t) => {
     app.close()
     await store.close()
   })
+  origins = ConsoleOrigins.listening('127.0.0.1', app.port)
   const site = { url: app.url }
   const idle = await signIn(site)
   const list = () => call(site, 'GET', '/v1/management-keys', { headers: idle.headers })
