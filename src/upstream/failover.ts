@@ -47,7 +47,14 @@ export interface EngineRequest<R extends SurfaceRequest, U extends Usage = Usage
 
 const JSON_TYPE = ['Content-Type', 'application/json']
 
-/** Retry-After as seconds: the provider's delta-seconds, or its HTTP date turned into seconds; 1 when unusable. */
+/** The longest wait passed on from a provider's Retry-After (a day): a date years ahead is no advice. */
+export const MAX_RETRY_AFTER_S = 86_400
+
+/**
+ * Retry-After as seconds (RFC 9110 §10.2.3): the provider's delta-seconds, or its HTTP-date turned into seconds,
+ * at most a day; 1 when unusable. An HTTP-date starts with a day name (IMF-fixdate, RFC 850, asctime): anything
+ * else is not handed to Date.parse, which reads "-5", "1.5" or "120, 5" as dates long past (a wait of 0).
+ */
 export function retryAfterSeconds(value: string, now = Date.now()): string {
   const v = value.trim()
   if (v.length > 0 && v.length <= 10) {
@@ -56,10 +63,12 @@ export function retryAfterSeconds(value: string, now = Date.now()): string {
       const c = v.charCodeAt(i)
       if (c < 48 || c > 57) digits = false
     }
-    if (digits) return String(Number(v))
+    if (digits) return String(Math.min(Number(v), MAX_RETRY_AFTER_S))
   }
+  const first = v.charCodeAt(0) | 0x20
+  if (first < 97 || first > 122) return '1'
   const at = Date.parse(v)
-  if (Number.isFinite(at)) return String(Math.max(0, Math.ceil((at - now) / 1000)))
+  if (Number.isFinite(at)) return String(Math.min(MAX_RETRY_AFTER_S, Math.max(0, Math.ceil((at - now) / 1000))))
   return '1'
 }
 

@@ -145,6 +145,16 @@ t.test('a 429 with an HTTP-date Retry-After is passed on in seconds; none at all
   const bare = await post(stack, { ...STREAM, stream: false })
   t.equal(bare.status, 429)
   t.equal(bare.headers['retry-after'], '1')
+  // Not delta-seconds and not an HTTP-date: no advice (Date.parse would read each as a date long past: 0).
+  for (const junk of ['-5', '1.5', '120, 5', 'abc']) {
+    retryAfter = junk
+    const out = await post(stack, { ...STREAM, stream: false })
+    t.equal(out.headers['retry-after'], '1', `${JSON.stringify(junk)} gives 1`)
+  }
+  retryAfter = new Date(Date.UTC(2099, 0, 1)).toUTCString()
+  t.equal((await post(stack, { ...STREAM, stream: false })).headers['retry-after'], '86400', 'a date decades ahead: a day at most')
+  retryAfter = '99999999'
+  t.equal((await post(stack, { ...STREAM, stream: false })).headers['retry-after'], '86400', 'delta-seconds: a day at most')
 })
 
 t.test('a 429 followed by a 5xx on the last candidate is a 502, not a 429', async (t) => {
