@@ -7,7 +7,14 @@
 
 export interface AudioRate {
   readonly format: 'wav' | 'mp3'
+  /** The rate as the header states it (WAV: the smallest of its fields that say it). */
   readonly bytesPerSecond: number
+  /**
+   * The fewest bytes per second any audio with this header can take: the bound of how long the file can be.
+   * WAV: its rate (the header defines the audio). MP3: the lowest bitrate of its MPEG version, since only the
+   * first frame was read and a variable-bitrate file may go lower after it.
+   */
+  readonly slowestBytesPerSecond: number
   /** Where the audio starts in the file. */
   readonly offset: number
   /** Bytes of audio as the header states them (WAV `data`), null when the header does not say. */
@@ -41,16 +48,36 @@ function wavRate(b: Buffer): AudioRate | null {
   while (at + 8 <= b.length) {
     const id = b.toString('latin1', at, at + 4)
     const size = b.readUInt32LE(at + 4)
-    if (id === 'fmt ' && at + 16 <= b.length) byteRate = b.readUInt32LE(at + 8 + 8)
+    if (id === 'fmt ' && at + 24 <= b.length) byteRate = wavByteRate(b, at + 8)
     if (id === 'data') {
       if (byteRate === 0) return null
       // 0 and 0xFFFFFFFF mark a stream whose length was not known when the header was written.
       const known = size !== 0 && size !== 0xffffffff
-      return { format: 'wav', bytesPerSecond: byteRate, offset: at + 8, dataBytes: known ? size : null }
+      return { format: 'wav', bytesPerSecond: byteRate, slowestBytesPerSecond: byteRate, offset: at + 8, dataBytes: known ? size : null }
     }
     at += 8 + size + (size & 1)
   }
   return null
+}
+
+/**
+ * Bytes per second of a WAV `fmt ` chunk at `at`: the smallest of what its fields say (the byte-rate field,
+ * sample rate × block align, and for PCM sample rate × channels × bytes per sample), so that a byte-rate field
+ * written larger than the audio it describes cannot make the file seem shorter than a decoder will find it.
+ * 0 when a field it needs is 0.
+ */
+function wavByteRate(b: Buffer, at: number): number {
+  const format = b.readUInt16LE(at)
+  const channels = b.readUInt16LE(at + 2)
+  const sampleRate = b.readUInt32LE(at + 4)
+  let rate = b.readUInt32LE(at + 8)
+  const blockAlign = b.readUInt16LE(at + 12)
+  const bits = b.readUInt16LE(at + 14)
+  if (sampleRate === 0 || rate === 0) return 0
+  if (blockAlign > 0) rate = Math.min(rate, sampleRate * blockAlign)
+  // PCM (1), IEEE float (3), extensible (0xFFFE): frames of channels × whole bytes per sample.
+  if ((format === 1 || format === 3 || format === 0xfffe) && channels > 0 && bits > 0) rate = Math.min(rate, sampleRate * channels * Math.ceil(bits / 8))
+  return rate
 }
 
 function mp3Rate(b: Buffer): AudioRate | null {
@@ -66,7 +93,8 @@ function mp3Rate(b: Buffer): AudioRate | null {
   const version = (h1 >> 3) & 3 // 3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5
   const layer = (h1 >> 1) & 3 // 1: Layer III
   if (version === 1 || layer !== 1) return null
-  const kbps = (version === 3 ? MP3_BITRATES_V1 : MP3_BITRATES_V2)[h2 >> 4]
+  const rates = version === 3 ? MP3_BITRATES_V1 : MP3_BITRATES_V2
+  const kbps = rates[h2 >> 4]
   if (kbps === undefined || kbps === 0) return null
-  return { format: 'mp3', bytesPerSecond: (kbps * 1000) / 8, offset: at, dataBytes: null }
+  return { format: 'mp3', bytesPerSecond: (kbps * 1000) / 8, slowestBytesPerSecond: (rates[1]! * 1000) / 8, offset: at, dataBytes: null }
 }

@@ -4,8 +4,12 @@
  * else from the uploaded audio's own header (estimated). Non-JSON formats are relayed as they are, the trace
  * then in a header (codecs/openai-media.ts).
  *
- * The reservation bounds the audio's length before it was heard: a WAV header states it; otherwise the upload's
- * size over its bitrate (MP3 frame header), or over a floor of 8 kbit/s for a format the router cannot read.
+ * The reservation bounds the audio's length before it was heard, and the bill is capped at it, so nothing in it
+ * is what the client may state freely: the upload's size (declared, else the largest allowed) over the fewest
+ * bytes per second the file's header allows (WAV: its rate, the smallest its fields give; MP3: the lowest
+ * bitrate of its MPEG version), or over a floor of 8 kbit/s for a format the router cannot read. A WAV `data`
+ * size bounds the audio only when the upload's size is not declared (chunked): stated smaller than what is sent,
+ * it would shrink the bound, and a decoder may read on to the end.
  */
 import { audioCost, type AudioUsage } from '../billing/cost.js'
 import { audioRate, type AudioRate } from '../codecs/audio-duration.js'
@@ -37,6 +41,13 @@ export function uploadSeconds(rate: AudioRate | null, bytes: number): number {
   return (rate.dataBytes === null ? audio : Math.min(audio, rate.dataBytes)) / rate.bytesPerSecond
 }
 
+/** The most seconds of audio an upload can hold (see the file comment): what is reserved, and the bill's cap. */
+function boundSeconds(rate: AudioRate | null, declaredLength: number, maxBytes: number): number {
+  if (rate === null) return (declaredLength >= 0 ? declaredLength : maxBytes) / FLOOR_BYTES_PER_SECOND
+  if (declaredLength < 0 && rate.dataBytes !== null) return rate.dataBytes / rate.slowestBytesPerSecond
+  return Math.max(0, (declaredLength >= 0 ? declaredLength : maxBytes) - rate.offset) / rate.slowestBytesPerSecond
+}
+
 export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> = {
   name: 'transcriptions',
   modelType: 'speech-to-text',
@@ -48,9 +59,7 @@ export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> 
     const req = multipartRequest(form, upload, head, CHECKED)
     if (req instanceof RouterError) return req
     const rate = form.fileHead.length === 0 ? null : audioRate(form.fileHead)
-    const size = upload.declaredLength >= 0 ? upload.declaredLength : upload.maxBytes
-    const maxSeconds = rate?.dataBytes != null ? rate.dataBytes / rate.bytesPerSecond : size / (rate?.bytesPerSecond ?? FLOOR_BYTES_PER_SECOND)
-    return { ...req, rate, maxSeconds }
+    return { ...req, rate, maxSeconds: boundSeconds(rate, upload.declaredLength, upload.maxBytes) }
   },
   plan(req): AttemptPlan<AudioUsage> {
     const codec = new TranscriptionCodec(() => uploadSeconds(req.rate, req.upload.received()))

@@ -1,0 +1,68 @@
+/**
+ * The reservation of a transcription bounds the audio before it is heard, and the bill is capped at it, so the
+ * bound must not be something the client states freely: a WAV whose byte-rate field or `data` size is written
+ * to make the file seem short is still billed for what the provider heard.
+ */
+import t from 'tap'
+import { request } from 'undici'
+import { audioRate } from '../../src/codecs/audio-duration.js'
+import { fakeProvider } from '../helpers/fake-provider.js'
+import { addr, startStack } from '../helpers/stack.js'
+import { AUDIO_MODEL, mp3, wav } from './fixtures.js'
+
+const BOUNDARY = 'svc-audio-bound'
+
+function upload(file: Buffer): Buffer {
+  return Buffer.concat([
+    Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${AUDIO_MODEL}\r\n`),
+    Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+    file,
+    Buffer.from(`\r\n--${BOUNDARY}--\r\n`),
+  ])
+}
+
+/** A 60-second 16 kHz 16-bit WAV with one header field overwritten. */
+function forged(offset: number, value: number): Buffer {
+  const b = wav(60)
+  b.writeUInt32LE(value, offset)
+  return b
+}
+
+t.test('audioRate: a byte-rate field larger than the audio it describes is not believed', async (t) => {
+  t.equal(audioRate(wav(1))!.bytesPerSecond, 32_000)
+  t.equal(audioRate(forged(28, 0xffffffff))!.bytesPerSecond, 32_000, 'sample rate × block align')
+  const noAlign = wav(1)
+  noAlign.writeUInt32LE(0xffffffff, 28)
+  noAlign.writeUInt16LE(0, 32)
+  t.equal(audioRate(noAlign)!.bytesPerSecond, 32_000, 'sample rate × channels × bytes per sample, for PCM')
+  t.equal(audioRate(mp3(1))!.slowestBytesPerSecond, 4_000, 'an MPEG-1 MP3 may drop to 32 kbit/s after its first frame')
+})
+
+t.test('a WAV written to seem short is billed for the 60 s its provider heard', async (t) => {
+  // A provider that decodes the whole upload, as a decoder reading to the end of the file does: 60 s each time.
+  const provider = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: 60 } }))
+  })
+  const stack = await startStack(t, [
+    { address: addr('a'), url: provider.url, models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.01' } }] },
+  ])
+  const cases: [string, Buffer][] = [
+    ['honest', wav(60)],
+    ['byte-rate field 0xFFFFFFFF', forged(28, 0xffffffff)],
+    ['data size 2', forged(40, 2)],
+  ]
+  for (const [what, file] of cases) {
+    const res = await request(stack.url + '/v1/audio/transcriptions', {
+      method: 'POST',
+      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth },
+      body: upload(file),
+    })
+    const body = (await res.body.json()) as any
+    t.equal(res.statusCode, 200, what)
+    t.same(body.x_svc_trace.usage, { seconds: 60 }, `${what}: the provider's 60 s`)
+    t.equal(body.x_svc_trace.billing.total_cost, '0.6', `${what}: 60 s × 0.01, not capped at the forged header's length`)
+    t.notOk(body.x_svc_trace.billing.capped, `${what}: not capped`)
+  }
+  t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})
