@@ -64,8 +64,7 @@ export class ChatStreamCodec implements ResponseCodec {
   }
 
   usage(promptBytes: number): ChatUsage {
-    // Content events exclude the role chunk and the finish chunk.
-    return meteredUsage(this.#sse.usage, promptBytes, Math.max(0, this.#sse.events - 2))
+    return meteredUsage(this.#sse.usage, promptBytes, this.#sse.contentEvents)
   }
 
   complete(trace: Record<string, unknown>): string {

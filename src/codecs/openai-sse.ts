@@ -23,6 +23,19 @@ export interface StreamUsage {
 
 const USAGE_KEY = Buffer.from('"usage"')
 const FINISH_KEY = Buffer.from('"finish_reason"')
+/** A chunk that only announces the role carries an empty (or null) content: written compact or as Python spaces it. */
+const EMPTY_CONTENT = ['"content":""', '"content":null', '"content": ""', '"content": null'].map((s) => Buffer.from(s))
+const TOOL_CALLS_KEY = [Buffer.from('"tool_calls"')]
+const EMPTY_DELTA = ['"delta":{}', '"delta": {}'].map((s) => Buffer.from(s))
+
+/** Whether [from, to) of `src` holds one of `needles`. */
+function holds(src: Buffer, from: number, to: number, needles: readonly Buffer[]): boolean {
+  for (const needle of needles) {
+    const at = src.indexOf(needle, from)
+    if (at !== -1 && at + needle.length <= to) return true
+  }
+  return false
+}
 const ERROR_KEY = Buffer.from('"error"')
 const ID_KEY = Buffer.from('"id"')
 const LF1 = Buffer.from('\n')
@@ -116,6 +129,8 @@ export class OpenAiSseCodec {
   #prevFrom = 0
   #prevTo = 0
   #events = 0
+  /** The first data event only announced the role (no content, no tool call): not a token. */
+  #roleOnly = false
   #forwardedBytes = 0
 
   readonly #withholdUsage: boolean
@@ -188,9 +203,22 @@ export class OpenAiSseCodec {
     return this.#sawError || this.#finish() === ERROR_FINISH
   }
 
-  /** Data events forwarded or withheld, `[DONE]` excluded: for estimating usage when the provider reports none. */
+  /** Data events forwarded or withheld, `[DONE]` excluded. */
   get events(): number {
     return this.#events
+  }
+
+  /**
+   * Data events that carried content, for estimating usage when the provider reports none (one token each):
+   * the events less a first one that only announced the role and a finishing one with an empty delta, where
+   * the stream had them (many servers send the role with the first content, or the finish with the last).
+   */
+  get contentEvents(): number {
+    let n = this.#events - (this.#roleOnly ? 1 : 0)
+    const last = this.#lastSrc === null ? NO_FINISH : finishReason(this.#lastSrc, this.#lastFrom, this.#lastTo)
+    if (last !== NO_FINISH && holds(this.#lastSrc!, this.#lastFrom, this.#lastTo, EMPTY_DELTA)) n--
+    else if (this.#prevSrc !== null && finishReason(this.#prevSrc, this.#prevFrom, this.#prevTo) !== NO_FINISH && holds(this.#prevSrc, this.#prevFrom, this.#prevTo, EMPTY_DELTA)) n--
+    return Math.max(0, n)
   }
 
   /** Bytes emitted so far. */
@@ -269,7 +297,9 @@ export class OpenAiSseCodec {
       if (kind === 'other') this.#sawError = true
       return true
     }
-    this.#events++
+    if (this.#events++ === 0) {
+      this.#roleOnly = holds(src, from, to, EMPTY_CONTENT) && !holds(src, from, to, TOOL_CALLS_KEY)
+    }
     if (!this.#sawError && startsWithErrorKey(src, from, to)) this.#sawError = true
     this.#prevSrc = this.#lastSrc
     this.#prevFrom = this.#lastFrom

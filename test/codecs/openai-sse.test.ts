@@ -416,3 +416,21 @@ t.test('sawError: a data event whose payload opens with an "error" key, and only
   ]
   for (const [label, parts, expected] of cases) t.equal(run(parts).codec.sawError, expected, label)
 })
+
+t.test('content events: a role-only first chunk and an empty-delta finish chunk are not tokens, wherever they are', async (t) => {
+  const ev = (delta: string, finish = 'null'): string => `data: {"id":"${ID}","object":"chat.completion.chunk","choices":[{"index":0,"delta":${delta},"finish_reason":${finish}}]}\n\n`
+  const standard = run([ev('{"role":"assistant","content":""}'), ev('{"content":"a"}'), ev('{"content":"b"}'), ev('{"content":"c"}'), ev('{}', '"stop"'), 'data: [DONE]\n\n'])
+  t.equal(standard.codec.contentEvents, 3, 'OpenAI: role chunk, three contents, finish chunk')
+  const merged = run([ev('{"role":"assistant","content":"a"}'), ev('{"content":"b"}'), ev('{"content":"c"}'), ev('{"content":"d"}'), ev('{"content":"e"}')])
+  t.equal(merged.codec.contentEvents, 5, 'role with the first content, no finish (a stream cut short): five')
+  const finishWithContent = run([ev('{"role":"assistant","content":"a"}'), ev('{"content":"b"}', '"stop"')])
+  t.equal(finishWithContent.codec.contentEvents, 2, 'the finish rides the last content')
+  const python = run([
+    `data: {"id": "${ID}", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}\n\n`,
+    `data: {"id": "${ID}", "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": null}]}\n\n`,
+    `data: {"id": "${ID}", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n`,
+  ])
+  t.equal(python.codec.contentEvents, 1, 'the same with Python json.dumps spacing')
+  const tool = run([ev('{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":""}}]}'), ev('{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}')])
+  t.equal(tool.codec.contentEvents, 2, 'a first chunk that opens a tool call is content')
+})
