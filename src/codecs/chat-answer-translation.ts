@@ -6,9 +6,10 @@
  */
 import type { ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
-import { chatUsageOf, meteredAnthropicUsage, providerError } from './anthropic-wire.js'
+import { chatUsageOf, meteredAnthropicUsage } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { openAiEnvelopeOf } from './openai-error.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
@@ -28,12 +29,6 @@ function chatUsage(u: Json | null | undefined): Json | undefined {
   const read = u!.cache_read_input_tokens
   if (typeof read === 'number' && Number.isSafeInteger(read) && read > 0) out.prompt_tokens_details = { cached_tokens: read }
   return out
-}
-
-/** An Anthropic provider's error answer to a translated chat request, as the chat error envelope (status kept). */
-function chatErrorOf(status: number, body: Buffer, requestId: string): string {
-  const { message, type, code } = providerError(status, body)
-  return JSON.stringify({ error: { message, type: type ?? (code === 'invalid_request' ? 'invalid_request_error' : 'provider_error'), code }, request_id: requestId })
 }
 
 /** An Anthropic JSON message answering a translated chat request. */
@@ -108,7 +103,7 @@ export class ChatFromAnthropicJsonCodec implements ResponseCodec {
   }
 
   errorBody(status: number, body: Buffer, requestId: string): string {
-    return chatErrorOf(status, body, requestId)
+    return openAiEnvelopeOf(status, body, requestId)
   }
 }
 
@@ -191,7 +186,7 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   }
 
   errorBody(status: number, body: Buffer, requestId: string): string {
-    return chatErrorOf(status, body, requestId)
+    return openAiEnvelopeOf(status, body, requestId)
   }
 
   #flush(emit: Emit): void {

@@ -51,10 +51,11 @@ export interface ResponseCodec<U extends Usage = ChatUsage> {
   /** The last bytes of a streamed answer that broke after its first byte: an error event, never a fake end. */
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string
   /**
-   * A codec that translates between formats: the provider's error answer (a 4xx passed through) as the JSON
-   * error of the client's format. Absent: the provider's bytes go out as they are.
+   * The provider's error answer (a 4xx passed through, status kept) as the JSON error envelope of the client's
+   * format, sent as application/json. Absent (an Anthropic provider answering the Messages surface natively):
+   * the provider's bytes go out as they are, with its Content-Type.
    */
-  errorBody?(status: number, body: Buffer, requestId: string): string
+  errorBody?(status: number, body: Buffer, requestId: string): string | Buffer
 }
 
 /** Whether a Content-Type header names `text/event-stream` (parameters and case aside). */

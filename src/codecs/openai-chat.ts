@@ -6,6 +6,7 @@
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
 import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { openAiErrorOf } from './openai-error.js'
 import { OpenAiSseCodec } from './openai-sse.js'
 import { spliceTrace } from './trace-splice.js'
 import { isUtf8 } from 'node:buffer'
@@ -82,6 +83,10 @@ export class ChatStreamCodec implements ResponseCodec {
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return `data: ${renderError(err, requestId, trace)}\n\n`
   }
+
+  errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
+    return openAiErrorOf(status, body, requestId)
+  }
 }
 
 type ChatResponse = { id?: unknown; usage?: unknown; choices?: unknown }
@@ -137,6 +142,10 @@ export class ChatJsonCodec implements ResponseCodec {
 
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return renderError(err, requestId, trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
+    return openAiErrorOf(status, body, requestId)
   }
 }
 

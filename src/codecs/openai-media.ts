@@ -8,6 +8,7 @@ import type { AudioUsage, ImageUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
 import type { ResponseHead } from '../upstream/attempt.js'
 import { isHeaderSafeId, type ResponseCodec } from './codec.js'
+import { openAiErrorOf } from './openai-error.js'
 import { spliceTrace } from './trace-splice.js'
 
 const JSON_HEADERS = ['Content-Type', 'application/json']
@@ -81,6 +82,10 @@ abstract class HeldMediaCodec<U extends ImageUsage | AudioUsage> implements Resp
 
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
     return renderError(err, requestId, trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
+    return openAiErrorOf(status, body, requestId)
   }
 }
 

@@ -2,7 +2,8 @@
  * The one failover loop (DESIGN.md §4, §5): every surface's request runs here. It tries candidates in order,
  * asking the surface for a plan per candidate; connect errors, resets and timeouts before the first byte, 5xx,
  * 429 and answers of the wrong kind move on to the next candidate when fallbacks are allowed; any other 4xx goes
- * back as it is; once a byte has reached the receiver, a failure ends the answer with the codec's error event.
+ * back with its status (its body in the envelope of the client's format: codec.errorBody); once a byte has
+ * reached the receiver, a failure ends the answer with the codec's error event.
  *
  * Billing: the loop owns the request's budget. Before each attempt the reservation is (re)priced for that
  * candidate; an answer's last byte (the codec's completion, which carries the trace) goes out only once its
@@ -207,7 +208,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     this.#answeredBy(a, `http_${a.status}`)
     const codec = a.plan.codec
     if (codec.errorBody !== undefined) {
-      // A translated candidate's error, in the format the client speaks.
+      // The provider's error in the envelope of the format the client speaks, whatever the provider wrote.
       this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], codec.errorBody(a.status, body, req.requestId))
     } else {
       const ct = contentType === '' ? 'application/json' : contentType
