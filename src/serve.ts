@@ -228,6 +228,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   }
   // Async image jobs run through the same engine into a job sink; the ones a previous process left unfinished
   // are resumed below, before the listener opens.
+  const inMemory = basename(config.store.path) === ':memory:'
   const jobs = new JobRunner({
     store,
     table,
@@ -236,7 +237,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     authenticate: auth.inference,
     resultTtlMs: config.jobs.result_ttl_ms,
     maxRunning: config.jobs.max_running,
-    spoolDir: config.jobs.spool_dir !== '' ? config.jobs.spool_dir : basename(config.store.path) === ':memory:' ? join(tmpdir(), 'svc-router-jobs') : join(dirname(config.store.path), 'jobs'),
+    spoolDir: config.jobs.spool_dir !== '' ? config.jobs.spool_dir : inMemory ? join(tmpdir(), 'svc-router-jobs') : join(dirname(config.store.path), 'jobs'),
+    ownsSpoolDir: !inMemory,
     defaultRateLimit: config.limits.requests_per_minute,
   })
   const asyncGenerations = jobs.kind(generationJobs)

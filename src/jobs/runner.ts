@@ -16,7 +16,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import { mkdirSync } from 'node:fs'
-import { join } from 'node:path'
+import { readdir, stat } from 'node:fs/promises'
+import { join, resolve } from 'node:path'
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { entryOf } from '../auth/key-cache.js'
 import { budgetFor, FreeBudget, type Budget } from '../billing/budget.js'
@@ -71,6 +72,11 @@ export interface JobRunnerOptions {
   readonly maxRunning: number
   /** Where async uploads are spooled. */
   readonly spoolDir: string
+  /**
+   * The spool directory is this store's alone: at start, uploads no unfinished job names are deleted. Not for a
+   * store in memory, whose default directory every such router on the machine shares.
+   */
+  readonly ownsSpoolDir?: boolean
   /** Requests per minute for accounts without an override (a resumed job's principal). */
   readonly defaultRateLimit: number
   readonly now?: () => number
@@ -153,6 +159,7 @@ export class JobRunner {
   #draining = false
   #idle: (() => void)[] = []
   #spoolReady = false
+  readonly #startedAt = Date.now()
 
   constructor(options: JobRunnerOptions) {
     this.#o = options
@@ -173,7 +180,7 @@ export class JobRunner {
   /** Spooling and launching for a multipart async surface: the job is accepted once the upload is on disk. */
   spooled<R extends SurfaceRequest>(kind: JobKind<R>): SpooledUploads<R, ImageUsage> {
     return {
-      spool: (intake) => new SpoolBody(intake, this.#spoolPath()),
+      spool: (intake) => new SpoolBody(intake, join(this.#o.spoolDir, randomUUID() + '.upload'), this.#prepareSpool),
       launcher: (spool) => (launch) => {
         spool.whenWritten((err) => {
           // Discarded: refused (413, a scan error), and that refusal was the answer.
@@ -185,12 +192,11 @@ export class JobRunner {
     }
   }
 
-  #spoolPath(): string {
-    if (!this.#spoolReady) {
-      mkdirSync(this.#o.spoolDir, { recursive: true, mode: 0o700 })
-      this.#spoolReady = true
-    }
-    return join(this.#o.spoolDir, randomUUID() + '.upload')
+  /** Makes the spool directory, once: run by the first admitted upload, just before its file is created. */
+  readonly #prepareSpool = (): void => {
+    if (this.#spoolReady) return
+    mkdirSync(this.#o.spoolDir, { recursive: true, mode: 0o700 })
+    this.#spoolReady = true
   }
 
   #refuse(launch: Launch<SurfaceRequest, ImageUsage>, err: RouterError): void {
@@ -358,6 +364,7 @@ export class JobRunner {
    */
   async resume(): Promise<number> {
     const jobs = await this.#o.store.jobs.unfinishedJobs()
+    if (this.#o.ownsSpoolDir === true) await this.#removeOrphans(jobs)
     for (const job of jobs) {
       try {
         await this.#resumeOne(job)
@@ -373,6 +380,38 @@ export class JobRunner {
     }, every)
     this.#sweep.unref()
     return jobs.length
+  }
+
+  /**
+   * Deletes the spooled uploads no unfinished job names: what a process that stopped mid-upload, or between a
+   * job's end and its file's deletion, left behind (nothing else ever reads them). Only files written before
+   * this start: one written since is no leftover of a past process.
+   */
+  async #removeOrphans(jobs: readonly JobRecord[]): Promise<void> {
+    const dir = this.#o.spoolDir
+    let names: string[]
+    try {
+      names = await readdir(dir)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') log.warn('jobs: could not list the spool directory', { dir, err: String(err) })
+      return
+    }
+    const live = new Set<string>()
+    for (const job of jobs) if (job.bodyPath !== null) live.add(resolve(job.bodyPath))
+    let removed = 0
+    for (const name of names) {
+      if (!name.endsWith('.upload')) continue
+      const path = resolve(dir, name)
+      if (live.has(path)) continue
+      try {
+        if ((await stat(path)).mtimeMs >= this.#startedAt) continue
+      } catch {
+        continue
+      }
+      removeSpoolFile(path)
+      removed++
+    }
+    if (removed > 0) log.info('jobs: removed spooled uploads that no job owns', { files: removed })
   }
 
   async #resumeOne(job: JobRecord): Promise<void> {

@@ -28,8 +28,17 @@ export function removeSpoolFile(path: string): void {
 
 type SpoolDone = (err: Error | null) => void
 
+/**
+ * Nothing is written, nor any file created, until open(): the request's head must be admitted first (a client
+ * refused at authentication, the rate limit or the routing headers leaves nothing on disk). Chunks that come
+ * before that (authentication waiting for the store) are held here, and the client paused.
+ */
 export class SpoolBody extends FileBody {
-  readonly #out: WriteStream
+  #out: WriteStream | null = null
+  readonly #prepare: (() => void) | undefined
+  /** What came before open(); null once it ran. */
+  #early: Buffer[] | null = null
+  #earlyLast = false
   #bytes = 0
   #finished = false
   #failed: Error | null = null
@@ -38,28 +47,58 @@ export class SpoolBody extends FileBody {
   #done: SpoolDone | null = null
   readonly #source: BodySource
   #paused = false
+  /** Paused because the file write is behind (not only because the file is not open yet). */
+  #draining = false
 
-  constructor(source: BodySource, path: string) {
+  /** `prepare` runs before the file is created (the spool directory made once). */
+  constructor(source: BodySource, path: string, prepare?: () => void) {
     super(path)
     this.#source = source
+    this.#prepare = prepare
+    source.onChunk((chunk, last) => {
+      if (this.#discarded || this.#failed !== null) return
+      this.#bytes += chunk.length
+      if (this.#out !== null) return this.#write(chunk, last)
+      ;(this.#early ??= []).push(chunk)
+      if (last) this.#earlyLast = true
+      this.#pause()
+    })
+  }
+
+  /** The request's head was admitted: the file is created, and what came so far written to it. */
+  open(): void {
+    if (this.#out !== null || this.#discarded) return
+    try {
+      this.#prepare?.()
+    } catch (err) {
+      return this.#fail(err as Error)
+    }
     // 'wx': a fresh file only (the name is random); 0600: uploads are the client's data.
-    this.#out = createWriteStream(path, { flags: 'wx', mode: 0o600 })
-    this.#out.on('error', (err) => this.#fail(err))
-    this.#out.on('finish', () => {
+    const out = createWriteStream(this.path, { flags: 'wx', mode: 0o600 })
+    this.#out = out
+    out.on('error', (err) => this.#fail(err))
+    out.on('finish', () => {
       if (this.#discarded) return
       this.#finished = true
       this.#report()
     })
-    source.onChunk((chunk, last) => {
-      if (this.#discarded || this.#failed !== null) return
-      this.#bytes += chunk.length
-      if (!this.#out.write(chunk) && !this.#paused) {
-        this.#paused = true
-        source.pause()
-        this.#out.once('drain', () => this.#resume())
-      }
-      if (last) this.#out.end()
-    })
+    const early = this.#early
+    this.#early = null
+    if (early !== null) for (let i = 0; i < early.length; i++) this.#write(early[i]!, this.#earlyLast && i === early.length - 1)
+    if (!this.#draining) this.#resume()
+  }
+
+  #write(chunk: Buffer, last: boolean): void {
+    const out = this.#out!
+    if (!out.write(chunk) && !this.#draining) {
+      this.#draining = true
+      this.#pause()
+      out.once('drain', () => {
+        this.#draining = false
+        this.#resume()
+      })
+    }
+    if (last) out.end()
   }
 
   /** Whether discard() ran (then whoever discarded it answered the client). */
@@ -67,7 +106,7 @@ export class SpoolBody extends FileBody {
     return this.#discarded
   }
 
-  /** Bytes written so far (all of the upload once done). */
+  /** Bytes received so far (all of the upload, on disk, once done). */
   get bytes(): number {
     return this.#bytes
   }
@@ -89,11 +128,24 @@ export class SpoolBody extends FileBody {
   discard(): void {
     if (this.#claimed || this.#discarded) return
     this.#discarded = true
+    this.#early = null
     this.#fail(new Error('the upload was discarded'))
-    this.#out.destroy()
-    removeSpoolFile(this.path)
+    const out = this.#out
+    if (out !== null) {
+      // Deleted once closed: a file still being opened (the open runs on the thread pool, after this call)
+      // would otherwise be created after its deletion, and stay.
+      if (out.closed) removeSpoolFile(this.path)
+      else out.once('close', () => removeSpoolFile(this.path))
+      out.destroy()
+    }
     // Whatever the client still sends is read and dropped, not left waiting on a paused socket.
     this.#resume()
+  }
+
+  #pause(): void {
+    if (this.#paused) return
+    this.#paused = true
+    this.#source.pause()
   }
 
   #resume(): void {

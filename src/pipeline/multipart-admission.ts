@@ -124,7 +124,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       spool = held
       body = held
       launcher = spooled.launcher(held)
-      // Until the job owns the file, a client that goes away or a refusal takes the upload with it.
+      // Until the job owns the file, a client that goes away or a refusal takes the upload with it. The file is
+      // created only once the head is admitted (below).
       client.onAborted(() => held.discard())
       reply = discardOnAnswer(client, held)
     }
@@ -146,6 +147,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
 
     admitHead(deps, head, reply, render, refuse, (result) => {
       admitted = result
+      // Only an admitted request puts anything on disk: a refusal before this point leaves no file to delete.
+      spool?.open()
       proceed()
     })
   }

@@ -5,7 +5,7 @@
  * fails; a failed job costs nothing; owner-only 404s; expiry; a synchronous 402; jobs across a graceful restart,
  * a SIGKILL, and a crash between the charge and the job's record.
  */
-import { readdirSync } from 'node:fs'
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
@@ -266,6 +266,89 @@ t.test('a refused, oversized or abandoned async edit leaves nothing on disk; a c
   t.equal(done.json.status, 'completed')
   t.equal(stack.sims.get(A)!.stats.lastHeaders['content-length'], String(body.length))
   t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 70_000)
+})
+
+t.test('an async edit refused before it is admitted creates no file; one refused at once after leaves none', async (t) => {
+  // Finding 3 of the second hostile-client pass: the spool file was opened before authentication, and a refusal
+  // that came before the file's open deleted nothing, so every anonymous request left an empty .upload behind.
+  const stack = await startStack(t, mediaProviders())
+  const body = multipart([['model', IMAGE_MODEL], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(2000, 1) }])
+  const mgmt = { authorization: 'Bearer ' + stack.mgmtKey }
+  const unknown = { authorization: 'Bearer sk-' + 'f'.repeat(48) }
+  const cases: [string, Record<string, string>, Record<string, string>, number, string][] = [
+    ['no key', {}, {}, 401, 'missing_authorization'],
+    ['an unknown key (authentication waits for the store)', unknown, {}, 401, 'invalid_api_key'],
+    ['an mk- key', mgmt, {}, 403, 'insufficient_scope'],
+    ['a bad routing header', stack.auth, { 'X-SVC-Provider-Trust-Mode': 'x' }, 400, ''],
+  ]
+  for (const [label, auth, extra, status, code] of cases) {
+    for (let i = 0; i < 10; i++) {
+      const res = await call(stack.url + '/v1/async/images/edits', {
+        method: 'POST',
+        headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...auth, ...extra },
+        body,
+      })
+      t.equal(res.status, status, label)
+      if (code !== '') t.equal(res.json.error.code, code, label)
+    }
+  }
+  // Admitted, then refused as the first bytes come (a repeated part), while the file may still be opening.
+  for (let i = 0; i < 10; i++) {
+    const twice = await submitEdit(stack, multipart([['model', IMAGE_MODEL], ['model', IMAGE_MODEL], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(100, 1) }]))
+    t.equal(twice.status, 400)
+    t.equal(twice.json.error.message, 'the multipart field model may appear only once')
+  }
+  // Admitted once a fresh key was looked up in the store, then refused (unknown model).
+  for (let i = 0; i < 10; i++) {
+    const fresh = await stack.newApiKey()
+    const res = await call(stack.url + '/v1/async/images/edits', {
+      method: 'POST',
+      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...fresh.auth },
+      body: multipart([['model', 'nope'], ['prompt', 'x']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(100, 1) }]),
+    })
+    t.equal(res.status, 404)
+  }
+  // Deletions are asynchronous: give them time to land, then nothing may be left.
+  await new Promise((r) => setTimeout(r, 300))
+  t.same(spooled(stack), [], 'no upload file left on disk')
+  t.same(await stack.router.store.jobs.unfinishedJobs(), [], 'and no job')
+})
+
+t.test('at start, spooled uploads no unfinished job names are deleted; a pending job keeps its upload', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  const dir = join(stack.dir, 'jobs')
+  mkdirSync(dir, { recursive: true })
+  // A pending edit job as a stopped process leaves it, its upload beside two leftovers and a file of another kind.
+  const body = multipart([['model', IMAGE_MODEL], ['prompt', 'kept']], [{ field: 'image', name: 'i.png', bytes: Buffer.alloc(3000, 5) }])
+  const live = join(dir, '22222222-3333-4444-5555-666666666666.upload')
+  writeFileSync(live, body)
+  writeFileSync(join(dir, 'left-by-a-refusal.upload'), '')
+  writeFileSync(join(dir, 'left-by-a-crash.upload'), body)
+  writeFileSync(join(dir, 'notes.txt'), 'not an upload')
+  const id = '22222222-3333-4444-5555-666666666666'
+  const now = Date.now()
+  await stack.router.store.jobs.createJob({
+    id,
+    accountId: stack.account,
+    keyId: stack.keyId,
+    surface: 'image_edits',
+    model: IMAGE_MODEL,
+    providerAddress: A,
+    params: JSON.stringify({ n: 1, prefs: { sort: 2, sortSet: true }, bytes: body.length, contentType: `multipart/form-data; boundary=${BOUNDARY}` }),
+    body: null,
+    bodyPath: live,
+    createdAt: now,
+  })
+  await stack.router.close()
+  // Every file above was written before this start.
+  await new Promise((r) => setTimeout(r, 20))
+  const again = await restart(t, stack)
+  const done = await settle(t, again.url, stack.auth, id)
+  t.equal(done.json.status, 'completed', 'the pending job ran with its upload')
+  t.equal(stack.sims.get(A)!.stats.lastForm!.fields.prompt, 'kept')
+  t.equal(stack.sims.get(A)!.stats.lastForm!.files[0]!.bytes, 3000)
+  for (let i = 0; i < 50 && spooled(stack).length > 1; i++) await new Promise((r) => setTimeout(r, 20))
+  t.same(spooled(stack), ['notes.txt'], 'the leftovers are gone (and the job\'s own upload once it ended); other files stay')
 })
 
 t.test('past jobs.max_running, jobs wait pending (holds kept) and run in arrival order', async (t) => {
