@@ -4,7 +4,8 @@
  * a bounded replay buffer (upstream/request-body.ts) and, at the same time, into the multipart scanner, which
  * stops at the `model` field; the first attempt then streams the upload on as it arrives, with backpressure both
  * ways. Past `server.max_multipart_body_bytes` (the client's Content-Length, or the bytes counted) the answer is a
- * 413 and any attempt under way is cancelled; nothing is billed.
+ * 413 and any attempt under way is cancelled; nothing is billed. Any other fault of the body is answered only
+ * once the head (credential, rate limit, routing headers) was admitted, as on a JSON surface.
  */
 import type { Failover } from '../upstream/failover.js'
 import type { Usage } from '../billing/cost.js'
@@ -76,18 +77,25 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       publishRefused(head, surface.name, '', false, err.status, err.code)
     }
     const tooLarge = (): RouterError => new RouterError('request_too_large', `multipart body exceeds the limit of ${max} bytes`)
+    // The body is judged after the head, as on a JSON surface (DESIGN.md §5: auth → rate limit → routing headers
+    // → body): what is wrong with it (not multipart at all, malformed, a part twice…) waits for the head's
+    // admission, so a client without a valid key hears 401 or 403 whatever it sent, and an admitted one gets the
+    // 400 with its rate-limit headers. Meanwhile the rest of the upload is read and dropped.
+    let badBody: RouterError | null = null
+    const refuseBody = (err: RouterError): void => {
+      if (admitted !== null) return refuse(err, admitted.headers)
+      badBody ??= err
+    }
 
     const declared = declaredLength(head.contentLength)
     if (declared > max) return refuse(tooLarge(), headersNow())
 
     let received = 0
     const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES, wholeForm: surface.wholeForm }, (outcome) => {
-      if (outcome instanceof RouterError) return refuse(outcome, headersNow())
+      if (outcome instanceof RouterError) return refuseBody(outcome)
       form = outcome
       proceed()
     })
-    // Not multipart at all: answered already, and uWS allows no body reader after the answer.
-    if (refused) return
     // Over the whole upload, past where the scan stops: a part the router acted on must not come twice.
     const watch = PartWatch.of(head.contentType, surface.singleParts)
     // Streamed on: into pooled memory the replay buffer and the attempts hold (upstream/chunk-pool.ts).
@@ -97,11 +105,11 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     const intake: BodySource = {
       onChunk(handler) {
         source.onChunk((chunk, last) => {
-          if (refused) return
+          if (refused || badBody !== null) return
           received += chunk.length
           if (received > max) return refuse(tooLarge(), headersNow())
           const repeated = watch?.push(chunk) ?? null
-          if (repeated !== null) return refuse(repeated, headersNow())
+          if (repeated !== null) return refuseBody(repeated)
           if (!scan.finished) scan.push(chunk, last)
           handler(chunk, last)
         })
@@ -147,6 +155,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
 
     admitHead(deps, head, reply, render, refuse, (result) => {
       admitted = result
+      if (badBody !== null) return refuse(badBody, result.headers)
       // Only an admitted request puts anything on disk: a refusal before this point leaves no file to delete.
       spool?.open()
       proceed()
