@@ -39,6 +39,10 @@ function declaredLength(value: string): number {
   return Number(value)
 }
 
+function missingPart(label: string): RouterError {
+  return new RouterError('invalid_request', `the multipart field ${label} is required`)
+}
+
 /**
  * An upload held whole on disk instead of streamed on (async edits: the job runs after the client's 202, and
  * again after a restart). `launcher` runs the request once `spool` has all of it.
@@ -96,8 +100,9 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       form = outcome
       proceed()
     })
-    // Over the whole upload, past where the scan stops: a part the router acted on must not come twice.
-    const watch = PartWatch.of(head.contentType, surface.singleParts)
+    // Over the whole upload, past where the scan stops: a part the router acted on must not come twice, and the
+    // parts the surface requires must come.
+    const watch = PartWatch.of(head.contentType, surface.singleParts, surface.requiredParts)
     // Streamed on: into pooled memory the replay buffer and the attempts hold (upstream/chunk-pool.ts).
     const source = reply.bodySource(spooled === undefined ? uploadChunks : undefined)
     // The upload as the replay buffer (or the spool) and the attempts read it: counted against the cap, shown
@@ -110,6 +115,11 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
           if (received > max) return refuse(tooLarge(), headersNow())
           const repeated = watch?.push(chunk) ?? null
           if (repeated !== null) return refuseBody(repeated)
+          // A form larger than what the scan read is judged whole only here, at its end (see proceed).
+          if (last && scan.finished && watch !== null) {
+            const missing = watch.missing()
+            if (missing !== null) return refuseBody(missingPart(missing))
+          }
           if (!scan.finished) scan.push(chunk, last)
           handler(chunk, last)
         })
@@ -144,6 +154,10 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       try {
         const req = surface.fromForm(form, upload, head)
         if (req instanceof RouterError) return refuse(req, admitted.headers)
+        // A form the scan read whole went past the watch whole too: a required part it lacks is a 400 now, before
+        // any provider is tried or any job exists.
+        const missing = form.whole ? (watch?.missing() ?? null) : null
+        if (missing !== null) return refuse(missingPart(missing), admitted.headers)
         admitRequest(deps, surface, head, reply, admitted, req, launcher)
       } catch (err) {
         refused = true

@@ -5,7 +5,7 @@
  */
 import type { ChatUsage, Cost, Usage } from '../billing/cost.js'
 import type { JsonBody } from '../codecs/json-body.js'
-import type { FormHead } from '../codecs/multipart.js'
+import type { FormHead, RequiredParts } from '../codecs/multipart.js'
 import type { RequestBody } from '../upstream/request-body.js'
 import type { RouterError } from '../errors.js'
 import type { ModelType } from '../registry/types.js'
@@ -67,6 +67,11 @@ export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = Ch
   readonly wholeForm?: boolean
   /** Parts the router acts on, which may come once: a repeat anywhere in the upload is a 400 (PartWatch). */
   readonly singleParts: ReadonlySet<string>
+  /**
+   * Parts the form must have: one missing is a 400 before any provider is tried (at the upload's end when the
+   * form is larger than the part of it read before routing).
+   */
+  readonly requiredParts?: RequiredParts
   fromForm(form: FormHead, upload: Upload, head: RequestHead): R | RouterError
 }
 

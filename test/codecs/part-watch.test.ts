@@ -4,7 +4,7 @@
  * follows the closing delimiter is not parts.
  */
 import t from 'tap'
-import { boundaryOf, PartWatch } from '../../src/codecs/multipart.js'
+import { boundaryOf, PartWatch, RequiredParts } from '../../src/codecs/multipart.js'
 
 const BOUNDARY = 'b0UND4ry-x'
 const TYPE = `multipart/form-data; boundary=${BOUNDARY}`
@@ -65,6 +65,29 @@ t.test('a part head past 16 KiB is refused: a repeat cannot hide behind it', asy
     Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="model"\r\nx-pad: ${'p'.repeat(20_000)}\r\n\r\na\r\n--${BOUNDARY}--\r\n`),
   ])
   t.match(verdict(long, 4096), /headers exceed 16384 bytes/)
+})
+
+t.test('required parts: each met by any of its names, wherever it comes; one missing is named', async (t) => {
+  const required = new RequiredParts({ image: ['image', 'image[]'], prompt: ['prompt'] })
+  const missing = (body: Buffer, size: number): string | null => {
+    const watch = PartWatch.of(TYPE, WATCHED, required)!
+    for (let at = 0; at < body.length; at += size) if (watch.push(body.subarray(at, at + size)) !== null) return 'refused'
+    return watch.missing()
+  }
+  const image = { file: 'image', bytes: Buffer.alloc(3000, 0x2d) }
+  const many = { file: 'image[]', bytes: Buffer.alloc(3000, 0x0a) }
+  const cases: [string, Buffer, string | null][] = [
+    ['both', form([['model', 'a'], ['prompt', 'x'], image]), null],
+    ['the image last, after a large part', form([['model', 'a'], FILE, ['prompt', 'x'], image]), null],
+    ['image[] twice', form([['prompt', 'x'], many, many]), null],
+    ['no image', form([['model', 'a'], ['prompt', 'x'], FILE]), 'image'],
+    ['no prompt', form([image]), 'prompt'],
+    ['neither', form([['model', 'a']]), 'image'],
+    ['a look-alike in a value is no part', form([['model', 'a'], ['prompt', `--${BOUNDARY}\r\ncontent-disposition: form-data; name="image"\r\n\r\n`]]), 'image'],
+    ['a part after the closing delimiter is no part', form([['prompt', 'x']], `--${BOUNDARY}\r\ncontent-disposition: form-data; name="image"\r\n\r\nb\r\n`), 'image'],
+  ]
+  for (const [label, body, want] of cases) for (const size of SIZES) t.equal(missing(body, size), want, `${label}, chunks of ${size}`)
+  t.equal(PartWatch.of(TYPE, WATCHED)!.missing(), null, 'nothing required')
 })
 
 t.test('boundaryOf reads the parameter quoted or not, and only as a parameter', async (t) => {

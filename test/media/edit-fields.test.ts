@@ -117,3 +117,57 @@ t.test('a part the router acts on may come once, before or past where it stops r
   const arrays = await edit(stack, stack.auth, form([['model', AUDIO_MODEL], ['timestamp_granularities[]', 'word'], ['timestamp_granularities[]', 'segment'], audio]), '/v1/audio/transcriptions')
   t.equal(arrays.status, 200, 'array fields pass')
 })
+
+t.test('an edit without an image or a prompt is refused by the router, sync and async: no provider, no job, nothing held', async (t) => {
+  // Finding 9 of the second hostile-client pass: the async edit took such a form (202, money held) and its job
+  // then failed at the provider; the sync one relayed the provider's refusal.
+  const stack = await startStack(t, mediaProviders())
+  const cases: [string, Part[], string][] = [
+    ['no image', [['model', IMAGE_MODEL], ['prompt', 'x']], 'the multipart field image is required'],
+    ['no prompt', [['model', IMAGE_MODEL], IMAGE], 'the multipart field prompt is required'],
+    ['an empty prompt', [['model', IMAGE_MODEL], ['prompt', ''], IMAGE], 'the multipart field prompt must be a non-empty string'],
+    ['neither, n after', [['model', IMAGE_MODEL], ['n', '2']], 'the multipart field image is required'],
+  ]
+  for (const path of ['/v1/images/edits', '/v1/async/images/edits']) {
+    for (const [label, parts, message] of cases) {
+      const res = await request(stack.url + path, {
+        method: 'POST',
+        headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth, ...PRICE_SORT },
+        body: form(parts),
+      })
+      const json = (await res.body.json()) as any
+      t.equal(res.statusCode, 400, `${path}: ${label}`)
+      t.equal(json.error.code, 'invalid_request')
+      t.equal(json.error.message, message, `${path}: ${label}`)
+      t.equal(json.request_id, res.headers['x-request-id'], 'the router\'s own envelope')
+      t.ok(res.headers['x-ratelimit-remaining-requests'])
+    }
+  }
+  t.equal(stack.sims.get(A)!.stats.requests, 0, 'no provider was asked')
+  t.same(await stack.router.store.jobs.unfinishedJobs(), [], 'no job exists')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing held')
+  t.same(await charges(stack), [])
+  // Several images as image[] (OpenAI's array form) meet the requirement.
+  const many = { file: 'image[]', bytes: Buffer.alloc(1000, 3) }
+  t.equal((await edit(stack, stack.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], many, many]))).status, 200, 'image[] is an image')
+  t.equal((await edit(stack, stack.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], many]), '/v1/async/images/edits')).status, 202)
+})
+
+t.test('a form past the replay buffer is judged at its end: a late image passes, a missing one is a 400 and no job', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { upstream: { replay_buffer_bytes: 64 * 1024 } })
+  const mask = { file: 'mask', bytes: Buffer.alloc(200_000, 4) }
+  const late = await edit(stack, stack.auth, form([['model', IMAGE_MODEL], mask, ['prompt', 'x'], IMAGE]))
+  t.equal(late.status, 200, 'the image after the buffer was seen')
+  t.same(stack.sims.get(A)!.stats.lastForm!.files.map((f) => f.field), ['mask', 'image'])
+  for (const path of ['/v1/images/edits', '/v1/async/images/edits']) {
+    const res = await edit(stack, stack.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], mask]), path)
+    t.equal(res.status, 400, path)
+    t.equal(res.json.error.message, 'the multipart field image is required')
+    const noPrompt = await edit(stack, stack.auth, form([['model', IMAGE_MODEL], mask, IMAGE]), path)
+    t.equal(noPrompt.status, 400, path)
+    t.equal(noPrompt.json.error.message, 'the multipart field prompt is required')
+  }
+  t.same(await stack.router.store.jobs.unfinishedJobs(), [], 'no job exists')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing held')
+  t.same((await charges(stack)).length, 1, 'only the edit that had its image was billed')
+})
