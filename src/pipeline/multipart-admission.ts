@@ -158,7 +158,11 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
         // any provider is tried or any job exists.
         const missing = form.whole ? (watch?.missing() ?? null) : null
         if (missing !== null) return refuse(missingPart(missing), admitted.headers)
-        admitRequest(deps, surface, head, reply, admitted, req, launcher)
+        // The books may load from the store before the launch: a refusal of the upload's rest meanwhile (a part
+        // sent twice) was the answer, and nothing may be sent upstream, nor billed, after it.
+        admitRequest(deps, surface, head, reply, admitted, req, (launch) => {
+          if (!refused) launcher(launch)
+        })
       } catch (err) {
         refused = true
         spool?.discard()
