@@ -36,9 +36,20 @@ function invalid(message: string): RouterError {
  */
 export function imageCount(v: unknown, fallback: number): number | RouterError {
   if (v === undefined || v === null) return fallback
-  const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : v
+  // A string (a form field) is decimal digits only: no sign, space, hex, exponent or fraction, which Number()
+  // would read but a provider may not (the provider gets the text as it was sent).
+  const n = typeof v === 'string' ? (isDecimal(v) ? Number(v) : Number.NaN) : v
   if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 1 || n > MAX_IMAGES) return invalid(`n must be an integer from 1 to ${MAX_IMAGES}`)
   return n
+}
+
+function isDecimal(s: string): boolean {
+  if (s.length === 0 || s.length > 3) return false
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c < 48 || c > 57) return false
+  }
+  return true
 }
 
 /** Checks the fields the router relies on; size, quality and style are the provider's to judge. */

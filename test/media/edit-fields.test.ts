@@ -69,6 +69,8 @@ t.test('a bad n or response_format after the image is a 400, nothing billed', as
   const stack = await startStack(t, mediaProviders())
   const cases: [Part[], RegExp][] = [
     [[['model', IMAGE_MODEL], IMAGE, ['prompt', 'x'], ['n', '11']], /n must be an integer from 1 to 10/],
+    // What Number() would read, but is no decimal integer as a provider reads one.
+    ...['0x3', '1e1', ' 2', '2.0', '+2', ''].map((n): [Part[], RegExp] => [[['model', IMAGE_MODEL], IMAGE, ['prompt', 'x'], ['n', n]], /n must be an integer from 1 to 10/]),
     [[['model', IMAGE_MODEL], IMAGE, ['prompt', 'x'], ['response_format', 'gif']], /response_format must be one of/],
   ]
   for (const [parts, message] of cases) {
