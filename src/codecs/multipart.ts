@@ -13,6 +13,8 @@ export interface FormHead {
   readonly fields: ReadonlyMap<string, string>
   /** The first bytes of the asked-for file part, empty when it did not come (yet). */
   readonly fileHead: Buffer
+  /** The file part ended within its head: `fileHead` is the whole file. */
+  readonly fileWhole: boolean
   /** The scan read the form to its end: a field absent from `fields` is absent from the form. */
   readonly whole: boolean
 }
@@ -46,6 +48,8 @@ export class MultipartScan {
   #headBytes = 0
   /** The wanted file's head is whole: its part ended, or enough of it came. */
   #headDone: boolean
+  /** The wanted file's part ended before its head was full. */
+  #fileWhole = false
   #finished = false
 
   /** `done` runs once, with the head or the 400 to answer with. */
@@ -78,7 +82,9 @@ export class MultipartScan {
         if (this.#headBytes >= options.fileHeadBytes) this.#gotHead()
       })
       stream.on('end', () => {
-        if (wanted) this.#gotHead()
+        if (!wanted || this.#headDone) return
+        this.#fileWhole = true
+        this.#gotHead()
       })
     })
     parser.on('error', (err: Error) => this.#finish(invalid(`multipart body is malformed: ${err.message}`)))
@@ -122,7 +128,7 @@ export class MultipartScan {
   }
 
   #head(whole: boolean): FormHead {
-    return { fields: this.#fields, fileHead: Buffer.concat(this.#headParts), whole }
+    return { fields: this.#fields, fileHead: Buffer.concat(this.#headParts), fileWhole: this.#fileWhole, whole }
   }
 
   #finish(outcome: FormHead | RouterError): void {

@@ -5,7 +5,8 @@
  * then in a header (codecs/openai-media.ts).
  *
  * The reservation bounds the audio's length before it was heard, and the bill is capped at it, so nothing in it
- * is what the client may state freely: the upload's size (declared, else the largest allowed) over the fewest
+ * is what the client may state freely: the file's size (read whole when it is small, else the upload's declared
+ * size, else the largest upload allowed) over the fewest
  * bytes per second the file's header allows (WAV: its rate, the smallest its fields give; MP3: the lowest
  * bitrate of its MPEG version), or over a floor of 8 kbit/s for a format the router cannot read. A WAV `data`
  * size bounds the audio only when the upload's size is not declared (chunked): stated smaller than what is sent,
@@ -41,11 +42,14 @@ export function uploadSeconds(rate: AudioRate | null, bytes: number): number {
   return (rate.dataBytes === null ? audio : Math.min(audio, rate.dataBytes)) / rate.bytesPerSecond
 }
 
-/** The most seconds of audio an upload can hold (see the file comment): what is reserved, and the bill's cap. */
-function boundSeconds(rate: AudioRate | null, declaredLength: number, maxBytes: number): number {
-  if (rate === null) return (declaredLength >= 0 ? declaredLength : maxBytes) / FLOOR_BYTES_PER_SECOND
-  if (declaredLength < 0 && rate.dataBytes !== null) return rate.dataBytes / rate.slowestBytesPerSecond
-  return Math.max(0, (declaredLength >= 0 ? declaredLength : maxBytes) - rate.offset) / rate.slowestBytesPerSecond
+/**
+ * The most seconds of audio an upload can hold (see the file comment): what is reserved, and the bill's cap.
+ * `known` is the file's size when the scan read it whole, else the upload's declared size, else -1.
+ */
+function boundSeconds(rate: AudioRate | null, known: number, maxBytes: number): number {
+  if (rate === null) return (known >= 0 ? known : maxBytes) / FLOOR_BYTES_PER_SECOND
+  if (known < 0 && rate.dataBytes !== null) return rate.dataBytes / rate.slowestBytesPerSecond
+  return Math.max(0, (known >= 0 ? known : maxBytes) - rate.offset) / rate.slowestBytesPerSecond
 }
 
 export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> = {
@@ -59,7 +63,9 @@ export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> 
     const req = multipartRequest(form, upload, head, CHECKED)
     if (req instanceof RouterError) return req
     const rate = form.fileHead.length === 0 ? null : audioRate(form.fileHead)
-    return { ...req, rate, maxSeconds: boundSeconds(rate, upload.declaredLength, upload.maxBytes) }
+    // A file that ended within the head the scan keeps (64 KiB) is known to the byte, declared size or not.
+    const known = form.fileWhole ? form.fileHead.length : upload.declaredLength
+    return { ...req, rate, maxSeconds: boundSeconds(rate, known, upload.maxBytes) }
   },
   plan(req): AttemptPlan<AudioUsage> {
     const codec = new TranscriptionCodec(() => uploadSeconds(req.rate, req.upload.received()))

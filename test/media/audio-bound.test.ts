@@ -3,12 +3,13 @@
  * bound must not be something the client states freely: a WAV whose byte-rate field or `data` size is written
  * to make the file seem short is still billed for what the provider heard.
  */
+import { Readable } from 'node:stream'
 import t from 'tap'
 import { request } from 'undici'
 import { audioRate } from '../../src/codecs/audio-duration.js'
 import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack } from '../helpers/stack.js'
-import { AUDIO_MODEL, mp3, wav } from './fixtures.js'
+import { atto, AUDIO_MODEL, mp3, wav } from './fixtures.js'
 
 const BOUNDARY = 'svc-audio-bound'
 
@@ -63,6 +64,34 @@ t.test('a WAV written to seem short is billed for the 60 s its provider heard', 
     t.same(body.x_svc_trace.usage, { seconds: 60 }, `${what}: the provider's 60 s`)
     t.equal(body.x_svc_trace.billing.total_cost, '0.6', `${what}: 60 s × 0.01, not capped at the forged header's length`)
     t.notOk(body.x_svc_trace.billing.capped, `${what}: not capped`)
+  }
+  t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})
+
+t.test('a small file sent without a Content-Length is held for what it is, not for the largest upload', async (t) => {
+  const provider = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: 0.125 } }))
+  })
+  const stack = await startStack(t, [
+    { address: addr('a'), url: provider.url, models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.01' } }] },
+  ])
+  // Five 128 kbit/s frames: 0.13 s. 1 USD: 100 s of audio at this price. A 2 KB MP3 bounded by the largest upload (100 MiB at 32 kbit/s) would
+  // need 262 USD held.
+  const capped = await stack.newApiKey({ creditLimit: atto('1') })
+  const file = mp3(5)
+  for (const [what, body] of [
+    ['chunked', () => Readable.from([upload(file)])],
+    ['with a Content-Length', () => upload(file)],
+  ] as const) {
+    const res = await request(stack.url + '/v1/audio/transcriptions', {
+      method: 'POST',
+      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...capped.auth },
+      body: body(),
+    })
+    const out = (await res.body.json()) as any
+    t.equal(res.statusCode, 200, `${what}: ${JSON.stringify(out.error ?? '')}`)
+    t.equal(out.x_svc_trace?.billing.total_cost, '0.00125', `${what}: the 0.125 s heard, billed`)
   }
   t.equal(stack.router.ledger.reserved(stack.account), 0n)
 })
