@@ -4,11 +4,11 @@
  * to make the file seem short is still billed for what the provider heard.
  */
 import { Readable } from 'node:stream'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { audioRate } from '../../src/codecs/audio-duration.js'
 import { fakeProvider } from '../helpers/fake-provider.js'
-import { addr, startStack } from '../helpers/stack.js'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
 import { atto, AUDIO_MODEL, mp3, wav } from './fixtures.js'
 
 const BOUNDARY = 'svc-audio-bound'
@@ -29,6 +29,27 @@ function forged(offset: number, value: number): Buffer {
   return b
 }
 
+/** A router whose one speech-to-text provider (0.01 USD a second) says it heard `seconds` of every upload. */
+async function hearing(t: Test, seconds: number): Promise<Stack> {
+  const provider = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds } }))
+  })
+  return startStack(t, [
+    { address: addr('a'), url: provider.url, models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.01' } }] },
+  ])
+}
+
+/** A transcription of `body` (a form of upload()) with `auth`. */
+async function transcribe(stack: Stack, auth: Record<string, string>, body: Buffer | Readable): Promise<{ status: number; body: any }> {
+  const res = await request(stack.url + '/v1/audio/transcriptions', {
+    method: 'POST',
+    headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...auth },
+    body,
+  })
+  return { status: res.statusCode, body: await res.body.json() }
+}
+
 t.test('audioRate: a byte-rate field larger than the audio it describes is not believed', async (t) => {
   t.equal(audioRate(wav(1))!.bytesPerSecond, 32_000)
   t.equal(audioRate(forged(28, 0xffffffff))!.bytesPerSecond, 32_000, 'sample rate × block align')
@@ -41,26 +62,15 @@ t.test('audioRate: a byte-rate field larger than the audio it describes is not b
 
 t.test('a WAV written to seem short is billed for the 60 s its provider heard', async (t) => {
   // A provider that decodes the whole upload, as a decoder reading to the end of the file does: 60 s each time.
-  const provider = await fakeProvider(t, (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' })
-    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: 60 } }))
-  })
-  const stack = await startStack(t, [
-    { address: addr('a'), url: provider.url, models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.01' } }] },
-  ])
+  const stack = await hearing(t, 60)
   const cases: [string, Buffer][] = [
     ['honest', wav(60)],
     ['byte-rate field 0xFFFFFFFF', forged(28, 0xffffffff)],
     ['data size 2', forged(40, 2)],
   ]
   for (const [what, file] of cases) {
-    const res = await request(stack.url + '/v1/audio/transcriptions', {
-      method: 'POST',
-      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth },
-      body: upload(file),
-    })
-    const body = (await res.body.json()) as any
-    t.equal(res.statusCode, 200, what)
+    const { status, body } = await transcribe(stack, stack.auth, upload(file))
+    t.equal(status, 200, what)
     t.same(body.x_svc_trace.usage, { seconds: 60 }, `${what}: the provider's 60 s`)
     t.equal(body.x_svc_trace.billing.total_cost, '0.6', `${what}: 60 s × 0.01, not capped at the forged header's length`)
     t.notOk(body.x_svc_trace.billing.capped, `${what}: not capped`)
@@ -69,29 +79,18 @@ t.test('a WAV written to seem short is billed for the 60 s its provider heard', 
 })
 
 t.test('a small file sent without a Content-Length is held for what it is, not for the largest upload', async (t) => {
-  const provider = await fakeProvider(t, (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' })
-    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds: 0.125 } }))
-  })
-  const stack = await startStack(t, [
-    { address: addr('a'), url: provider.url, models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.01' } }] },
-  ])
-  // Five 128 kbit/s frames: 0.13 s. 1 USD: 100 s of audio at this price. A 2 KB MP3 bounded by the largest upload (100 MiB at 32 kbit/s) would
-  // need 262 USD held.
+  const stack = await hearing(t, 0.125)
+  // Five 128 kbit/s frames: 0.13 s. 1 USD: 100 s of audio at this price. A 2 KB MP3 bounded by the largest
+  // upload (100 MiB at 32 kbit/s) would need 262 USD held.
   const capped = await stack.newApiKey({ creditLimit: atto('1') })
   const file = mp3(5)
   for (const [what, body] of [
     ['chunked', () => Readable.from([upload(file)])],
     ['with a Content-Length', () => upload(file)],
   ] as const) {
-    const res = await request(stack.url + '/v1/audio/transcriptions', {
-      method: 'POST',
-      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...capped.auth },
-      body: body(),
-    })
-    const out = (await res.body.json()) as any
-    t.equal(res.statusCode, 200, `${what}: ${JSON.stringify(out.error ?? '')}`)
-    t.equal(out.x_svc_trace?.billing.total_cost, '0.00125', `${what}: the 0.125 s heard, billed`)
+    const out = await transcribe(stack, capped.auth, body())
+    t.equal(out.status, 200, `${what}: ${JSON.stringify(out.body.error ?? '')}`)
+    t.equal(out.body.x_svc_trace?.billing.total_cost, '0.00125', `${what}: the 0.125 s heard, billed`)
   }
   t.equal(stack.router.ledger.reserved(stack.account), 0n)
 })
