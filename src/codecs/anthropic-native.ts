@@ -102,13 +102,14 @@ export class AnthropicStreamCodec implements ResponseCodec {
       return
     }
     const name = f.eventName()
+    // Held whatever its data (complete() sends ours in its place), as before the check below.
+    if (name === 'message_stop') {
+      this.#stopped = true
+      return
+    }
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
     if (kind !== 'object' && name !== 'error') {
       if (kind === 'other') this.#malformed = true
-      return
-    }
-    if (name === 'message_stop') {
-      this.#stopped = true
       return
     }
     if (name === 'error') {
