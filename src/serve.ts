@@ -208,6 +208,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       )
     }
   })
+  const limiter = new RateLimiter(config.limits.requests_per_minute)
   const deps: AdmissionDeps = {
     table,
     engine: {
@@ -217,7 +218,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       maxAttempts: config.routing.max_attempts,
     },
     ledger,
-    limiter: new RateLimiter(config.limits.requests_per_minute),
+    limiter,
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
@@ -239,6 +240,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     maxRunning: config.jobs.max_running,
     spoolDir: config.jobs.spool_dir !== '' ? config.jobs.spool_dir : inMemory ? join(tmpdir(), 'svc-router-jobs') : join(dirname(config.store.path), 'jobs'),
     ownsSpoolDir: !inMemory,
+    limiter,
     defaultRateLimit: config.limits.requests_per_minute,
   })
   const asyncGenerations = jobs.kind(generationJobs)

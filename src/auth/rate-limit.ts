@@ -57,10 +57,22 @@ export class RateLimiter {
 
   /** Admits or refuses one request of `account` at `now` (epoch ms). `limit` overrides the default. */
   take(account: string, now: number, limit = this.#defaultLimit): RateDecision {
+    return this.#decide(account, now, limit, true)
+  }
+
+  /**
+   * The account's standing at `now` as take() would report it, without counting a request: for answers that
+   * carry the X-RateLimit-* headers but are no request of the limit's (a poll of an async job).
+   */
+  peek(account: string, now: number, limit = this.#defaultLimit): RateDecision {
+    return this.#decide(account, now, limit, false)
+  }
+
+  #decide(account: string, now: number, limit: number, count: boolean): RateDecision {
     let w = this.#windows.get(account)
     if (w === undefined) {
       w = new Window(Math.min(INITIAL_CAPACITY, Math.max(limit, 1)))
-      this.#windows.set(account, w)
+      if (count) this.#windows.set(account, w)
     }
     const horizon = now - this.#windowMs
     while (w.count > 0 && w.times[w.tail]! <= horizon) {
@@ -69,6 +81,13 @@ export class RateLimiter {
     }
     const d = this.#decision
     d.limit = limit
+    if (!count) {
+      d.allowed = w.count < limit
+      d.remaining = Math.max(0, limit - w.count)
+      d.resetAt = (w.count > 0 ? w.times[w.tail]! : now) + this.#windowMs
+      d.retryAfter = 0
+      return d
+    }
     if (w.count >= limit) {
       d.allowed = false
       d.remaining = 0
@@ -97,4 +116,20 @@ export class ResetClock {
     }
     return this.#text
   }
+}
+
+const resetClock = new ResetClock()
+
+/** x-request-id and the X-RateLimit-* headers of spec §4.8 for `rate`: on every answer of an inference request. */
+export function rateLimitHeaders(requestId: string, rate: RateDecision): string[] {
+  return [
+    'x-request-id',
+    requestId,
+    'X-RateLimit-Limit-Requests',
+    String(rate.limit),
+    'X-RateLimit-Remaining-Requests',
+    String(rate.remaining),
+    'X-RateLimit-Reset-Requests',
+    resetClock.iso(rate.resetAt),
+  ]
 }

@@ -20,6 +20,7 @@ import { readdir, stat } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { entryOf } from '../auth/key-cache.js'
+import { rateLimitHeaders, type RateLimiter } from '../auth/rate-limit.js'
 import { budgetFor, FreeBudget, type Budget } from '../billing/budget.js'
 import type { ImageUsage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
@@ -77,6 +78,8 @@ export interface JobRunnerOptions {
    * store in memory, whose default directory every such router on the machine shares.
    */
   readonly ownsSpoolDir?: boolean
+  /** The inference rate limiter: a poll's answer reports the account's standing (X-RateLimit-*) without counting. */
+  readonly limiter?: RateLimiter
   /** Requests per minute for accounts without an override (a resumed job's principal). */
   readonly defaultRateLimit: number
   readonly now?: () => number
@@ -467,10 +470,13 @@ export class JobRunner {
 
   /** GET /v1/async/jobs/:jobId: the owner's job, or 404 job_not_found (another account's, expired, unknown). */
   readonly poll: Handler = (head: RequestHead, reply: Reply): void => {
-    const bare = ['x-request-id', head.requestId]
+    let bare = ['x-request-id', head.requestId]
     const fail = (err: RouterError): void => sendError(reply, err, head.requestId, bare)
     const withPrincipal = (authed: Principal | RouterError): void => {
       if (authed instanceof RouterError) return fail(authed)
+      // The account's standing, as on every inference answer; a poll is not a request of the limit's.
+      const limiter = this.#o.limiter
+      if (limiter !== undefined) bare = rateLimitHeaders(head.requestId, limiter.peek(authed.accountId, Date.now(), authed.rateLimit))
       const id = head.params?.[0] ?? ''
       this.#o.store.jobs.getJob(id).then(
         (job) => {

@@ -9,7 +9,7 @@
  * the account's books are warm.
  */
 import type { Authenticator, Principal } from '../auth/principal.js'
-import { ResetClock, type RateLimiter } from '../auth/rate-limit.js'
+import { rateLimitHeaders, type RateLimiter } from '../auth/rate-limit.js'
 import { budgetFor } from '../billing/budget.js'
 import type { Usage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
@@ -46,7 +46,6 @@ export interface Admitted {
   readonly headers: HeaderList
 }
 
-const resetClock = new ResetClock()
 
 
 /** The route handler of a JSON inference surface. */
@@ -251,16 +250,7 @@ export class Refusal {
 /** Rate limit, then the routing headers: what admission knows before the body. */
 export function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Principal): Admitted | Refusal {
   const rate = deps.limiter.take(principal.accountId, Date.now(), principal.rateLimit)
-  const headers = [
-    'x-request-id',
-    head.requestId,
-    'X-RateLimit-Limit-Requests',
-    String(rate.limit),
-    'X-RateLimit-Remaining-Requests',
-    String(rate.remaining),
-    'X-RateLimit-Reset-Requests',
-    resetClock.iso(rate.resetAt),
-  ]
+  const headers = rateLimitHeaders(head.requestId, rate)
   if (!rate.allowed) {
     const err = new RouterError('rate_limit_exceeded', `account request limit of ${rate.limit} per minute reached`, {
       'Retry-After': String(rate.retryAfter),

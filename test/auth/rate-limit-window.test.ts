@@ -53,3 +53,18 @@ t.test('the reset clock formats ISO 8601 and reuses the text while the time is u
   t.equal(clock.iso(0), a)
   t.equal(clock.iso(1500), '1970-01-01T00:00:01.500Z')
 })
+
+t.test('peek reports what take would, without counting a request', async (t) => {
+  const limiter = new RateLimiter(3, 60_000)
+  const fresh = limiter.peek('acct', 1_000)
+  t.same({ ...fresh }, { allowed: true, limit: 3, remaining: 3, resetAt: 61_000, retryAfter: 0 }, 'an account never seen: the whole limit')
+  limiter.take('acct', 1_000)
+  limiter.take('acct', 2_000)
+  for (let i = 0; i < 5; i++) t.equal(limiter.peek('acct', 3_000).remaining, 1, 'peeks count nothing')
+  t.equal(limiter.peek('acct', 3_000).resetAt, 61_000, 'the oldest request leaves the window then')
+  t.equal(limiter.take('acct', 3_000).remaining, 0, 'the third request is still admitted')
+  const full = limiter.peek('acct', 4_000)
+  t.equal(full.allowed, false)
+  t.equal(full.remaining, 0)
+  t.equal(limiter.peek('acct', 61_001).remaining, 1, 'the first request left the window')
+})

@@ -111,6 +111,11 @@ t.test('a generation job: 202 pending with provider_address, polled to completed
   t.equal(job.errorMessage, undefined)
   t.equal(done.headers['retry-after'], undefined, 'no Retry-After once it ended')
   t.match(done.headers['svc-res-key'], /^img-/)
+  // A poll reports the account's standing without counting as a request of the limit.
+  const remaining = res.headers['x-ratelimit-remaining-requests']
+  t.equal(done.headers['x-ratelimit-remaining-requests'], remaining, 'polls do not count')
+  t.equal(done.headers['x-ratelimit-limit-requests'], res.headers['x-ratelimit-limit-requests'])
+  t.match(done.headers['x-ratelimit-reset-requests'], /^\d{4}-\d\d-\d\dT/)
   t.type(job.data.created, 'number', 'data is the sync body…')
   t.equal(job.data.x_svc_trace, undefined, '…without the trace, which sits beside it')
   t.equal(job.data.data.length, 2)
