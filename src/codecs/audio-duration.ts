@@ -21,6 +21,9 @@ export interface AudioRate {
   readonly dataBytes: number | null
 }
 
+/** Bytes per second of the slowest speech codec in use (8 kbit/s): what bounds audio whose rate is not known. */
+export const FLOOR_BYTES_PER_SECOND = 1000
+
 /** Bytes of the header the router keeps to read the rate (WAV chunks before `data`, an ID3 tag's start). */
 export const AUDIO_HEAD_BYTES = 64 * 1024
 
@@ -45,15 +48,23 @@ function wavRate(b: Buffer): AudioRate | null {
   if (b.length < 12 || b.toString('latin1', 0, 4) !== 'RIFF' || b.toString('latin1', 8, 12) !== 'WAVE') return null
   let at = 12
   let byteRate = 0
+  let slowest = 0
   while (at + 8 <= b.length) {
     const id = b.toString('latin1', at, at + 4)
     const size = b.readUInt32LE(at + 4)
-    if (id === 'fmt ' && at + 24 <= b.length) byteRate = wavByteRate(b, at + 8)
+    if (id === 'fmt ' && at + 24 <= b.length) {
+      byteRate = wavByteRate(b, at + 8)
+      // Samples of a whole number of bytes each (PCM, float, A-law, µ-law): the fields define the audio, and a
+      // decoder reads them as the router does. Any other coding packs samples its own way: its fields bound nothing.
+      const format = b.readUInt16LE(at + 8)
+      const linear = format === 1 || format === 3 || format === 6 || format === 7 || format === 0xfffe
+      slowest = linear && b.readUInt16LE(at + 8 + 14) >= 8 ? byteRate : Math.min(byteRate, FLOOR_BYTES_PER_SECOND)
+    }
     if (id === 'data') {
       if (byteRate === 0) return null
       // 0 and 0xFFFFFFFF mark a stream whose length was not known when the header was written.
       const known = size !== 0 && size !== 0xffffffff
-      return { format: 'wav', bytesPerSecond: byteRate, slowestBytesPerSecond: byteRate, offset: at + 8, dataBytes: known ? size : null }
+      return { format: 'wav', bytesPerSecond: byteRate, slowestBytesPerSecond: slowest, offset: at + 8, dataBytes: known ? size : null }
     }
     at += 8 + size + (size & 1)
   }
@@ -62,12 +73,11 @@ function wavRate(b: Buffer): AudioRate | null {
 
 /**
  * Bytes per second of a WAV `fmt ` chunk at `at`: the smallest of what its fields say (the byte-rate field,
- * sample rate × block align, and for PCM sample rate × channels × bytes per sample), so that a byte-rate field
- * written larger than the audio it describes cannot make the file seem shorter than a decoder will find it.
+ * sample rate × block align, sample rate × channels × bits per sample / 8), so that a byte-rate or block-align
+ * field written larger than the audio it describes cannot make the file seem shorter than a decoder finds it.
  * 0 when a field it needs is 0.
  */
 function wavByteRate(b: Buffer, at: number): number {
-  const format = b.readUInt16LE(at)
   const channels = b.readUInt16LE(at + 2)
   const sampleRate = b.readUInt32LE(at + 4)
   let rate = b.readUInt32LE(at + 8)
@@ -75,8 +85,8 @@ function wavByteRate(b: Buffer, at: number): number {
   const bits = b.readUInt16LE(at + 14)
   if (sampleRate === 0 || rate === 0) return 0
   if (blockAlign > 0) rate = Math.min(rate, sampleRate * blockAlign)
-  // PCM (1), IEEE float (3), extensible (0xFFFE): frames of channels × whole bytes per sample.
-  if ((format === 1 || format === 3 || format === 0xfffe) && channels > 0 && bits > 0) rate = Math.min(rate, sampleRate * channels * Math.ceil(bits / 8))
+  // Samples of 8 bits or more take whole bytes (12-bit PCM takes 2); fewer bits are packed (4-bit ADPCM).
+  if (channels > 0 && bits > 0) rate = Math.min(rate, sampleRate * channels * (bits >= 8 ? Math.ceil(bits / 8) : bits / 8))
   return rate
 }
 

@@ -6,14 +6,13 @@
  *
  * The reservation bounds the audio's length before it was heard, and the bill is capped at it, so nothing in it
  * is what the client may state freely: the file's size (read whole when it is small, else the upload's declared
- * size, else the largest upload allowed) over the fewest
- * bytes per second the file's header allows (WAV: its rate, the smallest its fields give; MP3: the lowest
- * bitrate of its MPEG version), or over a floor of 8 kbit/s for a format the router cannot read. A WAV `data`
- * size bounds the audio only when the upload's size is not declared (chunked): stated smaller than what is sent,
- * it would shrink the bound, and a decoder may read on to the end.
+ * size, else the largest upload allowed) over the fewest bytes per second the file's header allows (WAV: its
+ * rate, the smallest its fields give; MP3: the lowest bitrate of its MPEG version), or over a floor of 8 kbit/s for a format the router cannot read or a WAV coding
+ * other than PCM, float, A-law and µ-law. A WAV `data` size bounds nothing: stated smaller than what is sent, it
+ * would shrink the bound, and a decoder may read on to the end.
  */
 import { audioCost, type AudioUsage } from '../billing/cost.js'
-import { audioRate, type AudioRate } from '../codecs/audio-duration.js'
+import { audioRate, FLOOR_BYTES_PER_SECOND, type AudioRate } from '../codecs/audio-duration.js'
 import { TranscriptionCodec } from '../codecs/openai-media.js'
 import { renderError, RouterError } from '../errors.js'
 import { DIMENSION_AUDIO } from '../routing/select.js'
@@ -29,8 +28,6 @@ export interface TranscriptionRequest extends MultipartRequest {
 }
 
 export const TRANSCRIPTIONS_PATH = '/v1/audio/transcriptions'
-/** Bytes per second of the slowest speech codec in use (8 kbit/s): bounds the length of audio of unknown format. */
-const FLOOR_BYTES_PER_SECOND = 1000
 /** Bytes per second assumed to estimate a duration the provider did not report, for an unknown format (128 kbit/s). */
 const TYPICAL_BYTES_PER_SECOND = 16_000
 const CHECKED = { response_format: new Set(['json', 'text', 'srt', 'verbose_json', 'vtt']) }
@@ -44,12 +41,13 @@ export function uploadSeconds(rate: AudioRate | null, bytes: number): number {
 
 /**
  * The most seconds of audio an upload can hold (see the file comment): what is reserved, and the bill's cap.
- * `known` is the file's size when the scan read it whole, else the upload's declared size, else -1.
+ * `known` is the file's size when the scan read it whole, else the upload's declared size, else -1 (the largest
+ * upload allowed bounds it then: a WAV's `data` size is the client's word, and a decoder may read past it).
  */
 function boundSeconds(rate: AudioRate | null, known: number, maxBytes: number): number {
-  if (rate === null) return (known >= 0 ? known : maxBytes) / FLOOR_BYTES_PER_SECOND
-  if (known < 0 && rate.dataBytes !== null) return rate.dataBytes / rate.slowestBytesPerSecond
-  return Math.max(0, (known >= 0 ? known : maxBytes) - rate.offset) / rate.slowestBytesPerSecond
+  const bytes = known >= 0 ? known : maxBytes
+  if (rate === null) return bytes / FLOOR_BYTES_PER_SECOND
+  return Math.max(0, bytes - rate.offset) / rate.slowestBytesPerSecond
 }
 
 export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> = {

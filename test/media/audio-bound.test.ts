@@ -58,6 +58,18 @@ t.test('audioRate: a byte-rate field larger than the audio it describes is not b
   noAlign.writeUInt16LE(0, 32)
   t.equal(audioRate(noAlign)!.bytesPerSecond, 32_000, 'sample rate × channels × bytes per sample, for PCM')
   t.equal(audioRate(mp3(1))!.slowestBytesPerSecond, 4_000, 'an MPEG-1 MP3 may drop to 32 kbit/s after its first frame')
+  // A-law, 16 kHz mono 8-bit, with its byte-rate and block-align fields written as large as they go.
+  const alaw = wav(1)
+  alaw.writeUInt16LE(6, 20)
+  alaw.writeUInt32LE(0xffffffff, 28)
+  alaw.writeUInt16LE(0xffff, 32)
+  alaw.writeUInt16LE(8, 34)
+  t.equal(audioRate(alaw)!.slowestBytesPerSecond, 16_000, 'A-law: sample rate × channels × 1 byte')
+  const adpcm = wav(1)
+  adpcm.writeUInt16LE(0x11, 20)
+  adpcm.writeUInt16LE(4, 34)
+  t.equal(audioRate(adpcm)!.bytesPerSecond, 8_000, 'IMA ADPCM: 4 bits a sample')
+  t.equal(audioRate(adpcm)!.slowestBytesPerSecond, 1_000, 'a packed coding bounds nothing: 8 kbit/s')
 })
 
 t.test('a WAV written to seem short is billed for the 60 s its provider heard', async (t) => {
@@ -67,9 +79,10 @@ t.test('a WAV written to seem short is billed for the 60 s its provider heard', 
     ['honest', wav(60)],
     ['byte-rate field 0xFFFFFFFF', forged(28, 0xffffffff)],
     ['data size 2', forged(40, 2)],
+    ['data size 2, sent chunked', forged(40, 2)],
   ]
   for (const [what, file] of cases) {
-    const { status, body } = await transcribe(stack, stack.auth, upload(file))
+    const { status, body } = await transcribe(stack, stack.auth, what.endsWith('chunked') ? Readable.from([upload(file)]) : upload(file))
     t.equal(status, 200, what)
     t.same(body.x_svc_trace.usage, { seconds: 60 }, `${what}: the provider's 60 s`)
     t.equal(body.x_svc_trace.billing.total_cost, '0.6', `${what}: 60 s × 0.01, not capped at the forged header's length`)
