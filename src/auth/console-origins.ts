@@ -41,7 +41,8 @@ export function originProblem(value: string): string | null {
   return null
 }
 
-const LOOPBACK_NAMES = ['localhost', '127.0.0.1', '[::1]']
+/** Not [::1]: an EIP-4361 domain cannot be an IPv6 literal (viem's parser refuses it), so no sign-in names it. */
+const LOOPBACK_NAMES = ['localhost', '127.0.0.1']
 
 function isLoopbackOrWildcard(host: string): boolean {
   return host === 'localhost' || host === '::1' || host === '0.0.0.0' || host === '::' || host.startsWith('127.')
@@ -61,8 +62,8 @@ export class ConsoleOrigins {
 
   /**
    * With none configured: the router's own listening address, over http or https (TLS terminated in front of
-   * it); a loopback or wildcard address also as localhost, 127.0.0.1 and [::1] at the same port. A console
-   * reached under any other name needs `server.public_origins`.
+   * it); a loopback or wildcard address as localhost and 127.0.0.1 at the same port. A console reached under
+   * any other name needs `server.public_origins`.
    */
   static listening(host: string, port: number): ConsoleOrigins {
     const names = isLoopbackOrWildcard(host) ? LOOPBACK_NAMES : [host.includes(':') ? `[${host}]` : host]

@@ -26,7 +26,7 @@ const ServerSchema = z.strictObject({
   drain_timeout_ms: timeoutMs(30_000),
   /**
    * Where the console is reached (scheme://host[:port] each): the only domains a wallet sign-in may name. Empty:
-   * the listening address (and localhost, 127.0.0.1, [::1] when it is a loopback or wildcard one).
+   * the listening address (as localhost and 127.0.0.1 when it is a loopback or wildcard one).
    */
   public_origins: z
     .array(

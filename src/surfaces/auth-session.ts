@@ -87,7 +87,9 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
       if ((head.host ?? '') === '') return fail(head, reply, NO_HOST)
       // The message names where the console is reached, never merely the Host this request wrote.
       const origins = deps.origins()
-      const origin = origins.origin(schemeOf(head), head.host!)
+      // A browser sends no Origin with a same-origin GET: the scheme is then whichever the console is reached by
+      // at this host (http first), not http by default (a console behind a TLS proxy is https only).
+      const origin = (head.origin ?? '') !== '' ? origins.origin(schemeOf(head), head.host!) : (origins.origin('http', head.host!) ?? origins.origin('https', head.host!))
       if (origin === null) {
         const why = `this console is not reached at ${originOf(head)}: sign in at ${origins} (server.public_origins lists where it is served)`
         return fail(head, reply, new RouterError('invalid_request', why))

@@ -94,6 +94,8 @@ t.test("refused: a phishing site's relay, a message for its own domain sent with
 t.test('a message on this origin under another of its names (localhost) is accepted; on another port it is not', async (t) => {
   const port = new URL(stack.url).port
   const wallet = newWallet()
+  const v6 = await call(stack, 'GET', '/v1/auth/nonce', { headers: { host: `[::1]:${port}` } })
+  t.ok(isError(v6, 400, 'invalid_request'), 'no sign-in can name an IPv6 literal: refused at the nonce, not at verify')
   const local = `http://localhost:${port}`
   const headers = { host: `localhost:${port}`, origin: local, 'sec-fetch-site': 'same-origin' }
   const n = (await call(stack, 'GET', '/v1/auth/nonce', { headers })).json
@@ -110,9 +112,10 @@ t.test('server.public_origins: the console behind a proxy signs in at its public
   const proxied = await oneProviderStack(t, { server: { public_origins: ['https://console.example'] } })
   const wallet = newWallet()
   const headers = { host: 'console.example', origin: 'https://console.example', 'sec-fetch-site': 'same-origin' }
-  const n = (await call(proxied, 'GET', '/v1/auth/nonce', { headers })).json
+  // The console page's own GET: a browser sends no Origin with a same-origin GET.
+  const n = (await call(proxied, 'GET', '/v1/auth/nonce', { headers: { host: 'console.example', 'sec-fetch-site': 'same-origin' } })).json
   t.equal(n.domain, 'console.example')
-  t.equal(n.uri, 'https://console.example/console')
+  t.equal(n.uri, 'https://console.example/console', 'https: the only way this console is reached')
   const text = await message(proxied, wallet, { domain: 'console.example', uri: n.uri, nonce: n.nonce })
   const answer = await verify(proxied, text, await wallet.signMessage({ message: text }), headers)
   t.equal(answer.status, 200, answer.text)
