@@ -11,8 +11,9 @@ export interface AudioRate {
   readonly bytesPerSecond: number
   /**
    * The fewest bytes per second any audio with this header can take: the bound of how long the file can be.
-   * WAV: its rate (the header defines the audio). MP3: the lowest bitrate of its MPEG version, since only the
-   * first frame was read and a variable-bitrate file may go lower after it.
+   * WAV of whole-byte samples (PCM, float, A-law, µ-law): its rate (the header defines the audio); of a packed
+   * coding: at most 8 kbit/s. MP3: the lowest bitrate of its MPEG version, since only the first frame was read
+   * and a variable-bitrate file may go lower after it.
    */
   readonly slowestBytesPerSecond: number
   /** Where the audio starts in the file. */

@@ -7,9 +7,11 @@
  * The reservation bounds the audio's length before it was heard, and the bill is capped at it, so nothing in it
  * is what the client may state freely: the file's size (read whole when it is small, else the upload's declared
  * size, else the largest upload allowed) over the fewest bytes per second the file's header allows (WAV: its
- * rate, the smallest its fields give; MP3: the lowest bitrate of its MPEG version), or over a floor of 8 kbit/s for a format the router cannot read or a WAV coding
- * other than PCM, float, A-law and µ-law. A WAV `data` size bounds nothing: stated smaller than what is sent, it
- * would shrink the bound, and a decoder may read on to the end.
+ * rate, the smallest its fields give; MP3: the lowest bitrate of its MPEG version), or over a floor of 8 kbit/s
+ * for a format the router cannot read or a WAV coding other than PCM, float, A-law and µ-law. A WAV `data` size
+ * bounds nothing: stated smaller than what is sent, it would shrink the bound, and a decoder may read on to the
+ * end. The estimate, when the provider reports no duration, believes a `data` size only within what the form
+ * around the file can add (WAV_DATA_SLACK).
  */
 import { audioCost, type AudioUsage } from '../billing/cost.js'
 import { audioRate, FLOOR_BYTES_PER_SECOND, type AudioRate } from '../codecs/audio-duration.js'
@@ -32,11 +34,19 @@ export const TRANSCRIPTIONS_PATH = '/v1/audio/transcriptions'
 const TYPICAL_BYTES_PER_SECOND = 16_000
 const CHECKED = { response_format: new Set(['json', 'text', 'srt', 'verbose_json', 'vtt']) }
 
-/** Seconds of audio in an upload of `bytes`, from its header when it has one the router reads (estimated). */
+/**
+ * How far the bytes after a WAV header may exceed its `data` size in an honest upload: the form's other parts and
+ * delimiters, a trailing chunk. A `data` size further below what came is not believed (a client writing it
+ * small to be billed nothing): the estimate then counts every byte.
+ */
+const WAV_DATA_SLACK = 64 * 1024
+
+/** Seconds of audio in an upload of `bytes` (the whole form), from its header when the router reads it (estimated). */
 export function uploadSeconds(rate: AudioRate | null, bytes: number): number {
   if (rate === null) return bytes / TYPICAL_BYTES_PER_SECOND
   const audio = Math.max(0, bytes - rate.offset)
-  return (rate.dataBytes === null ? audio : Math.min(audio, rate.dataBytes)) / rate.bytesPerSecond
+  const data = rate.dataBytes === null || audio - rate.dataBytes > WAV_DATA_SLACK ? audio : Math.min(audio, rate.dataBytes)
+  return data / rate.bytesPerSecond
 }
 
 /**

@@ -7,7 +7,7 @@ import { Readable } from 'node:stream'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { audioRate } from '../../src/codecs/audio-duration.js'
-import { fakeProvider } from '../helpers/fake-provider.js'
+import { fakeProvider, type FakeHandler } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 import { atto, AUDIO_MODEL, mp3, wav } from './fixtures.js'
 
@@ -29,15 +29,20 @@ function forged(offset: number, value: number): Buffer {
   return b
 }
 
-/** A router whose one speech-to-text provider (0.01 USD a second) says it heard `seconds` of every upload. */
-async function hearing(t: Test, seconds: number): Promise<Stack> {
-  const provider = await fakeProvider(t, (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' })
-    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds } }))
-  })
+/** A router whose one speech-to-text provider (0.01 USD a second) answers every upload as `respond` does. */
+async function routerWith(t: Test, respond: FakeHandler): Promise<Stack> {
+  const provider = await fakeProvider(t, respond)
   return startStack(t, [
     { address: addr('a'), url: provider.url, models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.01' } }] },
   ])
+}
+
+/** routerWith a provider that says it heard `seconds` of every upload. */
+function hearing(t: Test, seconds: number): Promise<Stack> {
+  return routerWith(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ text: 'hello', usage: { type: 'duration', seconds } }))
+  })
 }
 
 /** A transcription of `body` (a form of upload()) with `auth`. */
@@ -106,4 +111,28 @@ t.test('a small file sent without a Content-Length is held for what it is, not f
     t.equal(out.body.x_svc_trace?.billing.total_cost, '0.00125', `${what}: the 0.125 s heard, billed`)
   }
   t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})
+
+t.test('a provider that reports no duration: a data size written far below what was sent is not believed', async (t) => {
+  const stack = await routerWith(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/vtt' })
+    res.end('WEBVTT\n\n00:00.000 --> 00:01.000\nhello\n')
+  })
+  const vtt = (file: Buffer): Buffer =>
+    Buffer.concat([Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\nvtt\r\n`), upload(file)])
+  for (const [what, file] of [
+    ['honest', wav(60)],
+    ['data size 2', forged(40, 2)],
+  ] as const) {
+    const res = await request(stack.url + '/v1/audio/transcriptions', {
+      method: 'POST',
+      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth },
+      body: vtt(file),
+    })
+    await res.body.text()
+    t.equal(res.statusCode, 200, what)
+    const trace = JSON.parse(String(res.headers['x-svc-trace']))
+    t.equal(trace.usage.estimated, true, `${what}: estimated from the header`)
+    t.ok(trace.usage.seconds >= 60 && trace.usage.seconds < 60.05, `${what}: about 60 s (got ${trace.usage.seconds})`)
+  }
 })
