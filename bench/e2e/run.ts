@@ -321,7 +321,9 @@ async function main(): Promise<void> {
         progress(`${label}: ${TARGET_NAMES[t.id]} …`)
         const measured = await measure(w, t)
         row[t.id] = better(before, measured)
-        progress(`${label}: ${TARGET_NAMES[t.id]}: ${measured.load === null ? `failed: ${measured.error}` : summary(w.id, measured.load)}${measured.usage === null ? '' : `; peak RSS ${measured.usage.peakRssMb.toFixed(0)} MB`}`)
+        const usage = measured.usage
+        const cpu = usage === null || measured.load === null || measured.load.sent === 0 ? '' : `, CPU ${((usage.cpuMs * 1000) / measured.load.sent).toFixed(1)} µs per request`
+        progress(`${label}: ${TARGET_NAMES[t.id]}: ${measured.load === null ? `failed: ${measured.error}` : summary(w.id, measured.load)}${usage === null ? '' : `; peak RSS ${usage.peakRssMb.toFixed(0)} MB${cpu}`}`)
         await new Promise((r) => setTimeout(r, 300))
       }
     }
