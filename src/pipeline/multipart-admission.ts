@@ -22,21 +22,12 @@ import { ReplayableBody, type BodySource, type RequestBody } from '../upstream/r
 import { discardOnAnswer, type SpoolBody } from '../jobs/spool.js'
 import { uploadChunks } from '../upstream/chunk-pool.js'
 import { admitHead, admitRequest, answerNow, crashed, type AdmissionDeps, type Admitted, type Launcher } from './admission.js'
+import { decimalDigits } from '../vocabulary/http.js'
 
 export interface MultipartDeps extends AdmissionDeps {
   readonly maxMultipartBodyBytes: number
   /** upstream.replay_buffer_bytes: what a failover can resend; also how far the scan looks for `model`. */
   readonly replayBufferBytes: number
-}
-
-/** A Content-Length header as a number, -1 when absent or not a plain decimal. */
-function declaredLength(value: string): number {
-  if (value.length === 0 || value.length > 15) return -1
-  for (let i = 0; i < value.length; i++) {
-    const c = value.charCodeAt(i)
-    if (c < 48 || c > 57) return -1
-  }
-  return Number(value)
 }
 
 function missingPart(label: string): RouterError {
@@ -91,7 +82,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       badBody ??= err
     }
 
-    const declared = declaredLength(head.contentLength)
+    // The Content-Length as a number, -1 when absent or not a plain decimal.
+    const declared = decimalDigits(head.contentLength, 15)
     if (declared > max) return refuse(tooLarge(), headersNow())
 
     let received = 0

@@ -11,6 +11,7 @@ import { DIMENSION_IMAGE } from '../routing/select.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
 import type { Surface, SurfaceRequest } from './surface.js'
+import { decimalDigits } from '../vocabulary/http.js'
 
 /** The most images one request may ask for (OpenAI's own bound): also what an edit without `n` reserves. */
 export const MAX_IMAGES = 10
@@ -38,18 +39,9 @@ export function imageCount(v: unknown, fallback: number): number | RouterError {
   if (v === undefined || v === null) return fallback
   // A string (a form field) is decimal digits only: no sign, space, hex, exponent or fraction, which Number()
   // would read but a provider may not (the provider gets the text as it was sent).
-  const n = typeof v === 'string' ? (isDecimal(v) ? Number(v) : Number.NaN) : v
+  const n = typeof v === 'string' ? decimalDigits(v, 3) : v
   if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 1 || n > MAX_IMAGES) return invalid(`n must be an integer from 1 to ${MAX_IMAGES}`)
   return n
-}
-
-function isDecimal(s: string): boolean {
-  if (s.length === 0 || s.length > 3) return false
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i)
-    if (c < 48 || c > 57) return false
-  }
-  return true
 }
 
 /** Checks the fields the router relies on; size, quality and style are the provider's to judge. */

@@ -25,6 +25,7 @@ import type { ClientTrace } from '../telemetry/trace-context.js'
 import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } from './attempt.js'
 import type { UpstreamFailure } from './failures.js'
 import type { HeaderList, ResponseSink } from './sink.js'
+import { decimalDigits } from '../vocabulary/http.js'
 
 /** What the loop needs from the server for its whole life. */
 export interface EngineContext extends AttemptSettings {
@@ -58,14 +59,8 @@ export const MAX_RETRY_AFTER_S = 86_400
  */
 export function retryAfterSeconds(value: string, now = Date.now()): string {
   const v = value.trim()
-  if (v.length > 0 && v.length <= 10) {
-    let digits = true
-    for (let i = 0; i < v.length; i++) {
-      const c = v.charCodeAt(i)
-      if (c < 48 || c > 57) digits = false
-    }
-    if (digits) return String(Math.min(Number(v), MAX_RETRY_AFTER_S))
-  }
+  const seconds = decimalDigits(v, 10)
+  if (seconds >= 0) return String(Math.min(seconds, MAX_RETRY_AFTER_S))
   const first = v.charCodeAt(0) | 0x20
   if (first < 97 || first > 122) return '1'
   const at = Date.parse(v)

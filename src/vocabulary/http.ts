@@ -23,3 +23,17 @@ function stripOws(value: string): string {
   while (end > start && isOws(value.charCodeAt(end - 1))) end--
   return value.slice(start, end)
 }
+
+/**
+ * `value` as the number its decimal digits write (HTTP's 1*DIGIT: Content-Length, delta-seconds, a form's
+ * count), or -1 when it is empty, longer than `maxDigits` or holds anything but ASCII digits (no sign, space,
+ * point, exponent or hex, all of which Number() would read).
+ */
+export function decimalDigits(value: string, maxDigits: number): number {
+  if (value.length === 0 || value.length > maxDigits) return -1
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if (c < 48 || c > 57) return -1
+  }
+  return Number(value)
+}
