@@ -57,37 +57,14 @@ export class RateLimiter {
 
   /** Admits or refuses one request of `account` at `now` (epoch ms). `limit` overrides the default. */
   take(account: string, now: number, limit = this.#defaultLimit): RateDecision {
-    return this.#decide(account, now, limit, true)
-  }
-
-  /**
-   * The account's standing at `now` as take() would report it, without counting a request: for answers that
-   * carry the X-RateLimit-* headers but are no request of the limit's (a poll of an async job).
-   */
-  peek(account: string, now: number, limit = this.#defaultLimit): RateDecision {
-    return this.#decide(account, now, limit, false)
-  }
-
-  #decide(account: string, now: number, limit: number, count: boolean): RateDecision {
     let w = this.#windows.get(account)
     if (w === undefined) {
       w = new Window(Math.min(INITIAL_CAPACITY, Math.max(limit, 1)))
-      if (count) this.#windows.set(account, w)
+      this.#windows.set(account, w)
     }
-    const horizon = now - this.#windowMs
-    while (w.count > 0 && w.times[w.tail]! <= horizon) {
-      w.tail = (w.tail + 1) % w.times.length
-      w.count--
-    }
+    this.#expire(w, now)
     const d = this.#decision
     d.limit = limit
-    if (!count) {
-      d.allowed = w.count < limit
-      d.remaining = Math.max(0, limit - w.count)
-      d.resetAt = (w.count > 0 ? w.times[w.tail]! : now) + this.#windowMs
-      d.retryAfter = 0
-      return d
-    }
     if (w.count >= limit) {
       d.allowed = false
       d.remaining = 0
@@ -101,6 +78,32 @@ export class RateLimiter {
     d.resetAt = w.times[w.tail]! + this.#windowMs
     d.retryAfter = 0
     return d
+  }
+
+  /**
+   * The account's standing at `now` as take() would report it, without counting a request: for answers that
+   * carry the X-RateLimit-* headers but are no request of the limit's (a poll of an async job).
+   */
+  peek(account: string, now: number, limit = this.#defaultLimit): RateDecision {
+    const w = this.#windows.get(account)
+    if (w !== undefined) this.#expire(w, now)
+    const held = w?.count ?? 0
+    const d = this.#decision
+    d.limit = limit
+    d.allowed = held < limit
+    d.remaining = Math.max(0, limit - held)
+    d.resetAt = (held > 0 ? w!.times[w!.tail]! : now) + this.#windowMs
+    d.retryAfter = 0
+    return d
+  }
+
+  /** Drops the arrivals that left the window by `now`. */
+  #expire(w: Window, now: number): void {
+    const horizon = now - this.#windowMs
+    while (w.count > 0 && w.times[w.tail]! <= horizon) {
+      w.tail = (w.tail + 1) % w.times.length
+      w.count--
+    }
   }
 }
 

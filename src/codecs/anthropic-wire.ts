@@ -32,12 +32,14 @@ export function anthropicUsageOf(usage: unknown, input: number | null, output: n
   const u = (usage !== null && typeof usage === 'object' ? usage : {}) as Record<string, any>
   const prompt = count(u.prompt_tokens)
   const completion = count(u.completion_tokens)
+  // Cache reads are part of the prompt: a figure beyond it is not one.
   const cached = count(u.prompt_tokens_details?.cached_tokens)
+  const cacheRead = prompt >= 0 && cached > 0 && cached <= prompt ? cached : 0
   const out: Record<string, unknown> = {}
-  if (prompt >= 0) out.input_tokens = prompt - (cached > 0 && cached <= prompt ? cached : 0)
+  if (prompt >= 0) out.input_tokens = prompt - cacheRead
   else if (input !== null) out.input_tokens = input
   out.output_tokens = completion >= 0 ? completion : output
-  if (prompt >= 0 && cached > 0 && cached <= prompt) out.cache_read_input_tokens = cached
+  if (cacheRead > 0) out.cache_read_input_tokens = cacheRead
   return out
 }
 

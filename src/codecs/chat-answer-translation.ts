@@ -208,11 +208,13 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
     if (f.continuation || f.dataLines === 0) return
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
     if (kind === 'blank') return
-    let e: Json
-    try {
-      if (kind === 'other') throw new SyntaxError('not an object')
-      e = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
-    } catch {
+    let e: Json | null = null
+    if (kind === 'object') {
+      try {
+        e = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
+      } catch {}
+    }
+    if (e === null) {
       this.#malformed = true
       return
     }

@@ -28,6 +28,11 @@ const EMPTY_CONTENT = ['"content":""', '"content":null', '"content": ""', '"cont
 const TOOL_CALLS_KEY = [Buffer.from('"tool_calls"')]
 const EMPTY_DELTA = ['"delta":{}', '"delta": {}'].map((s) => Buffer.from(s))
 
+/** Whether the data event [from, to) of `src` finishes a choice with an empty delta: a chunk with no token. */
+function finishesEmpty(src: Buffer | null, from: number, to: number): boolean {
+  return src !== null && finishReason(src, from, to) !== NO_FINISH && holds(src, from, to, EMPTY_DELTA)
+}
+
 /** Whether [from, to) of `src` holds one of `needles`. */
 function holds(src: Buffer, from: number, to: number, needles: readonly Buffer[]): boolean {
   for (const needle of needles) {
@@ -215,9 +220,7 @@ export class OpenAiSseCodec {
    */
   get contentEvents(): number {
     let n = this.#events - (this.#roleOnly ? 1 : 0)
-    const last = this.#lastSrc === null ? NO_FINISH : finishReason(this.#lastSrc, this.#lastFrom, this.#lastTo)
-    if (last !== NO_FINISH && holds(this.#lastSrc!, this.#lastFrom, this.#lastTo, EMPTY_DELTA)) n--
-    else if (this.#prevSrc !== null && finishReason(this.#prevSrc, this.#prevFrom, this.#prevTo) !== NO_FINISH && holds(this.#prevSrc, this.#prevFrom, this.#prevTo, EMPTY_DELTA)) n--
+    if (finishesEmpty(this.#lastSrc, this.#lastFrom, this.#lastTo) || finishesEmpty(this.#prevSrc, this.#prevFrom, this.#prevTo)) n--
     return Math.max(0, n)
   }
 
