@@ -258,13 +258,18 @@ t.test('charges a crash left unfolded are in the totals and the roll-up of the n
   const store = await openSqliteStore({ path })
   await store.ledger.addFunds(A, 'deposit', 10n ** 18n, '', T0)
   const charge = (i: number) => ({ requestId: `req_${i}`, accountId: A, keyId: `k${i % 2}`, model: 'm', provider: 'p', at: T0, promptTokens: 3, completionTokens: 4, images: 0, audioMs: 0, cost: BigInt(i + 1) })
-  // More than one fold's worth, in batches, then a few the writer has not folded yet.
-  const n = 1000
-  for (let i = 0; i < n; i += 100) await store.ledger.recordCharges(Array.from({ length: 100 }, (_, j) => charge(i + j)))
+  // More than one fold's worth, in batches; the upkeep thread folds them behind the writes (at least once before
+  // the crash); then a few the writer does not fold yet.
+  const n = 1100
+  const batch = (from: number) => store.ledger.recordCharges(Array.from({ length: 100 }, (_, j) => charge(from + j)))
+  for (let i = 0; i < 1000; i += 100) await batch(i)
+  const raw = new Database(path, { readonly: true })
+  const watermark = raw.prepare('SELECT folded_seq FROM ledger_fold').pluck()
+  while (watermark.get() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  await batch(1000)
   // A crash: the process dies without closing (and so without the fold that close() does). A second
   // connection reads the file as the next process would see it.
-  const raw = new Database(path, { readonly: true })
-  const folded = raw.prepare('SELECT folded_seq FROM ledger_fold').pluck().get() as number
+  const folded = watermark.get() as number
   const last = raw.prepare('SELECT max(seq) FROM journal').pluck().get() as number
   raw.close()
   t.ok(folded > 0 && folded < last, `some charges are folded (to ${folded}) and some are not (up to ${last})`)

@@ -42,8 +42,13 @@ export class SqliteConnection {
   readonly #path: string
   readonly #full: boolean
   #closed = false
-  /** The upkeep thread (maintenance-worker.ts), and the upkeep it is running. */
+  /**
+   * The upkeep thread (maintenance-worker.ts); the upkeep it is running (from the ask to its answer); and the
+   * part of it that holds this connection's writes back (from the thread's 'hold' to its answer).
+   */
   #upkeep: Worker | null = null
+  #upkeepRunning: Promise<void> | null = null
+  #endUpkeepRunning: (() => void) | null = null
   #upkeeping: Promise<void> | null = null
   #endUpkeep: (() => void) | null = null
   readonly #upkeepEvery: number
@@ -90,7 +95,7 @@ export class SqliteConnection {
           // A small heap: it folds a few hundred rows at a time (its isolate is most of its ~11 MiB).
           resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 32 },
         })
-        worker.on('message', () => this.#upkept())
+        worker.on('message', (message) => (message === 'hold' ? this.#hold(worker) : this.#upkept()))
         // An error is followed by 'exit'; an exit alone (the thread ended without one) is the same loss.
         worker.on('error', (err) => this.#lostUpkeep(worker, err.message))
         worker.on('exit', (code) => this.#lostUpkeep(worker, `exit code ${code}`))
@@ -136,16 +141,29 @@ export class SqliteConnection {
   }
 
   /**
-   * Where every write on this connection starts: resolves once no upkeep runs (at once when none does). Charge
-   * batches included (sqlite/ledger.ts recordCharges), so the checkpoint sees no new commit and completes, and
-   * the thread's own writes (the fold, the WAL's restart) take the write lock from no one; otherwise, under a
-   * steady stream of charges, the WAL would never be wholly copied back and would grow without bound, and a
-   * write meeting the thread's lock would wait for it in SQLite's busy handler, asleep on the event loop. Only
-   * writes wait (a millisecond or two, every few hundred charges); the loop does not. Looks again after each
-   * upkeep: another may have started before this write's turn came.
+   * Where every write on this connection starts: resolves once no upkeep holds writes back (at once when none
+   * does). An upkeep runs in two parts (maintenance-worker.ts): the bulk of it (the checkpoint of what is in the
+   * WAL, the sums of the fold read) while writes go on, then a short hold, in which the thread checkpoints the
+   * few frames written meanwhile, so the WAL is wholly copied back, and writes the fold and the WAL's restart,
+   * taking the write lock from no one. Without the hold, under a steady stream of charges, the WAL would never
+   * be wholly copied back and would grow without bound, and a write meeting the thread's lock would wait for it
+   * in SQLite's busy handler, asleep on the event loop. Only writes wait (a fraction of a millisecond, every few
+   * hundred charges); the loop does not. Looks again after each hold: another may have started before this
+   * write's turn came.
    */
   async writable(): Promise<void> {
     while (this.#upkeeping !== null) await this.#upkeeping
+    this.check()
+  }
+
+  /** Whether an upkeep holds writes back now (see writable()). */
+  get holdingWrites(): boolean {
+    return this.#upkeeping !== null
+  }
+
+  /** Resolves once no upkeep runs, whole (a reader that asked for a fold waits for it). */
+  async upkept(): Promise<void> {
+    while (this.#upkeepRunning !== null) await this.#upkeepRunning
     this.check()
   }
 
@@ -156,14 +174,24 @@ export class SqliteConnection {
   upkeep(): boolean {
     const worker = this.#upkeep
     if (worker === null || this.#closed) return false
-    if (this.#upkeeping !== null) return true
+    if (this.#upkeepRunning !== null) return true
     this.#writes = 0
-    this.#upkeeping = new Promise<void>((resolve) => (this.#endUpkeep = resolve))
-    // Charges wait for its answer: the thread keeps the process alive until it comes.
+    this.#upkeepRunning = new Promise<void>((resolve) => (this.#endUpkeepRunning = resolve))
+    // Charges will wait for its answer: the thread keeps the process alive until it comes.
     worker.ref()
     worker.postMessage('upkeep')
     this.upkeeps++
     return true
+  }
+
+  /**
+   * The thread has done the bulk of an upkeep and asks for the writes to stop: from here on they wait (writable)
+   * until its answer. None is mid-way: a transaction runs whole within one turn of the loop.
+   */
+  #hold(worker: Worker): void {
+    if (this.#upkeep !== worker || this.#closed || this.#upkeeping !== null) return
+    this.#upkeeping = new Promise<void>((resolve) => (this.#endUpkeep = resolve))
+    worker.postMessage('held')
   }
 
   /**
@@ -181,9 +209,11 @@ export class SqliteConnection {
   #upkept(): void {
     this.#upkeep?.unref()
     const end = this.#endUpkeep
-    this.#endUpkeep = null
-    this.#upkeeping = null
+    const endRunning = this.#endUpkeepRunning
+    this.#endUpkeep = this.#endUpkeepRunning = null
+    this.#upkeeping = this.#upkeepRunning = null
     end?.()
+    endRunning?.()
   }
 
   /** `value` once the write that produced it is durable (see durable()): what a write method returns. */

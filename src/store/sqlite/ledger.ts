@@ -133,6 +133,15 @@ interface DailySum {
   cost: bigint
 }
 
+/** What a fold adds: the sums of the charges after the watermark `from`, up to and including seq `to`. */
+export interface FoldPlan {
+  readonly from: number
+  readonly to: number
+  readonly charges: number
+  readonly spent: ReadonlyMap<string, bigint>
+  readonly daily: ReadonlyMap<string, DailySum>
+}
+
 function prepareStatements(conn: SqliteConnection) {
   const db = conn.db
   return {
@@ -177,6 +186,7 @@ export class SqliteLedger implements LedgerStore {
   /** Charges this connection appended since its last fold (other writers' are found by the fold itself). */
   #unfolded = 0
   readonly #foldBatch: Transaction<() => number>
+  readonly #applyPlan: Transaction<(plan: FoldPlan) => boolean>
   /** The charge transaction, built once (better-sqlite3 wraps a function in four variants per transaction()). */
   readonly #appendCharges: Transaction<(charges: readonly Charge[], out: (JournalEntry | Error)[]) => number>
 
@@ -184,6 +194,11 @@ export class SqliteLedger implements LedgerStore {
     this.#conn = conn
     this.#q = prepareStatements(conn)
     this.#foldBatch = conn.db.transaction((): number => this.#foldRows(FOLD_EVERY * 4))
+    this.#applyPlan = conn.db.transaction((plan: FoldPlan): boolean => {
+      if (this.#q.watermark.get() !== plan.from) return false
+      this.#applyFold(plan)
+      return true
+    })
     this.#appendCharges = conn.db.transaction((charges: readonly Charge[], out: (JournalEntry | Error)[]): number => this.#append(charges, out))
   }
 
@@ -209,7 +224,7 @@ export class SqliteLedger implements LedgerStore {
   }
 
   async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
-    // Held back while the upkeep thread folds and checkpoints (connection.ts writable()).
+    // Held back while the upkeep thread ends its checkpoint and writes its fold (connection.ts writable()).
     await this.#conn.writable()
     const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
     const appended = this.#appendCharges.immediate(charges, out)
@@ -282,25 +297,44 @@ export class SqliteLedger implements LedgerStore {
 
   /**
    * Before a read of the totals, everything past the watermark folded without the event loop waiting on a lock
-   * or on a long fold. An upkeep under way takes the write lock for its fold: the reader waits for its end
-   * rather than for the lock, in SQLite's busy handler on the loop. A tail longer than FOLD_EVERY charges
+   * or on a long fold. An upkeep that holds writes back takes the write lock for its fold: the reader waits for
+   * the hold's end rather than for the lock, in SQLite's busy handler on the loop. A tail longer than FOLD_EVERY charges
    * (another process's, or the thread's folds failing) is folded by the thread too; what is left, at most
    * FOLD_EVERY charges and usually none, is folded here (under a millisecond).
    */
   async #foldForRead(): Promise<void> {
     await this.#conn.writable()
-    if (this.#q.longTail.get(this.#q.watermark.get()!) !== undefined) {
-      // Folded by the thread, waited for as any upkeep is; with no thread, by fold() below.
+    if (this.backlogged()) {
+      // Folded by the thread, waited for whole; with no thread, by fold() below.
       this.#conn.upkeep()
+      await this.#conn.upkept()
       await this.#conn.writable()
     }
     this.fold()
   }
 
+  /** More than FOLD_EVERY charges lie past the watermark. */
+  backlogged(): boolean {
+    return this.#q.longTail.get(this.#q.watermark.get()!) !== undefined
+  }
+
   /** One step of fold(): up to `limit` charges; returns how many it folded. Runs inside a transaction. */
   #foldRows(limit: number): number {
-    const rows = this.#q.unfolded.all(this.#q.watermark.get()!, limit)
-    if (rows.length === 0) return 0
+    const plan = this.planFold(limit)
+    if (plan === null) return 0
+    this.#applyFold(plan)
+    return plan.charges
+  }
+
+  /**
+   * The sums of up to `limit` charges past the watermark, read without a write lock (a read of the WAL snapshot:
+   * commits go on meanwhile); null when there is none. The upkeep thread plans while the event loop's charges
+   * still commit, and applies the plan (applyFold) in the short window they are held.
+   */
+  planFold(limit: number): FoldPlan | null {
+    const from = this.#q.watermark.get()!
+    const rows = this.#q.unfolded.all(from, limit)
+    if (rows.length === 0) return null
     const spent = new Map<string, bigint>()
     const daily = new Map<string, DailySum>()
     // Runs of charges mostly share one (account, day, model, key): such a row adds to the last sum without a
@@ -325,7 +359,21 @@ export class SqliteLedger implements LedgerStore {
       sum.audioMs += audioMs
       sum.cost += cost
     }
-    for (const d of daily.values()) {
+    return { from, to: rows[rows.length - 1]![0], charges: rows.length, spent, daily }
+  }
+
+  /**
+   * Adds a plan into the totals and moves the watermark past it, in one transaction; false (nothing written)
+   * when the watermark moved since the plan was read (another connection folded meanwhile: the plan would count
+   * some charges twice). Returns whether it was applied.
+   */
+  applyFold(plan: FoldPlan): boolean {
+    this.#conn.check()
+    return this.#applyPlan.immediate(plan)
+  }
+
+  #applyFold(plan: FoldPlan): void {
+    for (const d of plan.daily.values()) {
       const row = this.#q.dailyRow.get(d.accountId, d.day, d.model, d.keyId)
       if (row === undefined) {
         this.#q.insertDailySum.run(d.accountId, d.day, d.model, d.keyId, d.requests, d.prompt, d.completion, d.images, d.audioMs, d.cost.toString())
@@ -334,9 +382,8 @@ export class SqliteLedger implements LedgerStore {
         this.#q.addDailySum.run(d.requests, d.prompt, d.completion, d.images, d.audioMs, cost, d.accountId, d.day, d.model, d.keyId)
       }
     }
-    for (const [id, add] of spent) this.#q.setSpent.run((BigInt(this.#q.spent.get(id)!) + add).toString(), id)
-    this.#q.setWatermark.run(rows[rows.length - 1]![0])
-    return rows.length
+    for (const [id, add] of plan.spent) this.#q.setSpent.run((BigInt(this.#q.spent.get(id)!) + add).toString(), id)
+    this.#q.setWatermark.run(plan.to)
   }
 
   async totals(accountId: string): Promise<AccountTotals> {

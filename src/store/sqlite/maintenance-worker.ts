@@ -12,12 +12,16 @@
  *   long as the disk took (measured: 74 such fsyncs on the loop in 10 s at 2,000 req/s). So the
  *   checkpoint runs first and this thread writes next (the fold, or a no-op update when there is nothing to
  *   fold): the restart and its fsync happen here, and the loop's commits only ever append.
- * It runs when the connection asks, while the connection holds its charge batches back (so the checkpoint sees no
- * new commit and completes, and the fold and the restart take the write lock from no one), and answers when done.
+ * It runs when the connection asks, in two parts. The bulk while the loop's charges still commit: the checkpoint
+ * of what the WAL holds, and the fold's sums read (planFold, a read: no lock). Then it asks the connection to
+ * hold its writes back ('hold'), and once they are ('held'): a second checkpoint copies the few frames written
+ * meanwhile, so it sees no new commit and completes, and the fold's sums are written (applyFold) and the WAL
+ * restarted, taking the write lock from no one; then it answers ('done'). The writes wait only for that second
+ * part: a few frames, a few rows and the fsyncs, not the whole checkpoint and fold.
  */
 import { parentPort, workerData } from 'node:worker_threads'
 import { SqliteConnection } from './connection.js'
-import { SqliteLedger } from './ledger.js'
+import { FOLD_EVERY, SqliteLedger, type FoldPlan } from './ledger.js'
 
 const { path } = workerData as { path: string }
 const conn = new SqliteConnection({ path, synchronous: 'normal', upkeep: false })
@@ -39,23 +43,44 @@ interface CheckpointResult {
   checkpointed: number
 }
 
+/** The sums read while the loop's writes went on, applied once they are held. */
+let plan: FoldPlan | null = null
+
 parentPort!.on('message', (message: unknown) => {
   if (message === 'upkeep') {
-    // Whether the checkpoint copied every frame of the WAL: the next write then starts it over.
+    // The bulk, while the loop still commits: PASSIVE never waits for a lock nor blocks a writer, and the fold's
+    // reads take none.
+    try {
+      conn.db.pragma('wal_checkpoint(PASSIVE)')
+    } catch {
+      // Checkpointed again once writes are held.
+    }
+    try {
+      plan = ledger.planFold(FOLD_EVERY * 4)
+    } catch {
+      plan = null
+    }
+    parentPort!.postMessage('hold')
+  } else if (message === 'held') {
+    // Writes are held: copy the few frames written since, so the WAL is copied back whole, and write.
     let whole = false
     try {
-      // PASSIVE: never waits for a lock, never blocks a writer.
       const [result] = conn.db.pragma('wal_checkpoint(PASSIVE)') as CheckpointResult[]
       whole = result !== undefined && result.busy === 0 && result.log > 0 && result.checkpointed === result.log
     } catch {
       // The next upkeep checkpoints again.
     }
     try {
-      // Folds what the checkpoint just copied; its write (or the no-op's) restarts the WAL on this thread.
-      if (ledger.fold() === 0 && whole) restart.immediate()
+      // The plan's write (or the fold's, or the no-op's) restarts the WAL on this thread. A plan another
+      // connection overtook (it folded meanwhile) is dropped; a backlog longer than a plan (another process's
+      // charges, or folds that failed) is folded whole here.
+      let wrote = plan !== null && ledger.applyFold(plan)
+      if (!wrote || ledger.backlogged()) wrote = ledger.fold() > 0 || wrote
+      if (!wrote && whole) restart.immediate()
     } catch {
       // Busy (another process holds the write lock): the next upkeep, or the next reader, folds.
     }
+    plan = null
     // Done, whatever came of it: the connection lets its writes go on.
     parentPort!.postMessage('done')
   } else if (message === 'close') {
