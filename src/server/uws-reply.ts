@@ -138,8 +138,10 @@ export class UwsReply implements Reply {
     this.#done = true
     this.#res.cork(() => {
       this.#writeHead(status, headers)
-      // A 413 may answer before the client finished sending: close so the rest is not read as a new request.
-      this.#res.end(body, status === 413)
+      // A 413 (or any answer) may go out before the client finished sending. The connection stays open: uWS
+      // reads the rest as this request's body by its framing (Content-Length or chunks), so it is never taken
+      // for a new request, and a client still writing would see EPIPE or a reset, never the answer, if it closed.
+      this.#res.end(body)
     })
   }
 

@@ -139,12 +139,39 @@ t.test('413 past max_multipart_body_bytes (declared or counted); a missing or la
   const noModel = await postForm(stack, '/v1/audio/transcriptions', form([['language', 'en']], { field: 'file', name: 'a.wav', bytes: wav(1) }))
   t.equal(noModel.status, 400)
   t.match(noModel.json().error.message, /model is required/)
-  const late = await postForm(stack, '/v1/images/edits', Buffer.concat([form([], { field: 'image', name: 'a.png', bytes: Buffer.alloc(300_000) }).subarray(0, -(BOUNDARY.length + 6)), Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${IMAGE_MODEL}\r\n--${BOUNDARY}--\r\n`)]))
+  // The scan judges the model's place by the chunks uWS reads (at most 512 KiB each): an image past that puts the
+  // model outside the first read, wherever TCP splits the upload (a kept-alive connection may deliver 300 KB whole).
+  const late = await postForm(stack, '/v1/images/edits', Buffer.concat([form([], { field: 'image', name: 'a.png', bytes: Buffer.alloc(600_000) }).subarray(0, -(BOUNDARY.length + 6)), Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${IMAGE_MODEL}\r\n--${BOUNDARY}--\r\n`)]))
   t.equal(late.status, 400)
   t.match(late.json().error.message, /must come within the first 131072 bytes/)
   const notForm = await postForm(stack, '/v1/audio/transcriptions', Buffer.from('{}'), { 'content-type': 'application/json' })
   t.equal(notForm.status, 400)
   t.equal((await charges(stack)).length, 0)
+})
+
+t.test('an upload declared past max_multipart_body_bytes: the openai client hears the 413, not a broken connection', async (t) => {
+  // Refused on its Content-Length before a byte of it was read: unless the router reads the rest (and drops it),
+  // the client is still writing when the socket closes and sees EPIPE or a reset instead of the answer (and
+  // retries the whole upload). Seen with the router in its own process, as clients meet it.
+  const sim = await startSimulator({ name: 'cap' })
+  t.teardown(() => sim.close())
+  const router = await spawnRouter(
+    t,
+    [{ address: A, url: sim.url, trust_mode: 'standard', models: [{ id: AUDIO_MODEL, type: 'speech-to-text', price: { audio_second: '0.0001' } }, { id: IMAGE_MODEL, type: 'text-to-image', price: { image: '0.003' } }] }],
+    { server: { max_multipart_body_bytes: 1024 * 1024 } },
+  )
+  const openai = new OpenAI({ baseURL: router.url + '/v1', apiKey: router.key, maxRetries: 0 })
+  const upload = Buffer.alloc(24 * 1024 * 1024)
+  const failures = [
+    await openai.audio.transcriptions.create({ model: AUDIO_MODEL, file: await toFile(upload, 'speech.wav', { type: 'audio/wav' }) }).then(() => null, (e: unknown) => e),
+    await openai.images.edit({ model: IMAGE_MODEL, prompt: 'a hat', image: await toFile(upload, 'image.png', { type: 'image/png' }) }).then(() => null, (e: unknown) => e),
+  ]
+  for (const [i, err] of failures.entries()) {
+    t.notOk(err instanceof OpenAI.APIConnectionError, `${i}: an answer, not a connection error`)
+    t.equal((err as InstanceType<typeof OpenAI.APIError>).status, 413, `${i}: the 413 reached the client`)
+    t.equal((err as InstanceType<typeof OpenAI.APIError>).code, 'request_too_large')
+  }
+  t.equal(sim.stats.requests, 0, 'the provider saw neither upload')
 })
 
 t.test('a client that stops sending mid-upload: the upstream attempt is cancelled and nothing is billed', async (t) => {

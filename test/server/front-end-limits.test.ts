@@ -226,3 +226,34 @@ t.test('the router as served: 431 for an oversized head, pipelined chat completi
     'the catalog answers at once, so pipelined catalog requests are each answered',
   )
 })
+
+t.test('a 413 answered before the body ended: the rest is read as body, and the connection serves the next request', async (t) => {
+  // The client is still sending when the 413 goes out. Closing then would reset a client mid-write (it sees
+  // EPIPE, never the 413); uWS frames the rest of the body by its Content-Length or chunks, so a request line
+  // inside it is never taken for a request of its own.
+  const stack = await startStack(t, [{ address: addr('f'), models: [{ id: 'm-chat' }] }], {
+    server: { max_json_body_bytes: 2048, max_multipart_body_bytes: 4096 },
+  })
+  const port = Number(new URL(stack.url).port)
+  const inside = 'GET /v1/providers?model=m-chat HTTP/1.1\r\nHost: a\r\n\r\n'
+  const body = 'x'.repeat(5000) + inside + 'y'.repeat(5000)
+  const next = 'GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n'
+  const chunk = (s: string) => `${s.length.toString(16)}\r\n${s}\r\n`
+  for (const [path, type] of [
+    ['/v1/chat/completions', 'application/json'],
+    ['/v1/audio/transcriptions', 'multipart/form-data; boundary=b'],
+  ] as const) {
+    const head = `POST ${path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${stack.key}\r\nContent-Type: ${type}\r\n`
+    const framings: [string, string[]][] = [
+      ['Content-Length', [`${head}Content-Length: ${body.length}\r\n\r\n${body.slice(0, 100)}`, body.slice(100, 6000), body.slice(6000), next]],
+      ['chunked', [`${head}Transfer-Encoding: chunked\r\n\r\n${chunk(body.slice(0, 6000))}`, chunk(body.slice(6000)) + '0\r\n\r\n', next]],
+    ]
+    for (const [framing, parts] of framings) {
+      const res = await exchange(port, parts, { waitMs: 10_000, gapMs: 100, until: responses(2) })
+      const answers = parseResponses(res.text)
+      t.same(answers.map((r) => r.status), [413, 200], `${path}, ${framing}: the 413, then the next request's answer`)
+      t.equal(JSON.parse(answers[0]?.body ?? 'null')?.error?.code, 'request_too_large')
+      t.equal(JSON.parse(answers[1]?.body ?? 'null')?.object, 'list', 'the answer is the catalog, not the providers inside the body')
+    }
+  }
+})
