@@ -7,7 +7,7 @@
  */
 import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import { anthropicErrorEvent, meteredAnthropicUsage, renderAnthropicError } from './anthropic-wire.js'
+import { anthropicErrorEvent, meteredAnthropicStreamUsage, meteredAnthropicUsage, renderAnthropicError } from './anthropic-wire.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 import { spliceTrace } from './trace-splice.js'
@@ -79,7 +79,8 @@ export class AnthropicStreamCodec implements ResponseCodec {
 
   usage(promptBytes: number): ChatUsage {
     const usage = this.#input === null ? null : { ...this.#input, output_tokens: this.#output ?? this.#input.output_tokens }
-    return meteredAnthropicUsage(usage, promptBytes, Math.max(0, this.#events - 4))
+    // The whole output count comes only with message_delta (#output); before it, message_start's early one.
+    return meteredAnthropicStreamUsage(usage, this.#output !== undefined, promptBytes, Math.max(0, this.#events - 4))
   }
 
   complete(trace: Record<string, unknown>): string {

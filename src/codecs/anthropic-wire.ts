@@ -61,6 +61,20 @@ export function meteredAnthropicUsage(usage: unknown, promptBytes: number, compl
   return meteredUsage(reported, promptBytes, completionEstimate)
 }
 
+/**
+ * Usage of an Anthropic stream. Its message_start carries output_tokens as counted when the message began (1
+ * or so); only message_delta carries the whole count. A stream that ended without it (its client went away,
+ * its provider broke, or never sent one) is billed for the larger of that early count and `completionEstimate`
+ * (the content it relayed), marked estimated: billed the early count, a client could read a whole answer but
+ * its last event, leave, and pay for one output token.
+ */
+export function meteredAnthropicStreamUsage(usage: unknown, final: boolean, promptBytes: number, completionEstimate: number): ChatUsage {
+  const metered = meteredAnthropicUsage(usage, promptBytes, completionEstimate)
+  if (final || metered.estimated === true || metered.completion_tokens >= completionEstimate) return metered
+  const prompt = metered.prompt_tokens
+  return { prompt_tokens: prompt, completion_tokens: completionEstimate, total_tokens: prompt + completionEstimate, estimated: true }
+}
+
 /** Anthropic's error type for an HTTP status of a provider's error answer. */
 function anthropicErrorType(status: number): string {
   switch (status) {

@@ -6,7 +6,7 @@
  */
 import type { ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
-import { chatUsageOf, meteredAnthropicUsage } from './anthropic-wire.js'
+import { chatUsageOf, meteredAnthropicStreamUsage, meteredAnthropicUsage } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { openAiEnvelopeOf } from './openai-error.js'
@@ -117,6 +117,8 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   /** The provider's message_stop arrived. */
   #stopped = false
   #events = 0
+  /** message_delta brought the usage: its output_tokens is the whole count, not message_start's early one. */
+  #finalUsage = false
   #tool = -1
   #out = ''
   /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
@@ -170,7 +172,7 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   }
 
   usage(promptBytes: number): ChatUsage {
-    return meteredAnthropicUsage(this.#usage, promptBytes, Math.max(0, this.#events - 1))
+    return meteredAnthropicStreamUsage(this.#usage, this.#finalUsage, promptBytes, Math.max(0, this.#events - 1))
   }
 
   complete(trace: Record<string, unknown>): string {
@@ -246,7 +248,10 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
         return
       case 'message_delta':
         this.#stop = e.delta?.stop_reason ?? null
-        if (e.usage !== null && typeof e.usage === 'object') this.#usage = { ...this.#usage, ...e.usage }
+        if (e.usage !== null && typeof e.usage === 'object') {
+          this.#usage = { ...this.#usage, ...e.usage }
+          this.#finalUsage = true
+        }
         return
     }
   }
