@@ -31,6 +31,8 @@ export class AnthropicStreamCodec implements ResponseCodec {
   #error: Record<string, unknown> | null = null
   /** The provider's message_stop arrived (held: complete() sends it), or a message_delta with a stop_reason. */
   #stopped = false
+  /** The message_stop event itself arrived: the stream's last event. */
+  #stopEvent = false
   /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
   #malformed = false
   readonly #framer: SseFramer
@@ -63,6 +65,10 @@ export class AnthropicStreamCodec implements ResponseCodec {
 
   get streamError(): boolean {
     return this.#malformed
+  }
+
+  get terminated(): boolean {
+    return this.#stopEvent || this.#error !== null
   }
 
   read(): boolean {
@@ -106,6 +112,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
     // Held whatever its data (complete() sends ours in its place), as before the check below.
     if (name === 'message_stop') {
       this.#stopped = true
+      this.#stopEvent = true
       return
     }
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)

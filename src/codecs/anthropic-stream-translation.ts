@@ -268,6 +268,10 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
     return this.#malformed
   }
 
+  get terminated(): boolean {
+    return this.#sawDone
+  }
+
   read(): boolean {
     return false
   }

@@ -159,6 +159,10 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
     return this.#malformed
   }
 
+  get terminated(): boolean {
+    return this.#stopped
+  }
+
   read(): boolean {
     return false
   }

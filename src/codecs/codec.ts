@@ -36,6 +36,12 @@ export interface ResponseCodec<U extends Usage = ChatUsage> {
    * false), and the try is listed as `stream_error` rather than `incomplete_stream`.
    */
   readonly streamError?: boolean
+  /**
+   * Streaming, optional: the provider sent its format's last event (`[DONE]`, an Anthropic message_stop or
+   * error event). The answer is then over whether or not the provider also ends its response body: one that
+   * keeps it open must not hold the client until the idle timeout and then turn a whole answer into a break.
+   */
+  readonly terminated?: boolean
   /** Held: the whole upstream body; false when it is not a valid answer (a provider failure, failover). */
   read(body: Buffer): boolean
   /** The provider's id for the answer ('' when it gave none): the SVC-Res-Key header. */

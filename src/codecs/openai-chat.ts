@@ -52,6 +52,10 @@ export class ChatStreamCodec implements ResponseCodec {
     return this.#sse.sawError
   }
 
+  get terminated(): boolean {
+    return this.#sse.sawDone
+  }
+
   read(): boolean {
     return false
   }

@@ -291,6 +291,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     const codec = this.plan.codec
     if (phase === Phase.Relaying && codec.streaming) {
       codec.push(chunk, this.#emit)
+      if (codec.terminated === true) return this.#endEarly()
       if (codec.pendingBytes > MAX_STREAM_EVENT) {
         // One event that never ends is a broken provider: held without bound it would be memory without bound.
         this.#abortRequest?.(tooLarge(MAX_STREAM_EVENT))
@@ -377,6 +378,18 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       return owner.missed(this, { ...this.#record(), error: 'invalid_json' }, MissKind.Failure, '')
     }
     owner.answered(this)
+  }
+
+  /**
+   * The provider sent its stream's last event: the answer ends now, as if its body had ended. What the body
+   * still holds is read and dropped (Draining), so that a provider which ends its response as it should keeps
+   * its connection for the next request; one that keeps it open is cut by the pool's body timeout, unheard.
+   */
+  #endEarly(): void {
+    // The read must go on for the rest to be dropped: a receiver's backpressure no longer holds it.
+    this.#writable = true
+    this.#end()
+    this.#phase = Phase.Draining
   }
 
   #error(err: Error): void {
