@@ -89,7 +89,17 @@ abstract class HeldMediaCodec<U extends ImageUsage | AudioUsage> implements Resp
   }
 }
 
-/** An images answer (`{created, data:[{b64_json|url}]}`): billed per entry of `data[]`. */
+/**
+ * Whether an entry of an images answer's `data[]` holds an image: a non-empty `b64_json` or `url` string. An
+ * entry without one (`{}`, `null`, a number) delivers nothing and is not billed.
+ */
+function holdsImage(entry: unknown): boolean {
+  if (entry === null || typeof entry !== 'object') return false
+  const { b64_json: b64, url } = entry as { b64_json?: unknown; url?: unknown }
+  return (typeof b64 === 'string' && b64.length > 0) || (typeof url === 'string' && url.length > 0)
+}
+
+/** An images answer (`{created, data:[{b64_json|url}]}`): billed per entry of `data[]` that holds an image. */
 export class ImagesJsonCodec extends HeldMediaCodec<ImageUsage> {
   accepts(): boolean {
     // Judged by parsing, as chat's JSON answers are.
@@ -106,7 +116,9 @@ export class ImagesJsonCodec extends HeldMediaCodec<ImageUsage> {
 
   usage(): ImageUsage {
     const data = this.parsed?.data
-    return { images: Array.isArray(data) ? data.length : 0 }
+    let images = 0
+    if (Array.isArray(data)) for (const entry of data) if (holdsImage(entry)) images++
+    return { images }
   }
 
   complete(trace: Record<string, unknown>): Buffer {

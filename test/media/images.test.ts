@@ -6,6 +6,7 @@
 import OpenAI from 'openai'
 import t from 'tap'
 import { request } from 'undici'
+import { fakeProvider } from '../helpers/fake-provider.js'
 import { startStack } from '../helpers/stack.js'
 import { A, atto, B, charges, IMAGE_MODEL, mediaProviders, PRICE_SORT } from './fixtures.js'
 
@@ -81,4 +82,27 @@ t.test('a provider failing with 500 is retried on the next candidate; bad reques
     t.equal(((await r.body.json()) as any).error.code, code)
   }
   t.equal((await charges(stack)).length, 1, 'only the served request is billed')
+})
+
+t.test('entries of data[] that hold no image (no b64_json or url) are not billed', async (t) => {
+  const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGOY7r0bK2IYWhIATyBnQStKud0AAAAASUVORK5CYII='
+  const provider = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ created: 1, data: [{ b64_json: PNG }, {}, null, 7, 'x', { url: '' }, { revised_prompt: 'a cat' }, { url: 'http://127.0.0.1/a.png' }] }))
+  })
+  const stack = await startStack(t, [{ address: A, url: provider.url, models: [{ id: IMAGE_MODEL, type: 'text-to-image', price: { image: '0.003' } }] }])
+  const res = await request(stack.url + '/v1/images/generations', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...stack.auth },
+    body: JSON.stringify({ model: IMAGE_MODEL, prompt: 'a cat', n: 8 }),
+  })
+  t.equal(res.statusCode, 200)
+  const trace = ((await res.body.json()) as any).x_svc_trace
+  t.same(trace.usage, { images: 2 }, 'the b64_json and the url entry')
+  t.equal(trace.billing.total_cost, '0.006', '2 images × 0.003, not 8')
+  t.same(
+    (await charges(stack)).map((c) => c.amount),
+    [atto('0.006')],
+    'the ledger holds what the trace says',
+  )
 })
