@@ -189,8 +189,9 @@ export class SqliteConnection {
    * until its answer. None is mid-way: a transaction runs whole within one turn of the loop.
    */
   #hold(worker: Worker): void {
-    if (this.#upkeep !== worker || this.#closed || this.#upkeeping !== null) return
-    this.#upkeeping = new Promise<void>((resolve) => (this.#endUpkeep = resolve))
+    if (this.#upkeep !== worker || this.#closed) return
+    // Always answered: a thread left waiting for 'held' would never end its upkeep, nor would any start again.
+    this.#upkeeping ??= new Promise<void>((resolve) => (this.#endUpkeep = resolve))
     worker.postMessage('held')
   }
 

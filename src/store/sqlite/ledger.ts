@@ -298,9 +298,9 @@ export class SqliteLedger implements LedgerStore {
   /**
    * Before a read of the totals, everything past the watermark folded without the event loop waiting on a lock
    * or on a long fold. An upkeep that holds writes back takes the write lock for its fold: the reader waits for
-   * the hold's end rather than for the lock, in SQLite's busy handler on the loop. A tail longer than FOLD_EVERY charges
-   * (another process's, or the thread's folds failing) is folded by the thread too; what is left, at most
-   * FOLD_EVERY charges and usually none, is folded here (under a millisecond).
+   * the hold's end rather than for the lock, in SQLite's busy handler on the loop. A tail longer than FOLD_EVERY
+   * charges (another process's, or the thread's folds failing) is folded by the thread too, and waited for
+   * whole; what is left, at most FOLD_EVERY charges and usually none, is folded here (under a millisecond).
    */
   async #foldForRead(): Promise<void> {
     await this.#conn.writable()
