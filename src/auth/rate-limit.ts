@@ -14,6 +14,17 @@ export interface RateDecision {
   retryAfter: number
 }
 
+/**
+ * What admission asks of a rate limit: this process's window (RateLimiter), or one shared by every replica
+ * (coordination/rate-window.ts), which answers after a round trip.
+ */
+export interface RateGate {
+  /** Admits or refuses one request of `account` at `now` (epoch ms). `limit` overrides the default. */
+  take(account: string, now: number, limit?: number): RateDecision | Promise<RateDecision>
+  /** The account's standing as take() would report it, without counting a request. */
+  peek(account: string, now: number, limit?: number): RateDecision | Promise<RateDecision>
+}
+
 /** Arrival times of the admitted requests still in the window, oldest at `tail`, in a ring that grows on demand. */
 class Window {
   times: Float64Array
@@ -43,7 +54,7 @@ class Window {
  */
 const INITIAL_CAPACITY = 64
 
-export class RateLimiter {
+export class RateLimiter implements RateGate {
   readonly #windowMs: number
   readonly #defaultLimit: number
   readonly #windows = new Map<string, Window>()

@@ -75,6 +75,8 @@ export class ProviderHealth {
   ejections = 0
   /** Half-open only: the one trial is under way. */
   trialTaken = false
+  /** Told of each ejection made here, with its backoff in ms (the health exchange between replicas). */
+  onEject: ((backoffMs: number) => void) | null = null
   readonly #uptime: UptimeWindow
 
   constructor(uptimeWindowMs = DEFAULT_UPTIME_WINDOW_MS) {
@@ -122,7 +124,19 @@ export class ProviderHealth {
     this.unhealthyUntil = now + Math.min(settings.cooldownMs * 2 ** Math.min(this.ejections, 30), max)
     this.ejections++
     this.trialTaken = false
+    this.onEject?.(this.unhealthyUntil - now)
     return true
+  }
+
+  /**
+   * Another replica ejected this provider for `backoffMs`: skip it as long, without counting a failure of ours
+   * (its own next trial, or ours after the backoff, decides again).
+   */
+  ejectedElsewhere(now: number, backoffMs: number): void {
+    const until = now + backoffMs
+    if (until <= this.unhealthyUntil) return
+    this.unhealthyUntil = until
+    this.trialTaken = false
   }
 
   /**
@@ -160,6 +174,7 @@ export class HealthBook {
   readonly #uptimeWindowMs: number
   /** Bumped on each latency observation; the index rebuilds when it moved. */
   latencyEpoch = 0
+  #onEject: ((address: string, backoffMs: number) => void) | null = null
 
   constructor(uptimeWindowMs = DEFAULT_UPTIME_WINDOW_MS) {
     this.#uptimeWindowMs = uptimeWindowMs
@@ -169,9 +184,41 @@ export class HealthBook {
     let h = this.#providers.get(address)
     if (h === undefined) {
       h = new ProviderHealth(this.#uptimeWindowMs)
+      this.#watch(address, h)
       this.#providers.set(address, h)
     }
     return h
+  }
+
+  /** Calls `listener` on every ejection made by this process (not those heard from others). */
+  onEject(listener: ((address: string, backoffMs: number) => void) | null): void {
+    this.#onEject = listener
+    for (const [address, h] of this.#providers) this.#watch(address, h)
+  }
+
+  #watch(address: string, h: ProviderHealth): void {
+    const listener = this.#onEject
+    h.onEject = listener === null ? null : (backoffMs) => listener(address, backoffMs)
+  }
+
+  /** Latency EWMAs of the offers with at least one observation here, by offer key (address + '\n' + model). */
+  latencies(): Map<string, number> {
+    const out = new Map<string, number>()
+    for (const [key, s] of this.#offers) if (s.samples > 0) out.set(key, s.ewmaTtfbMs)
+    return out
+  }
+
+  /** Latencies another replica observed: blended in as one observation each (a first one is taken as it is). */
+  observeElsewhere(latencies: Iterable<[string, number]>, alpha: number): void {
+    let moved = false
+    for (const [key, ms] of latencies) {
+      if (!Number.isFinite(ms) || ms < 0) continue
+      const at = key.indexOf('\n')
+      if (at <= 0) continue
+      this.offer(key.slice(0, at), key.slice(at + 1)).observeTtfb(ms, alpha)
+      moved = true
+    }
+    if (moved) this.latencyEpoch++
   }
 
   offer(address: string, modelId: string): OfferStats {

@@ -20,7 +20,7 @@ import { readdir, stat } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { entryOf } from '../auth/key-cache.js'
-import { rateLimitHeaders, type RateLimiter } from '../auth/rate-limit.js'
+import { rateLimitHeaders, type RateGate } from '../auth/rate-limit.js'
 import { budgetFor, FreeBudget, type Budget } from '../billing/budget.js'
 import type { ImageUsage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
@@ -79,7 +79,7 @@ export interface JobRunnerOptions {
    */
   readonly ownsSpoolDir?: boolean
   /** The inference rate limiter: a poll's answer reports the account's standing (X-RateLimit-*) without counting. */
-  readonly limiter?: RateLimiter
+  readonly limiter?: RateGate
   /** Requests per minute for accounts without an override (a resumed job's principal). */
   readonly defaultRateLimit: number
   readonly now?: () => number
@@ -476,10 +476,13 @@ export class JobRunner {
       if (authed instanceof RouterError) return fail(authed)
       // The account's standing, as on every inference answer; a poll is not a request of the limit's.
       const limiter = this.#o.limiter
-      if (limiter !== undefined) bare = rateLimitHeaders(head.requestId, limiter.peek(authed.accountId, Date.now(), authed.rateLimit))
+      const peeked = limiter?.peek(authed.accountId, Date.now(), authed.rateLimit)
+      // Copied: this process's window reuses its decision object, and the job is read before it is used.
+      const standing = peeked === undefined || peeked instanceof Promise ? peeked : { ...peeked }
       const id = head.params?.[0] ?? ''
-      this.#o.store.jobs.getJob(id).then(
-        (job) => {
+      Promise.all([standing, this.#o.store.jobs.getJob(id)]).then(
+        ([rate, job]) => {
+          if (rate !== undefined) bare = rateLimitHeaders(head.requestId, rate)
           if (job === null || job.accountId !== authed.accountId || !this.#matchesQuery(job, head.query) || this.#expired(job)) {
             return fail(new RouterError('job_not_found', `no job ${id} for this account (results are kept ${Math.round(this.#o.resultTtlMs / 60_000)} min)`))
           }

@@ -9,7 +9,7 @@
  * the account's books are warm.
  */
 import type { Authenticator, Principal } from '../auth/principal.js'
-import { rateLimitHeaders, type RateLimiter } from '../auth/rate-limit.js'
+import { rateLimitHeaders, type RateDecision, type RateGate } from '../auth/rate-limit.js'
 import { budgetFor } from '../billing/budget.js'
 import type { Usage } from '../billing/cost.js'
 import type { Ledger } from '../billing/ledger.js'
@@ -33,7 +33,7 @@ export interface AdmissionDeps {
   readonly table: RoutingTable
   readonly engine: EngineContext
   readonly ledger: Ledger
-  readonly limiter: RateLimiter
+  readonly limiter: RateGate
   readonly authenticate: Authenticator
   readonly maxJsonBodyBytes: number
 }
@@ -226,6 +226,16 @@ export function admitHead(
   const afterAuth = (authed: Principal | RouterError): void => {
     if (authed instanceof RouterError) return refuse(authed, bare)
     const result = limitAndRoute(deps, head, authed)
+    if (result instanceof Promise) {
+      result.then(guard(head, reply, bare, render, afterLimit), (err: unknown) => {
+        log.error('rate limit failed', { err: String(err) })
+        refuse(toRouterError(err), bare)
+      })
+      return
+    }
+    afterLimit(result)
+  }
+  const afterLimit = (result: Admitted | Refusal): void => {
     if (result instanceof Refusal) return refuse(result.err, result.headers)
     admit(result)
   }
@@ -247,9 +257,17 @@ export class Refusal {
   ) {}
 }
 
-/** Rate limit, then the routing headers: what admission knows before the body. */
-export function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Principal): Admitted | Refusal {
+/**
+ * Rate limit, then the routing headers: what admission knows before the body. Synchronous with this process's
+ * window; a window shared by the replicas answers after its round trip.
+ */
+export function limitAndRoute(deps: AdmissionDeps, head: RequestHead, principal: Principal): Admitted | Refusal | Promise<Admitted | Refusal> {
   const rate = deps.limiter.take(principal.accountId, Date.now(), principal.rateLimit)
+  if (rate instanceof Promise) return rate.then((decided) => routeWithin(head, principal, decided))
+  return routeWithin(head, principal, rate)
+}
+
+function routeWithin(head: RequestHead, principal: Principal, rate: RateDecision): Admitted | Refusal {
   const headers = rateLimitHeaders(head.requestId, rate)
   if (!rate.allowed) {
     const err = new RouterError('rate_limit_exceeded', `account request limit of ${rate.limit} per minute reached`, {

@@ -1,0 +1,79 @@
+/**
+ * The account window shared by replicas (src/coordination/rate-window.ts) on a real Redis: three limiters,
+ * as three replicas would hold them, admit exactly the limit between them; Redis down, each admits its share;
+ * Redis back, exact again without a restart.
+ */
+import t from 'tap'
+import { SharedRateLimiter } from '../../src/coordination/rate-window.js'
+import { RedisLink } from '../../src/coordination/redis.js'
+import { startRedis } from '../helpers/redis.js'
+
+async function replicas(url: string, n: number, limit: number, t: { teardown(fn: () => unknown): void }) {
+  // One prefix for all: they share the windows.
+  const prefix = `svc:test:${Math.random()}:`
+  const out: { link: RedisLink; limiter: SharedRateLimiter }[] = []
+  for (let i = 0; i < n; i++) {
+    const link = new RedisLink(url, { commandTimeoutMs: 300 })
+    t.teardown(() => link.close())
+    await link.ready(5_000)
+    out.push({ link, limiter: new SharedRateLimiter(link, limit, { replicas: () => n, prefix }) })
+  }
+  return out
+}
+
+t.test('three replicas admit exactly the limit between them, however the requests are spread', async (t) => {
+  const redis = await startRedis(t)
+  const rs = await replicas(redis.url, 3, 60, t)
+  const decisions = await Promise.all(Array.from({ length: 150 }, (_, i) => rs[i % 3]!.limiter.take('0xacc', Date.now())))
+  const admitted = decisions.filter((d) => d.allowed)
+  t.equal(admitted.length, 60, 'exactly the limit')
+  const refused = decisions.filter((d) => !d.allowed)
+  t.ok(refused.every((d) => d.remaining === 0 && d.retryAfter >= 1 && d.retryAfter <= 60), 'refusals carry a Retry-After within the window')
+  t.ok(refused.every((d) => d.limit === 60), 'every answer reports the limit')
+  // The headers agree whichever replica answers: the same remaining count from each.
+  const peeks = await Promise.all(rs.map((r) => r.limiter.peek('0xacc', Date.now())))
+  t.same(peeks.map((p) => p.remaining), [0, 0, 0])
+  const resets = peeks.map((p) => p.resetAt)
+  t.ok(Math.max(...resets) - Math.min(...resets) < 1_000, 'the same reset time, within clock reading noise')
+  t.equal(rs.reduce((n, r) => n + r.limiter.fallbacks, 0), 0, 'no decision fell back')
+  // Another account has its own window.
+  t.equal((await rs[0]!.limiter.take('0xother', Date.now(), 60)).allowed, true)
+})
+
+t.test('a per-account limit override is honoured across replicas', async (t) => {
+  const redis = await startRedis(t)
+  const rs = await replicas(redis.url, 2, 600, t)
+  const decisions = await Promise.all(Array.from({ length: 20 }, (_, i) => rs[i % 2]!.limiter.take('0xacc', Date.now(), 7)))
+  t.equal(decisions.filter((d) => d.allowed).length, 7)
+})
+
+t.test('redis down: each replica admits its share; back: exact again', async (t) => {
+  const redis = await startRedis(t)
+  if (!redis.controllable) return t.pass('skipped: an outside Redis cannot be stopped')
+  const rs = await replicas(redis.url, 3, 60, t)
+  await redis.kill()
+  // Until the clients notice, a command fails fast (no offline queue) and falls back too.
+  const down = await Promise.all(Array.from({ length: 90 }, (_, i) => rs[i % 3]!.limiter.take('0xdown', Date.now())))
+  t.equal(down.filter((d) => d.allowed).length, 60, 'three shares of ceil(60 / 3)')
+  t.ok(rs.every((r) => r.limiter.fallbacks > 0), 'each replica decided alone')
+  await redis.start()
+  await Promise.all(rs.map((r) => r.link.ready(10_000)))
+  t.ok(rs.every((r) => r.link.up), 'reconnected by themselves')
+  const before = rs.map((r) => r.limiter.fallbacks)
+  const up = await Promise.all(Array.from({ length: 90 }, (_, i) => rs[i % 3]!.limiter.take('0xup', Date.now())))
+  t.equal(up.filter((d) => d.allowed).length, 60, 'exact again')
+  t.same(rs.map((r) => r.limiter.fallbacks), before, 'no fallback once Redis answers')
+})
+
+t.test('redis frozen: a decision falls back within the command timeout', async (t) => {
+  const redis = await startRedis(t)
+  if (!redis.controllable) return t.pass('skipped: an outside Redis cannot be frozen')
+  const rs = await replicas(redis.url, 1, 60, t)
+  redis.pause()
+  t.teardown(() => redis.resume())
+  const started = Date.now()
+  const d = await rs[0]!.limiter.take('0xfrozen', Date.now())
+  t.equal(d.allowed, true, 'served by the fallback')
+  t.ok(Date.now() - started < 5_000, 'not a hang')
+  redis.resume()
+})
