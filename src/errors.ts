@@ -62,6 +62,8 @@ const TABLE = {
   provider_error: [502, 'provider_error'],
   no_provider_for_trust_mode: [503, 'service_unavailable'],
   no_available_provider: [503, 'service_unavailable'],
+  /** A replica cannot reach the shared store (PostgreSQL) it needs to admit or bill this request. */
+  store_unavailable: [503, 'service_unavailable'],
   provider_timeout: [504, 'provider_error'],
 } as const satisfies Record<string, readonly [number, ErrorType]>
 

@@ -2,7 +2,9 @@
  * Composition root: config in, a listening router out. Wires the stages in the order of DESIGN.md §1 and
  * owns everything that must be closed on shutdown.
  */
+import type { Books } from './billing/books.js'
 import { ChargeWriter } from './billing/charge-writer.js'
+import { LeasedLedger } from './billing/leased-ledger.js'
 import { Ledger } from './billing/ledger.js'
 import { createKeyAuthenticators, type KeyAuthenticators } from './auth/authenticate.js'
 import { ConsoleOrigins } from './auth/console-origins.js'
@@ -11,7 +13,10 @@ import { KeyCache } from './auth/key-cache.js'
 import { SessionBook } from './auth/session.js'
 import { createSessionAuthenticators } from './auth/session-auth.js'
 import { createConsoleFiles } from './console/static-files.js'
-import { RateLimiter } from './auth/rate-limit.js'
+import { RateLimiter, type RateGate } from './auth/rate-limit.js'
+import { HealthExchange } from './coordination/health-exchange.js'
+import { SharedRateLimiter } from './coordination/rate-window.js'
+import { RedisLink } from './coordination/redis.js'
 import type { Config } from './config/index.js'
 import { HealthBook, type HealthSettings } from './health/health.js'
 import { startProbes } from './health/probes.js'
@@ -43,6 +48,7 @@ import { InFlight } from './upstream/drain.js'
 import { startAccessLog, startPromptLog } from './telemetry/access-log.js'
 import { startMetrics, type Metrics } from './telemetry/metrics.js'
 import { createOpsRoutes } from './telemetry/ops.js'
+import { randomUUID } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import type { Tracing } from './telemetry/tracing.js'
@@ -65,7 +71,7 @@ export interface RunningRouter {
   /** The dev account's keys when this start bootstrapped one (`dev.bootstrap` on an empty store), else null. */
   readonly devKeys: DevKeys | null
   /** Budgets and charges of in-flight requests. */
-  readonly ledger: Ledger
+  readonly ledger: Books
   /** The console's wallet sessions and sign-in nonces (in memory: auth/session.ts says why). */
   readonly sessions: SessionBook
   /** Inference requests started and not yet answered. */
@@ -110,7 +116,8 @@ export async function serve(config: Config): Promise<RunningRouter> {
   setLogLevel(config.log.level, config.log.format)
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
   const store = await openStore(config.store)
-  const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute })
+  // A replica serves keys from memory only while it cannot have missed another replica's change (replicas.ts).
+  const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute, trusted: store.replica?.trusted })
   // The operator CLI writes to the same store from another process: drop the cached keys it changed.
   const stopWatchingStore = store.changes.subscribe((change) => cache.applyChange(change))
   const auth = createKeyAuthenticators(cache, store.keys)
@@ -125,6 +132,41 @@ export async function serve(config: Config): Promise<RunningRouter> {
     stopWatchingStore()
     await store.close()
     throw err
+  }
+}
+
+/** What differs between one process alone on its store and a replica among several (DESIGN.md §6). */
+interface Coordination {
+  readonly ledger: Books
+  readonly limiter: RateGate
+  close(): Promise<void>
+}
+
+/**
+ * The one place that picks them, from config: budgets in memory (Ledger) or leased from a store that several
+ * replicas share (LeasedLedger, when the store has leases); the rate window in this process or in Redis; the
+ * health exchange with Redis only. Redis down at start is a degraded state, not a failed start.
+ */
+async function coordinate(config: Config, store: Store, writer: ChargeWriter, book: HealthBook): Promise<Coordination> {
+  const redis = config.redis.url === '' ? null : new RedisLink(config.redis.url)
+  if (redis !== null && !(await redis.ready(2_000))) log.warn('redis: not reachable at start; serving without it until it is')
+  const ledger = store.leases !== undefined
+    ? new LeasedLedger(store.leases, writer, { budgetWaitMs: config.limits.budget_wait_ms, lingerMs: config.replicas.lease_linger_ms })
+    : new Ledger(store.ledger, writer, { budgetWaitMs: config.limits.budget_wait_ms })
+  const stopLosing = ledger instanceof LeasedLedger ? store.replica?.onLeasesLost(() => ledger.leasesLost()) : undefined
+  const limiter = redis === null
+    ? new RateLimiter(config.limits.requests_per_minute)
+    : new SharedRateLimiter(redis, config.limits.requests_per_minute, { replicas: () => store.replica?.live ?? 1 })
+  const exchange = redis === null ? null : new HealthExchange(redis, book, { replicaId: store.replica?.id ?? randomUUID(), ewmaAlpha: config.routing.latency_ewma_alpha })
+  return {
+    ledger,
+    limiter,
+    async close() {
+      stopLosing?.()
+      exchange?.close()
+      if (ledger instanceof LeasedLedger) await ledger.close()
+      await redis?.close()
+    },
   }
 }
 
@@ -194,7 +236,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // Billing: charges go to the store by group commit; budgets live in the ledger's memory, rebuilt from the
   // store's durable totals on start (reservations of requests that died with a previous process are gone).
   const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
-  const ledger = new Ledger(store.ledger, writer, { budgetWaitMs: config.limits.budget_wait_ms })
+  const coordination = await coordinate(config, store, writer, book)
+  const { ledger, limiter } = coordination
   const stopWatchingRevocations = credentials.onApiKeyRevoked((keyId) => ledger.keyRevoked(keyId))
   const stopWatchingLedger = store.changes.subscribe((change) => {
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
@@ -208,7 +251,6 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       )
     }
   })
-  const limiter = new RateLimiter(config.limits.requests_per_minute)
   const deps: AdmissionDeps = {
     table,
     engine: {
@@ -325,8 +367,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     stopWatchingRevocations()
     // Jobs still running are detached (resumed at the next start); what they billed is written just below.
     await jobs.close()
-    // Charges settled before the close are written before the store goes.
+    // Charges settled before the close are written before the store goes; then unused leases go back.
     await writer.close()
+    await coordination.close()
     await table.close()
     await pools.close()
     await Promise.all([...simulators.values()].map((s) => s.close()))

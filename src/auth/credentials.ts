@@ -16,13 +16,15 @@ export interface Issued<R> {
   readonly secret: string
 }
 
+type CredentialStore = Pick<Store, 'accounts' | 'keys'> & Partial<Pick<Store, 'changes'>>
+
 export class Credentials {
-  readonly #store: Pick<Store, 'accounts' | 'keys'>
+  readonly #store: CredentialStore
   readonly #cache: KeyCache | null
   readonly #now: () => number
   readonly #revoked = new Set<(keyId: string) => void>()
 
-  constructor(store: Pick<Store, 'accounts' | 'keys'>, cache: KeyCache | null, now: () => number = Date.now) {
+  constructor(store: CredentialStore, cache: KeyCache | null, now: () => number = Date.now) {
     this.#store = store
     this.#cache = cache
     this.#now = now
@@ -49,6 +51,7 @@ export class Credentials {
     })
     // A lookup of this hash may have been cached as unknown (however unlikely for fresh randomness).
     this.#cache?.invalidate(hash)
+    await this.#settled()
     return { record, secret }
   }
 
@@ -58,7 +61,10 @@ export class Credentials {
       ...(patch.allowedModels !== undefined && { allowedModels: emptyAsNull(patch.allowedModels) }),
       ...(patch.allowedProviders !== undefined && { allowedProviders: emptyAsNull(patch.allowedProviders) }),
     })
-    if (record !== null) this.#cache?.invalidate(record.hash)
+    if (record !== null) {
+      this.#cache?.invalidate(record.hash)
+      await this.#settled()
+    }
     return record
   }
 
@@ -67,8 +73,14 @@ export class Credentials {
     if (record !== null) {
       this.#cache?.invalidate(record.hash)
       for (const listener of this.#revoked) listener(record.id)
+      await this.#settled()
     }
     return record
+  }
+
+  /** Other replicas have applied this write (a revocation or change answered binds their next request too). */
+  async #settled(): Promise<void> {
+    await this.#store.changes?.settled?.()
   }
 
   /** Calls `listener` with the id of every API key revoked through this object (the ledger's waiting requests). */
@@ -92,19 +104,26 @@ export class Credentials {
       createdAt: now,
     })
     this.#cache?.invalidate(hash)
+    await this.#settled()
     return { record, secret }
   }
 
   /** Renames a management key or changes its scopes; the cached key (with its scopes) is dropped at once. */
   async updateMgmtKey(accountId: string, keyId: string, patch: MgmtKeyPatch): Promise<MgmtKeyRecord | null> {
     const record = await this.#store.keys.updateMgmtKey(accountId, keyId, patch)
-    if (record !== null) this.#cache?.invalidate(record.hash)
+    if (record !== null) {
+      this.#cache?.invalidate(record.hash)
+      await this.#settled()
+    }
     return record
   }
 
   async revokeMgmtKey(keyId: string): Promise<MgmtKeyRecord | null> {
     const record = await this.#store.keys.revokeMgmtKey(keyId, this.#now())
-    if (record !== null) this.#cache?.invalidate(record.hash)
+    if (record !== null) {
+      this.#cache?.invalidate(record.hash)
+      await this.#settled()
+    }
     return record
   }
 
@@ -113,6 +132,7 @@ export class Credentials {
     const account = await this.#store.accounts.setAccountRateLimit(accountId, limit)
     // Every key of the account carries the limit in its cached Principal.
     this.#cache?.forgetAccount(accountId)
+    if (account !== null) await this.#settled()
     return account
   }
 }

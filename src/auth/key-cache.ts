@@ -59,6 +59,11 @@ export interface KeyCacheOptions {
   readonly negativeMax?: number
   readonly negativeTtlMs?: number
   readonly now?: () => number
+  /**
+   * Whether this process may answer from memory now (replicas: store/postgres/replicas.ts, false while it may
+   * have missed a change by another replica); while false every lookup reads the store. Absent: always.
+   */
+  readonly trusted?: () => boolean
 }
 
 /** The cache entry of a live credential: sets built once, the Principal shared by every request of the key. */
@@ -101,6 +106,7 @@ export class KeyCache {
   readonly #defaultRateLimit: number
   readonly #negativeTtlMs: number
   readonly #now: () => number
+  readonly #trusted: (() => boolean) | null
   readonly #live: LRUCache<string, CacheEntry>
   /** hash → epoch ms until which it is known to be invalid. */
   readonly #dead: LRUCache<string, number>
@@ -123,6 +129,7 @@ export class KeyCache {
     this.#defaultRateLimit = options.defaultRateLimit
     this.#negativeTtlMs = options.negativeTtlMs ?? 5_000
     this.#now = options.now ?? Date.now
+    this.#trusted = options.trusted ?? null
     // Every way out of the LRU (eviction, delete, replacement, clear) runs dispose, so the indexes follow it.
     this.#live = new LRUCache({ max: options.max ?? 100_000, dispose: (entry, hash) => this.#unindex(hash, entry) })
     this.#dead = new LRUCache({ max: options.negativeMax ?? 10_000 })
@@ -130,6 +137,7 @@ export class KeyCache {
 
   /** The live entry for a token digest, null when the key is unknown or revoked; a Promise only on a miss. */
   lookup(hash: string): CacheEntry | null | Promise<CacheEntry | null> {
+    if (this.#trusted !== null && !this.#trusted()) return this.#loading.get(hash) ?? this.#load(hash)
     const hit = this.#live.get(hash)
     if (hit !== undefined) return hit
     const deadUntil = this.#dead.get(hash)
@@ -144,6 +152,7 @@ export class KeyCache {
 
   /** The live entry a presented secret was verified against (rememberSecret), undefined when not known. */
   knownSecret(secret: string): CacheEntry | undefined {
+    if (this.#trusted !== null && !this.#trusted()) return undefined
     const entry = this.#bySecret.get(secret)
     if (entry !== undefined) this.secretHits++
     return entry

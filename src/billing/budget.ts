@@ -6,7 +6,8 @@
  */
 import type { RouterError } from '../errors.js'
 import type { Principal } from '../auth/principal.js'
-import type { Bill, BilledCost, Ledger, Settled } from './ledger.js'
+import type { Books } from './books.js'
+import type { Bill, BilledCost, Settled } from './ledger.js'
 
 export interface Budget {
   /** Whether neither settle nor release has run yet. */
@@ -47,6 +48,6 @@ export class FreeBudget implements Budget {
 }
 
 /** The budget of a request of `principal`: its key's reservation in the ledger, or nothing for no key. */
-export function budgetFor(ledger: Ledger, principal: Principal, requestId: string): Budget {
+export function budgetFor(ledger: Books, principal: Principal, requestId: string): Budget {
   return principal.keyId === null ? new FreeBudget() : ledger.open(principal, requestId)
 }

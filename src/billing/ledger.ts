@@ -21,6 +21,7 @@ import type { ChargeWriter } from './charge-writer.js'
 import type { Cost } from './cost.js'
 import { formatUsd } from './money.js'
 import { BudgetWaiters } from './budget-waiters.js'
+import type { Books } from './books.js'
 import { periodBounds } from './periods.js'
 
 interface AccountBook {
@@ -86,7 +87,7 @@ function roll(key: KeyBook, now: number): void {
   key.used = 0n
 }
 
-export class Ledger {
+export class Ledger implements Books {
   readonly #store: LedgerStore
   readonly #writer: ChargeWriter
   readonly #now: () => number

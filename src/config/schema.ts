@@ -158,6 +158,27 @@ const JobsSchema = z.strictObject({
   spool_dir: z.string().default(''),
 })
 
+/** Shared, hot, never money (DESIGN.md §6): the account rate windows and the health exchange (src/coordination/). */
+const RedisSchema = z.strictObject({
+  /** redis://[user:password@]host:port/db; '' = none (rate limits per process, health not exchanged). */
+  url: z.string().default(''),
+})
+
+/** Several replicas on one PostgreSQL (DESIGN.md §6; store/postgres/replicas.ts, billing/leased-ledger.ts). */
+const ReplicasSchema = z.strictObject({
+  /** How often a replica tells the others it is alive and how far it applied the change feed. */
+  heartbeat_ms: timeoutMs(500),
+  /**
+   * How long one heartbeat lets a replica serve keys from its cache; also the longest a key write waits for a
+   * replica that went silent before it answers.
+   */
+  fence_ms: timeoutMs(2_000),
+  /** A replica silent this long is removed by the others and its budget leases released (a SIGKILL's holds). */
+  dead_after_ms: timeoutMs(15_000),
+  /** How long a replica keeps budget it leased and no longer uses, in case its next request comes soon. */
+  lease_linger_ms: z.int().nonnegative().max(MAX_TIMER_MS).default(200),
+})
+
 // `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
 export const ConfigSchema = z.strictObject({
   server: ServerSchema.prefault({}),
@@ -171,6 +192,8 @@ export const ConfigSchema = z.strictObject({
   ops: OpsSchema.prefault({}),
   tracing: TracingSchema.prefault({}),
   jobs: JobsSchema.prefault({}),
+  redis: RedisSchema.prefault({}),
+  replicas: ReplicasSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })
 

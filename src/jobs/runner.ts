@@ -23,7 +23,7 @@ import { entryOf } from '../auth/key-cache.js'
 import { rateLimitHeaders, type RateGate } from '../auth/rate-limit.js'
 import { budgetFor, FreeBudget, type Budget } from '../billing/budget.js'
 import type { ImageUsage } from '../billing/cost.js'
-import type { Ledger } from '../billing/ledger.js'
+import type { Books } from '../billing/books.js'
 import { RouterError, toRouterError } from '../errors.js'
 import { log } from '../log.js'
 import { applyKeyPolicy } from '../pipeline/key-policy.js'
@@ -65,7 +65,7 @@ export interface JobRunnerOptions {
   readonly store: Store
   readonly table: RoutingTable
   readonly engine: EngineContext
-  readonly ledger: Ledger
+  readonly ledger: Books
   readonly authenticate: Authenticator
   /** How long an ended job's result is kept (jobs.result_ttl_ms). */
   readonly resultTtlMs: number

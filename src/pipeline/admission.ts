@@ -12,7 +12,7 @@ import type { Authenticator, Principal } from '../auth/principal.js'
 import { rateLimitHeaders, type RateDecision, type RateGate } from '../auth/rate-limit.js'
 import { budgetFor } from '../billing/budget.js'
 import type { Usage } from '../billing/cost.js'
-import type { Ledger } from '../billing/ledger.js'
+import type { Books } from '../billing/books.js'
 import { readJsonBody } from '../codecs/json-body.js'
 import { RouterError, toRouterError } from '../errors.js'
 import { log } from '../log.js'
@@ -32,7 +32,7 @@ import { applyKeyPolicy } from './key-policy.js'
 export interface AdmissionDeps {
   readonly table: RoutingTable
   readonly engine: EngineContext
-  readonly ledger: Ledger
+  readonly ledger: Books
   readonly limiter: RateGate
   readonly authenticate: Authenticator
   readonly maxJsonBodyBytes: number

@@ -29,6 +29,13 @@ export interface ChangeFeed {
    * unsubscribe function.
    */
   subscribe(listener: ChangeListener): () => void
+  /**
+   * Resolves once every other process that serves from this store has applied every change written through
+   * this handle, so that a write answered is in force everywhere (spec §3: revocation at once everywhere;
+   * replicas: store/postgres/replicas.ts). Rejects when that cannot be known in time. Absent where no other
+   * process keeps a cache that must hear it first (SQLite: the CLI's writes reach the one server by polling).
+   */
+  settled?(): Promise<void>
 }
 
 export const UNKNOWN_CHANGE: StoreChange = Object.freeze({ kind: 'unknown' })

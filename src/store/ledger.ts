@@ -25,6 +25,11 @@ export interface AccountTotals {
   readonly deposited: bigint
   readonly credited: bigint
   readonly spent: bigint
+  /**
+   * What replicas hold of the account in budget leases (leases.ts), read with the rest: stores shared by
+   * replicas only. Absent: reservations live in the one process's memory (billing/ledger.ts).
+   */
+  readonly leased?: bigint
 }
 
 /** One billed request: its journal charge and the usage it pays for. */
@@ -42,6 +47,14 @@ export interface Charge {
   /** Audio duration in milliseconds (integer). */
   readonly audioMs: number
   readonly cost: bigint
+  /**
+   * Paid out of the recording handle's budget lease on the key (leases.ts, networked stores only): the lease
+   * shrinks by `cost` in the same transaction, or, when the lease is gone (its replica was presumed dead), the
+   * charge is written only if the account and key still have the room, else it fails with LeaseLostError.
+   */
+  readonly leased?: boolean
+  /** With `leased`: epoch ms at which the key's current reset period started (0 for `never`). */
+  readonly periodStart?: number
 }
 
 /** One (day, model, key) row of the daily roll-up. */

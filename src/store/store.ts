@@ -14,12 +14,14 @@ import type { AccountStore } from './accounts.js'
 import type { ChangeFeed } from './changes.js'
 import type { JobStore } from './jobs.js'
 import type { KeyStore } from './keys.js'
+import type { LeaseStore } from './leases.js'
 import type { LedgerStore } from './ledger.js'
 
 export * from './accounts.js'
 export * from './changes.js'
 export * from './jobs.js'
 export * from './keys.js'
+export * from './leases.js'
 export * from './ledger.js'
 
 export interface Store {
@@ -30,7 +32,25 @@ export interface Store {
   readonly changes: ChangeFeed
   /** Async image jobs (DESIGN.md §4: stored, resumed after a restart, billed once). */
   readonly jobs: JobStore
+  /**
+   * Budget leases, on a store that several replicas share (PostgreSQL): then the billing ledger takes budget in
+   * leases (billing/leased-ledger.ts) instead of holding the whole of it in memory.
+   */
+  readonly leases?: LeaseStore
+  /** This process's place among the replicas, on a shared store opened to serve (store/postgres/replicas.ts). */
+  readonly replica?: ReplicaHandle
   close(): Promise<void>
+}
+
+/** What the rest of the router needs of the replica registry. */
+export interface ReplicaHandle {
+  readonly id: string
+  /** Whether the key cache may answer from memory now (synchronous, no I/O). */
+  readonly trusted: () => boolean
+  /** Replicas alive now, this one included. */
+  readonly live: number
+  /** Calls `listener` when this replica learns it was presumed dead and its budget leases were released. */
+  onLeasesLost(listener: () => void): () => void
 }
 
 /** A write that would break a uniqueness rule of the store (e.g. a second charge for one request). */

@@ -22,7 +22,7 @@ export interface AccountDeps {
   readonly authenticate: MgmtAuthenticator
   readonly store: Pick<Store, 'keys' | 'ledger'>
   /** atto-USD held by the account's in-flight requests. */
-  readonly reserved: (accountId: string) => bigint
+  readonly reserved: (accountId: string) => bigint | Promise<bigint>
   readonly now?: () => number
 }
 
@@ -128,7 +128,8 @@ export function createAccount(deps: AccountDeps): AccountSurface {
 
   async function funds({ reply, principal, headers }: ManagementStart): Promise<void> {
     const t = await deps.store.ledger.totals(principal.accountId)
-    const reserved = deps.reserved(principal.accountId)
+    // A store shared by replicas reports what they hold with the totals, read together (store/leases.ts).
+    const reserved = t.leased ?? (await deps.reserved(principal.accountId))
     const body = {
       deposit: formatUsd(t.deposited),
       credit: formatUsd(t.credited),

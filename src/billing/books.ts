@@ -1,0 +1,28 @@
+/**
+ * What admission, the job runner and the account endpoints ask of the billing ledger, whichever keeps the
+ * books: one process alone on its store (ledger.ts: the whole budget in memory) or a replica among several
+ * (leased-ledger.ts: slices of it leased from PostgreSQL). serve.ts picks one.
+ */
+import type { Principal } from '../auth/principal.js'
+import type { ResetPeriod } from '../store/store.js'
+import type { Budget } from './budget.js'
+
+export interface Books {
+  /** Requests waiting for room in a budget. */
+  readonly waiting: number
+  /** null when the principal's request can be held at once; otherwise a Promise that resolves once it can. */
+  prepare(principal: Principal): Promise<void> | null
+  /** A request's budget, empty until its first hold. */
+  open(principal: Principal, requestId: string): Budget
+  /** The key was revoked: its requests waiting for room, and any later hold, are refused with 401. */
+  keyRevoked(keyId: string): void
+  /** Whether a book of the key is kept here (keyRevoked has something to mark). */
+  hasKey(keyId: string): boolean
+  /** What the account's requests in flight hold (the funds endpoint's `reserved`). */
+  reserved(accountId: string): bigint | Promise<bigint>
+  /** The key's spend in its current period as the books know it, or null: then the store's figure is exact. */
+  used(keyId: string, period: ResetPeriod): bigint | null
+  /** Re-reads what another process changed (a deposit, or anything: `refresh`). */
+  refresh(): Promise<void>
+  refreshAccount(accountId: string): Promise<void>
+}

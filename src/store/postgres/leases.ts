@@ -1,0 +1,185 @@
+/**
+ * Budget leases on PostgreSQL (store/leases.ts). Each lease is a row of `budget_leases` (replica, key), and its
+ * amount is also counted in `accounts.leased` and `api_keys.leased`, so that "what is left" is one row's
+ * arithmetic under that row's lock: never a read-then-write across statements. The functions below are
+ * installed by the cluster migration (CLUSTER_MIGRATION) and run in one round trip each.
+ *
+ * Lock order, everywhere (grant, give back, charge, release of a dead replica's leases): the account row,
+ * then the key row, then the lease row; a batch of charges is applied in (account, key) order. No two
+ * transactions can then wait on each other in a cycle.
+ *
+ * A key's spend in its current reset period is `api_keys.period_used`, brought to the period the caller
+ * names (`period_start`, epoch ms; 0 for `never`) from the journal itself whenever it differs, so a new day,
+ * week or month, or a changed reset period, is always counted from the charges and never from a stale figure.
+ */
+import type { Pool } from 'pg'
+import type { LeaseAsk, LeaseGrant, LeaseStore } from '../leases.js'
+
+export const CLUSTER_MIGRATION = `
+ALTER TABLE accounts ADD COLUMN leased NUMERIC NOT NULL DEFAULT 0 CHECK (leased >= 0);
+ALTER TABLE api_keys ADD COLUMN period_start BIGINT NOT NULL DEFAULT -1;
+ALTER TABLE api_keys ADD COLUMN period_used NUMERIC NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN leased NUMERIC NOT NULL DEFAULT 0 CHECK (leased >= 0);
+CREATE INDEX journal_charges_by_key ON journal (key_id, created_at) WHERE kind = 'charge';
+
+CREATE TABLE replicas (
+  id TEXT PRIMARY KEY,
+  started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  heartbeat_at TIMESTAMPTZ NOT NULL,
+  applied_seq BIGINT NOT NULL DEFAULT 0,
+  trusting BOOLEAN NOT NULL DEFAULT false,
+  info TEXT NOT NULL DEFAULT ''
+);
+
+CREATE TABLE budget_leases (
+  replica_id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  account_id TEXT NOT NULL,
+  amount NUMERIC NOT NULL CHECK (amount >= 0),
+  PRIMARY KEY (replica_id, key_id)
+);
+CREATE INDEX budget_leases_by_account ON budget_leases (account_id);
+
+-- Brings the key's period_used to the period starting at ps (the caller holds the key row's lock).
+CREATE FUNCTION svc_key_period(k TEXT, ps BIGINT) RETURNS VOID LANGUAGE sql AS $$
+  UPDATE api_keys SET period_start = ps,
+    period_used = (SELECT COALESCE(sum(amount), 0) FROM journal WHERE key_id = k AND kind = 'charge' AND created_at >= ps)
+  WHERE id = k AND period_start <> ps;
+$$;
+
+-- Grants between min_amt and want of what the account and the key have left to replica r; 0 when not even
+-- min_amt fits (nothing taken). Returns the figures before the grant, for the 402's message.
+CREATE FUNCTION svc_lease_acquire(r TEXT, a TEXT, k TEXT, ps BIGINT, min_amt NUMERIC, want NUMERIC)
+RETURNS TABLE (granted NUMERIC, account_room NUMERIC, key_limit NUMERIC, key_used NUMERIC, key_leased NUMERIC)
+LANGUAGE plpgsql AS $$
+DECLARE
+  acc_room NUMERIC;
+  lim NUMERIC; used NUMERIC; held NUMERIC;
+  room NUMERIC;
+  g NUMERIC := 0;
+BEGIN
+  -- Only a registered replica takes leases: the reaper releases exactly the leases of replicas not registered.
+  PERFORM 1 FROM replicas WHERE id = r FOR SHARE;
+  IF NOT FOUND THEN RAISE EXCEPTION 'replica % is not registered', r USING ERRCODE = 'P0002'; END IF;
+  SELECT deposited + credited - spent - accounts.leased INTO acc_room FROM accounts WHERE id = a FOR UPDATE;
+  IF NOT FOUND THEN RAISE EXCEPTION 'no account %', a USING ERRCODE = 'P0002'; END IF;
+  PERFORM 1 FROM api_keys WHERE id = k AND account_id = a FOR UPDATE;
+  IF NOT FOUND THEN RAISE EXCEPTION 'no key % of account %', k, a USING ERRCODE = 'P0002'; END IF;
+  PERFORM svc_key_period(k, ps);
+  SELECT credit_limit, period_used, api_keys.leased INTO lim, used, held FROM api_keys WHERE id = k;
+  room := acc_room;
+  IF lim IS NOT NULL AND lim - used - held < room THEN room := lim - used - held; END IF;
+  IF room >= min_amt AND min_amt > 0 THEN
+    g := LEAST(want, room);
+    UPDATE accounts SET leased = accounts.leased + g WHERE id = a;
+    UPDATE api_keys SET leased = api_keys.leased + g WHERE id = k;
+    INSERT INTO budget_leases (replica_id, key_id, account_id, amount) VALUES (r, k, a, g)
+      ON CONFLICT (replica_id, key_id) DO UPDATE SET amount = budget_leases.amount + EXCLUDED.amount;
+  END IF;
+  RETURN QUERY SELECT g, acc_room, lim, used, held;
+END $$;
+
+-- Gives back up to amt of replica r's lease on key k (never more than the lease holds).
+CREATE FUNCTION svc_lease_return(r TEXT, a TEXT, k TEXT, amt NUMERIC) RETURNS NUMERIC LANGUAGE plpgsql AS $$
+DECLARE have NUMERIC; back NUMERIC;
+BEGIN
+  PERFORM 1 FROM accounts WHERE id = a FOR UPDATE;
+  PERFORM 1 FROM api_keys WHERE id = k FOR UPDATE;
+  SELECT amount INTO have FROM budget_leases WHERE replica_id = r AND key_id = k FOR UPDATE;
+  IF NOT FOUND THEN RETURN 0; END IF;
+  back := LEAST(have, amt);
+  UPDATE accounts SET leased = leased - back WHERE id = a;
+  UPDATE api_keys SET leased = leased - back WHERE id = k;
+  IF have - back = 0 THEN DELETE FROM budget_leases WHERE replica_id = r AND key_id = k;
+  ELSE UPDATE budget_leases SET amount = have - back WHERE replica_id = r AND key_id = k; END IF;
+  RETURN back;
+END $$;
+
+-- Pays a charge of cost on key k: out of replica r's lease when it holds that much, else out of what the
+-- account and the key have left; false when neither can (the charge must then not be written). Also counts
+-- it in the key's period spend. The caller writes the journal row and accounts.spent in the same transaction.
+CREATE FUNCTION svc_lease_pay(r TEXT, a TEXT, k TEXT, ps BIGINT, cost NUMERIC) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+DECLARE have NUMERIC; acc_room NUMERIC; lim NUMERIC; used NUMERIC; held NUMERIC;
+BEGIN
+  SELECT deposited + credited - spent - leased INTO acc_room FROM accounts WHERE id = a FOR UPDATE;
+  IF NOT FOUND THEN RETURN false; END IF;
+  PERFORM 1 FROM api_keys WHERE id = k FOR UPDATE;
+  PERFORM svc_key_period(k, ps);
+  SELECT amount INTO have FROM budget_leases WHERE replica_id = r AND key_id = k FOR UPDATE;
+  IF FOUND AND have >= cost THEN
+    UPDATE accounts SET leased = leased - cost WHERE id = a;
+    UPDATE api_keys SET leased = leased - cost, period_used = period_used + cost WHERE id = k;
+    IF have = cost THEN DELETE FROM budget_leases WHERE replica_id = r AND key_id = k;
+    ELSE UPDATE budget_leases SET amount = have - cost WHERE replica_id = r AND key_id = k; END IF;
+    RETURN true;
+  END IF;
+  SELECT credit_limit, period_used, leased INTO lim, used, held FROM api_keys WHERE id = k;
+  IF acc_room < cost OR (lim IS NOT NULL AND lim - used - held < cost) THEN RETURN false; END IF;
+  UPDATE api_keys SET period_used = period_used + cost WHERE id = k;
+  RETURN true;
+END $$;
+
+-- Releases every lease whose replica is no longer registered (reaped, or gone without a goodbye).
+CREATE FUNCTION svc_release_orphan_leases() RETURNS INTEGER LANGUAGE plpgsql AS $$
+DECLARE l RECORD; n INTEGER := 0;
+BEGIN
+  FOR l IN SELECT bl.replica_id, bl.key_id, bl.account_id FROM budget_leases bl
+      WHERE NOT EXISTS (SELECT 1 FROM replicas WHERE id = bl.replica_id) ORDER BY bl.account_id, bl.key_id LOOP
+    PERFORM svc_lease_return(l.replica_id, l.account_id, l.key_id, 'Infinity'::numeric);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+`
+
+export const LEASE_SQL = {
+  acquire: 'SELECT granted, account_room, key_limit, key_used, key_leased FROM svc_lease_acquire($1, $2, $3, $4, $5, $6)',
+  giveBack: 'SELECT svc_lease_return($1, $2, $3, $4)',
+  leased: 'SELECT leased FROM accounts WHERE id = $1',
+} as const
+
+interface GrantRow {
+  granted: string
+  account_room: string
+  key_limit: string | null
+  key_used: string
+  key_leased: string
+}
+
+export class PgLeaseStore implements LeaseStore {
+  readonly replicaId: string
+  readonly #pool: Pool
+
+  constructor(pool: Pool, replicaId: string) {
+    this.#pool = pool
+    this.replicaId = replicaId
+  }
+
+  async acquire(ask: LeaseAsk): Promise<LeaseGrant> {
+    const { rows } = await this.#pool.query<GrantRow>(LEASE_SQL.acquire, [
+      this.replicaId,
+      ask.accountId,
+      ask.keyId,
+      ask.periodStart,
+      ask.min.toString(),
+      ask.want.toString(),
+    ])
+    const row = rows[0]!
+    return {
+      granted: BigInt(row.granted),
+      accountRoom: BigInt(row.account_room),
+      keyLimit: row.key_limit === null ? null : BigInt(row.key_limit),
+      keyUsed: BigInt(row.key_used),
+      keyLeased: BigInt(row.key_leased),
+    }
+  }
+
+  async giveBack(accountId: string, keyId: string, amount: bigint | null): Promise<void> {
+    await this.#pool.query(LEASE_SQL.giveBack, [this.replicaId, accountId, keyId, amount === null ? 'Infinity' : amount.toString()])
+  }
+
+  async leased(accountId: string): Promise<bigint> {
+    const { rows } = await this.#pool.query<{ leased: string }>(LEASE_SQL.leased, [accountId])
+    return rows.length === 0 ? 0n : BigInt(rows[0]!.leased)
+  }
+}
