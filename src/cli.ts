@@ -10,11 +10,13 @@ import { installProcessNet } from './process-net.js'
 import { log } from './log.js'
 import { serve } from './serve.js'
 import { simulateProviderCommand } from './simulator/cli.js'
+import { superviseWorkers, workersProblem } from './workers.js'
 
 const USAGE = `usage: svc-router <command> [options]
 
 commands:
-  serve [--config FILE]      run the router (default config: built-in defaults; SVC_* env vars override)
+  serve [--config FILE] [--workers N]
+                             run the router (default config: built-in defaults; SVC_* env vars override)
   simulate-provider [...]    run a simulated OpenAI-compatible provider (see simulate-provider --help)
   accounts <command> [...]   deposits, credits, rate limits of accounts (see accounts --help)
   mgmt-keys <command> [...]  create, list, revoke mk- management keys (see mgmt-keys --help)
@@ -24,16 +26,19 @@ options:
   -h, --help                 show this help
 `
 
-const SERVE_USAGE = `usage: svc-router serve [--config FILE]
+const SERVE_USAGE = `usage: svc-router serve [--config FILE] [--workers N]
 
 Runs the router. Every config key has a default; SVC_<SECTION>_<KEY> environment variables override the
 file (e.g. SVC_SERVER_PORT=9090). See config/example.full.yaml for every key.
+
+  --workers N   N router processes sharing server.port, each started again if it dies (N > 1 needs
+                store.kind: postgres and a fixed port; see the README's "Several replicas")
 `
 
 async function serveCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
-    options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } },
+    options: { config: { type: 'string', short: 'c' }, workers: { type: 'string', short: 'w' }, help: { type: 'boolean', short: 'h' } },
     strict: true,
   })
   if (values.help) {
@@ -41,9 +46,20 @@ async function serveCommand(argv: string[]): Promise<void> {
     return
   }
   const config = loadConfig({ file: values.config, env: process.env })
+  if (values.workers !== undefined) {
+    const n = /^[0-9]{1,3}$/.test(values.workers) ? Number(values.workers) : NaN
+    const problem = workersProblem(n, config)
+    if (problem !== null) throw new OperatorUsageError(problem)
+    if (n > 1) {
+      process.exitCode = await superviseWorkers(n, values.config === undefined ? [] : ['--config', values.config])
+      return
+    }
+  }
   installProcessNet()
   const router = await serve(config)
   process.stdout.write(`svc-router listening on ${router.url}\n`)
+  // A worker of `serve --workers`: tell the supervisor, and leave with it.
+  process.send?.({ ready: router.url })
   if (router.devKeys !== null) process.stdout.write(devKeysBanner(router.devKeys, router.url))
   else if (config.dev.bootstrap) {
     process.stdout.write(
@@ -80,6 +96,7 @@ async function serveCommand(argv: string[]): Promise<void> {
   }
   process.on('SIGINT', shutdown)
   process.on('SIGTERM', shutdown)
+  if (process.send !== undefined) process.once('disconnect', () => shutdown('SIGTERM'))
 }
 
 const operatorIo: OperatorIo = {
