@@ -45,15 +45,42 @@ const RegistrySchema = z.strictObject({
   watch: z.boolean().default(true),
 })
 
-const StoreSchema = z.strictObject({
-  kind: z.enum(['sqlite']).default('sqlite'),
-  /** Relative to the config file's directory; returned absolute. */
-  path: z.string().min(1).default('../data/svc.db'),
-  /**
-   * full: every commit (a charge before its response's last byte, a revoke) is fsynced and survives a power cut.
-   * normal: commits survive a crash of the process but not of the machine, and skip the fsync (faster last byte).
-   */
-  synchronous: z.enum(['full', 'normal']).default('full'),
+const StoreSchema = z
+  .strictObject({
+    /** sqlite: one embedded file (one process). postgres: a PostgreSQL database that several replicas share. */
+    kind: z.enum(['sqlite', 'postgres']).default('sqlite'),
+    /** SQLite: relative to the config file's directory; returned absolute. */
+    path: z.string().min(1).default('../data/svc.db'),
+    /**
+     * SQLite. full: every commit (a charge before its response's last byte, a revoke) is fsynced and survives a
+     * power cut. normal: commits survive a crash of the process but not of the machine, and skip the fsync.
+     */
+    synchronous: z.enum(['full', 'normal']).default('full'),
+    /** PostgreSQL: postgres://user:password@host:5432/db (required with kind: postgres). */
+    url: z
+      .string()
+      .refine((v) => v === '' || ((v.startsWith('postgres://') || v.startsWith('postgresql://')) && URL.canParse(v)), 'must be a postgres:// URL')
+      .default(''),
+    /** PostgreSQL: connections in each process's pool. */
+    pool_size: z.int().min(1).max(1000).default(10),
+    /** PostgreSQL: deadline to open a connection or get a free one from the pool. */
+    connect_timeout_ms: timeoutMs(5_000),
+    /** PostgreSQL: deadline of each statement; a frozen server gives an error after it, never a hang. */
+    query_timeout_ms: timeoutMs(5_000),
+  })
+  .superRefine((store, ctx) => {
+    if (store.kind === 'postgres' && store.url === '') {
+      ctx.addIssue({ code: 'custom', path: ['url'], message: 'is required with store.kind: postgres (postgres://user@host:5432/db)' })
+    }
+  })
+
+/** Redis, shared by replicas (the account's rate window, change broadcasts). */
+const RedisSchema = z.strictObject({
+  /** redis://host:6379/0; '' = no Redis. */
+  url: z
+    .string()
+    .refine((v) => v === '' || ((v.startsWith('redis://') || v.startsWith('rediss://')) && URL.canParse(v)), 'must be a redis:// URL, or "" for none')
+    .default(''),
 })
 
 /** A deposit of up to 1e9 USD: exact as a JS number when written with at most 6 decimals. */
@@ -184,6 +211,7 @@ export const ConfigSchema = z.strictObject({
   server: ServerSchema.prefault({}),
   registry: RegistrySchema.prefault({}),
   store: StoreSchema.prefault({}),
+  redis: RedisSchema.prefault({}),
   limits: LimitsSchema.prefault({}),
   upstream: UpstreamSchema.prefault({}),
   routing: RoutingSchema.prefault({}),

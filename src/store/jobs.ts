@@ -39,6 +39,8 @@ export interface JobRecord extends NewJob {
   readonly error: string | null
   /** The provider's id of the answer (SVC-Res-Key), '' when it gave none. */
   readonly resKey: string
+  /** The replica that runs it, on a store shared by replicas (PostgreSQL); absent or null otherwise. */
+  readonly owner?: string | null
 }
 
 /** How a job ended. */
@@ -66,4 +68,11 @@ export interface JobStore {
   jobCharged(id: string): Promise<boolean>
   /** Removes jobs that ended before `endedBefore`; returns them (their spooled bodies are the caller's to delete). */
   removeEndedJobs(endedBefore: number): Promise<JobRecord[]>
+  /**
+   * Stores shared by replicas only (PostgreSQL; optional, SQLite has one process): takes over, for `replicaId`,
+   * every unfinished job whose owner is null or not among `liveReplicaIds` (a replica that died), atomically:
+   * of two replicas claiming at once each job goes to exactly one. Returns the jobs taken, oldest first. A job
+   * created through a store opened with a replica id is owned by that replica from the start.
+   */
+  claimUnfinished?(replicaId: string, liveReplicaIds: readonly string[]): Promise<JobRecord[]>
 }

@@ -1,11 +1,38 @@
 /** Opens the store the configuration names (DESIGN.md §3 `store:`). */
 import type { Config } from '../config/index.js'
+import { openPostgresStore } from './postgres/postgres-store.js'
 import { openSqliteStore } from './sqlite/sqlite-store.js'
 import type { Store } from './store.js'
 
-export async function openStore(config: Config['store']): Promise<Store> {
+export interface OpenStoreOptions {
+  /** PostgreSQL: the replica this process is, recorded as the owner of the jobs it creates. */
+  readonly replicaId?: string
+}
+
+/** The `store:` section; the PostgreSQL keys may be left out for a SQLite store (tests build it by hand). */
+export type StoreConfig = Pick<Config['store'], 'kind' | 'path' | 'synchronous'> &
+  Partial<Pick<Config['store'], 'url' | 'pool_size' | 'connect_timeout_ms' | 'query_timeout_ms'>>
+
+export async function openStore(config: StoreConfig, options: OpenStoreOptions = {}): Promise<Store> {
   switch (config.kind) {
     case 'sqlite':
       return openSqliteStore({ path: config.path, synchronous: config.synchronous })
+    case 'postgres':
+      return openPostgresStore({
+        url: config.url ?? '',
+        poolSize: config.pool_size,
+        connectTimeoutMs: config.connect_timeout_ms,
+        queryTimeoutMs: config.query_timeout_ms,
+        replicaId: options.replicaId ?? null,
+      })
   }
+}
+
+/** Where the store is, for messages: the SQLite file, or the PostgreSQL URL without its password. */
+export function describeStore(config: StoreConfig): string {
+  if (config.kind === 'sqlite') return config.path
+  if (!URL.canParse(config.url ?? '')) return 'postgres (no url)'
+  const url = new URL(config.url!)
+  if (url.password !== '') url.password = '***'
+  return url.toString()
 }

@@ -1,6 +1,6 @@
 /**
  * The durable state of the router behind one interface (DESIGN.md §1), split by concern so that an
- * implementation can provide one part at a time (the PostgreSQL store of a later issue): accounts
+ * implementation can provide one part at a time (SQLite in sqlite/, PostgreSQL in postgres/): accounts
  * (accounts.ts), `sk-`/`mk-` keys (keys.ts), the ledger (ledger.ts), async jobs (jobs.ts) and what other
  * writers changed (changes.ts). SQLite is the embedded implementation (sqlite/); every implementation must pass the one
  * contract suite (test/store/contract.ts).
@@ -61,4 +61,13 @@ export class StoreConflictError extends Error {
 /** The store was written by a newer svc-router than this one: refuse rather than guess. */
 export class SchemaTooNewError extends Error {
   override name = 'SchemaTooNewError'
+}
+
+/**
+ * A networked store (PostgreSQL) could not be reached or did not answer within its deadline: down, frozen,
+ * overloaded, or the connection broke mid-way. Nothing is known to have been written unless the caller can
+ * tell otherwise (a COMMIT whose answer was lost may have committed); the store reconnects by itself.
+ */
+export class StoreUnavailableError extends Error {
+  override name = 'StoreUnavailableError'
 }

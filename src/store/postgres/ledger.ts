@@ -1,0 +1,279 @@
+/**
+ * The LedgerStore on PostgreSQL: the append-only `journal` (a charge is one row carrying its usage), each
+ * account's running totals (columns of `accounts`) and the `usage_daily` roll-up, all written in the charge's
+ * own transaction, so every reader sees totals equal to the journal with no fold to wait for. Money is
+ * NUMERIC(78,0), passed as decimal strings; the database adds it only as NUMERIC (exact), never as float.
+ *
+ * A batch of charges (recordCharges, the group commit) is one transaction of two statements: the accounts it
+ * bills are locked in id order (so two replicas' batches over the same accounts queue, never deadlock), then
+ * one statement appends every charge (unnest(): one multi-row INSERT), adds them into the totals and the
+ * roll-up. One COMMIT, flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
+ */
+import { utcDay } from '../days.js'
+import type { AccountTotals, Charge, JournalEntry, JournalKind, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
+import { StoreConflictError } from '../store.js'
+import { ACCOUNT_SQL } from './accounts.js'
+import type { PgConnection } from './connection.js'
+
+interface JournalRow {
+  seq: number
+  account_id: string
+  kind: string
+  amount: string
+  request_id: string | null
+  key_id: string | null
+  memo: string
+  created_at: number
+}
+
+interface UsageDailyRow {
+  day: string
+  model: string
+  key_id: string
+  requests: number
+  prompt_tokens: number
+  completion_tokens: number
+  images: number
+  audio_ms: number
+  cost: string
+}
+
+const JOURNAL_COLUMNS = 'seq, account_id, kind, amount, request_id, key_id, memo, created_at'
+
+/** Every statement of a batch of charges, in the order the transaction runs them. No trigger fires on any. */
+export const CHARGE_SQL = {
+  /**
+   * The accounts the batch bills, locked in id order until COMMIT: every batch takes its account locks in the
+   * same order, so concurrent batches (other replicas) over the same accounts wait in turn instead of
+   * deadlocking, and the totals' read-add-write below can never lose an update. Accounts missing from the
+   * answer do not exist: their charges fail alone, and the others are billed. FOR NO KEY UPDATE still lets
+   * the journal's foreign-key checks (FOR KEY SHARE) through.
+   */
+  lockAccounts: 'SELECT id FROM accounts WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE',
+  /**
+   * Appends the charges (in batch order, so seqs follow it), skipping any whose request is already billed (the
+   * unique index; a concurrent batch with the same request waits for the other's outcome), then adds exactly the
+   * appended ones into accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a
+   * skipped duplicate is never counted. The usage_daily rows belong to the accounts locked above, so no other
+   * batch can be adding to them meanwhile. Answers the seq of each charge appended.
+   */
+  append: `WITH input AS (
+      SELECT * FROM unnest($1::text[], $2::numeric[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
+        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[])
+        AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
+          images, audio_ms, day)
+    ), appended AS (
+      INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
+        prompt_tokens, completion_tokens, images, audio_ms)
+      SELECT account_id, 'charge', amount, request_id, key_id, '', created_at, model, provider,
+        prompt_tokens, completion_tokens, images, audio_ms
+      FROM input
+      ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
+      RETURNING seq, request_id, account_id, key_id, model, amount, prompt_tokens, completion_tokens, images, audio_ms
+    ), spent AS (
+      UPDATE accounts a SET spent = a.spent + s.amount
+      FROM (SELECT account_id, sum(amount) AS amount FROM appended GROUP BY account_id) s
+      WHERE a.id = s.account_id
+    ), daily AS (
+      INSERT INTO usage_daily AS u (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
+        images, audio_ms, cost)
+      SELECT a.account_id, i.day, a.model, a.key_id, count(*), sum(a.prompt_tokens), sum(a.completion_tokens),
+        sum(a.images), sum(a.audio_ms), sum(a.amount)
+      FROM appended a JOIN input i ON i.request_id = a.request_id
+      GROUP BY a.account_id, i.day, a.model, a.key_id
+      ON CONFLICT (account_id, day, model, key_id) DO UPDATE SET
+        requests = u.requests + EXCLUDED.requests,
+        prompt_tokens = u.prompt_tokens + EXCLUDED.prompt_tokens,
+        completion_tokens = u.completion_tokens + EXCLUDED.completion_tokens,
+        images = u.images + EXCLUDED.images,
+        audio_ms = u.audio_ms + EXCLUDED.audio_ms,
+        cost = u.cost + EXCLUDED.cost
+    )
+    SELECT seq, request_id FROM appended`,
+} as const
+
+export const FUNDS_SQL = {
+  /**
+   * Adds a deposit or credit to the account's totals (NUMERIC + NUMERIC: exact), appends its journal entry and
+   * records a 'funds' change, in one statement: the entry exists exactly when the totals include it.
+   */
+  add: `WITH funded AS (
+      UPDATE accounts SET deposited = deposited + $2::numeric, credited = credited + $3::numeric WHERE id = $1 RETURNING id
+    ), entry AS (
+      INSERT INTO journal (account_id, kind, amount, memo, created_at)
+      SELECT id, $4, $5::numeric, $6, $7 FROM funded RETURNING ${JOURNAL_COLUMNS}
+    ), changed AS (
+      INSERT INTO changes (kind, account_id, origin) SELECT 'funds', id, $8 FROM funded RETURNING seq
+    )
+    SELECT ${JOURNAL_COLUMNS}, (SELECT seq FROM changed) AS change_seq FROM entry`,
+  totals: 'SELECT deposited, credited, spent FROM accounts WHERE id = $1',
+  journal: `SELECT ${JOURNAL_COLUMNS} FROM journal WHERE account_id = $1 ORDER BY seq`,
+  /** sum() over NUMERIC is NUMERIC: exact. */
+  spendSince: 'SELECT key_id, sum(cost) AS cost FROM usage_daily WHERE account_id = $1 AND day >= $2 GROUP BY key_id',
+  /** Ordered byte-wise (COLLATE "C"), whatever the database's collation: the same order as the SQLite store's. */
+  usage: `SELECT day, model, key_id, requests, prompt_tokens, completion_tokens, images, audio_ms, cost
+    FROM usage_daily WHERE account_id = $1 AND day >= $2 AND day <= $3
+      AND ($4::text IS NULL OR key_id = $4) AND ($5::text IS NULL OR model = $5)
+    ORDER BY day COLLATE "C", model COLLATE "C", key_id COLLATE "C"`,
+} as const
+
+function toJournal(row: JournalRow): JournalEntry {
+  return {
+    seq: row.seq,
+    accountId: row.account_id,
+    kind: row.kind as JournalKind,
+    amount: BigInt(row.amount),
+    requestId: row.request_id,
+    keyId: row.key_id,
+    memo: row.memo,
+    createdAt: row.created_at,
+  }
+}
+
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0
+}
+
+/** The error recordCharge gives a malformed charge before touching the database, or null. */
+function invalidCharge(c: Charge): RangeError | null {
+  if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
+  if (c.requestId.length === 0) return new RangeError('a charge must name its request')
+  if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
+  for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {
+    if (!isCount(c[what])) return new RangeError(`${what} must be a non-negative integer (got ${c[what]})`)
+  }
+  return null
+}
+
+/** What the transaction of a batch learnt: the accounts that exist, and the seq of each charge appended. */
+interface Appended {
+  readonly known: ReadonlySet<string>
+  readonly seqs: ReadonlyMap<string, number>
+}
+
+export class PgLedger implements LedgerStore {
+  readonly #conn: PgConnection
+
+  constructor(conn: PgConnection) {
+    this.#conn = conn
+  }
+
+  async addFunds(wallet: string, kind: 'deposit' | 'credit', amount: bigint, memo: string, now: number): Promise<JournalEntry> {
+    this.#conn.check()
+    if (amount <= 0n) throw new RangeError(`a ${kind} must be positive (got ${amount})`)
+    const origin = this.#conn.origin
+    const add = (kind === 'deposit' ? [amount, 0n] : [0n, amount]).map(String)
+    const { entry, seqs } = await this.#conn.transaction(async (client) => {
+      // The account first (its 'account' change, when it is new, comes before the 'funds' one).
+      const created = await client.query<{ change_seq: number | null }>(ACCOUNT_SQL.ensure, [wallet, now, origin])
+      const { rows } = await client.query<JournalRow & { change_seq: number | null }>(FUNDS_SQL.add, [
+        wallet, add[0], add[1], kind, amount.toString(), memo, now, origin,
+      ])
+      if (rows[0] === undefined) throw new Error(`account ${wallet} could not be created`)
+      return { entry: rows[0], seqs: [created.rows[0]?.change_seq ?? null, rows[0].change_seq] }
+    })
+    for (const seq of seqs) this.#conn.noteOwnChange(seq)
+    return toJournal(entry)
+  }
+
+  async recordCharge(c: Charge): Promise<JournalEntry> {
+    const [outcome] = await this.recordCharges([c])
+    if (outcome instanceof Error) throw outcome
+    return outcome!
+  }
+
+  async recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]> {
+    this.#conn.check()
+    const out: (JournalEntry | Error)[] = new Array<JournalEntry | Error>(charges.length)
+    // Checked here, before the database: a malformed charge, or a request named twice in the batch (the
+    // first is billed, as it would be in a run of recordCharge calls), fails alone.
+    const valid: Charge[] = []
+    const requests = new Set<string>()
+    const accounts = new Set<string>()
+    for (let i = 0; i < charges.length; i++) {
+      const c = charges[i]!
+      const invalid = invalidCharge(c)
+      if (invalid !== null) out[i] = invalid
+      else if (requests.has(c.requestId)) out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+      else {
+        requests.add(c.requestId)
+        accounts.add(c.accountId)
+        valid.push(c)
+      }
+    }
+    if (valid.length === 0) return out
+    const ids = [...accounts].sort()
+    const { known, seqs } = await this.#conn.transaction((client) => this.#append(client, ids, valid))
+    for (let i = 0; i < charges.length; i++) {
+      if (out[i] !== undefined) continue
+      const c = charges[i]!
+      const seq = seqs.get(c.requestId)
+      if (seq !== undefined) {
+        out[i] = { seq, accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+      } else if (!known.has(c.accountId)) out[i] = new Error(`no account ${c.accountId}`)
+      else out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
+    }
+    return out
+  }
+
+  /** The batch's two statements (CHARGE_SQL), inside its transaction; keeps no state (a deadlock retry runs it again). */
+  async #append(client: Parameters<Parameters<PgConnection['transaction']>[0]>[0], ids: string[], valid: readonly Charge[]): Promise<Appended> {
+    const locked = await client.query<{ id: string }>({ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] })
+    const known = new Set(locked.rows.map((r) => r.id))
+    const n = valid.length
+    const columns = Array.from({ length: 12 }, () => new Array<unknown>())
+    for (let i = 0; i < n; i++) {
+      const c = valid[i]!
+      if (!known.has(c.accountId)) continue
+      columns[0]!.push(c.accountId)
+      columns[1]!.push(c.cost.toString())
+      columns[2]!.push(c.requestId)
+      columns[3]!.push(c.keyId)
+      columns[4]!.push(c.at)
+      columns[5]!.push(c.model)
+      columns[6]!.push(c.provider)
+      columns[7]!.push(c.promptTokens)
+      columns[8]!.push(c.completionTokens)
+      columns[9]!.push(c.images)
+      columns[10]!.push(c.audioMs)
+      columns[11]!.push(utcDay(c.at))
+    }
+    const seqs = new Map<string, number>()
+    if (columns[0]!.length === 0) return { known, seqs }
+    const { rows } = await client.query<{ seq: number; request_id: string }>({ name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns })
+    for (const row of rows) seqs.set(row.request_id, row.seq)
+    return { known, seqs }
+  }
+
+  async totals(accountId: string): Promise<AccountTotals> {
+    const { rows } = await this.#conn.query<{ deposited: string; credited: string; spent: string }>(FUNDS_SQL.totals, [accountId])
+    const row = rows[0]
+    if (row === undefined) return { deposited: 0n, credited: 0n, spent: 0n }
+    return { deposited: BigInt(row.deposited), credited: BigInt(row.credited), spent: BigInt(row.spent) }
+  }
+
+  async journal(accountId: string): Promise<JournalEntry[]> {
+    const { rows } = await this.#conn.query<JournalRow>(FUNDS_SQL.journal, [accountId])
+    return rows.map(toJournal)
+  }
+
+  async spendByKey(accountId: string, sinceDay: string | null): Promise<Map<string, bigint>> {
+    const { rows } = await this.#conn.query<{ key_id: string; cost: string }>(FUNDS_SQL.spendSince, [accountId, sinceDay ?? ''])
+    return new Map(rows.map((r) => [r.key_id, BigInt(r.cost)]))
+  }
+
+  async usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]> {
+    const { rows } = await this.#conn.query<UsageDailyRow>(FUNDS_SQL.usage, [accountId, filter.fromDay, filter.toDay, filter.keyId ?? null, filter.model ?? null])
+    return rows.map((r) => ({
+      day: r.day,
+      model: r.model,
+      keyId: r.key_id,
+      requests: r.requests,
+      promptTokens: r.prompt_tokens,
+      completionTokens: r.completion_tokens,
+      images: r.images,
+      audioMs: r.audio_ms,
+      cost: BigInt(r.cost),
+    }))
+  }
+}

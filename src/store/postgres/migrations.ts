@@ -1,0 +1,186 @@
+/**
+ * The PostgreSQL schema, as numbered migrations applied in order at open under an advisory lock
+ * (postgres/migrate.ts), so N processes starting at once on an empty database migrate exactly once. A migration
+ * is never edited once released: change the schema by appending one.
+ *
+ * Money columns are NUMERIC(78,0): exact integers of atto-USD up to 10^78, far past 64 bits. They travel as
+ * decimal strings to and from bigint; the database adds them only as NUMERIC (exact), never as float.
+ * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
+ */
+
+export interface Migration {
+  readonly version: number
+  readonly name: string
+  readonly sql: string
+}
+
+/**
+ * Rows of `changes` kept (the window that changes_ordered() trims on each insert: changing it takes a migration
+ * that replaces the function). A listener whose last seq is further behind may have missed some and reports
+ * one `unknown` change instead (postgres/changes.ts). Mirrors sqlite/migrations.ts CHANGES_KEPT.
+ */
+export const CHANGES_KEPT = 10_000
+
+/**
+ * Advisory lock keys (two int4: a class, then an object), scoped to the database by PostgreSQL itself. 0x5356
+ * is "SV". The migration lock is held for a whole migrate(); the changes lock for each transaction that writes
+ * a `changes` row, until its commit.
+ */
+export const LOCK_CLASS = 0x5356
+export const MIGRATION_LOCK = 1
+export const CHANGES_LOCK = 2
+
+const money = (column: string, nullable = false): string =>
+  `${column} NUMERIC(78,0) ${nullable ? '' : 'NOT NULL DEFAULT 0 '}CHECK (${column} >= 0)`
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'accounts, keys, ledger, changes and jobs',
+    sql: `
+      CREATE TABLE accounts (
+        id          text PRIMARY KEY CHECK (id ~ '^0x[0-9a-f]{40}$'),
+        rate_limit  integer CHECK (rate_limit IS NULL OR rate_limit > 0),
+        -- Running totals of the journal, updated in the same transaction as each entry (postgres/ledger.ts).
+        ${money('deposited')},
+        ${money('credited')},
+        ${money('spent')},
+        created_at  bigint NOT NULL
+      );
+
+      CREATE TABLE api_keys (
+        id                 text PRIMARY KEY,
+        account_id         text NOT NULL REFERENCES accounts(id),
+        hash               text NOT NULL UNIQUE,
+        preview            text NOT NULL,
+        name               text NOT NULL,
+        trust_mode         text CHECK (trust_mode IN ('standard', 'verified', 'private')),
+        revoked_at         bigint,
+        ${money('credit_limit', true)},
+        reset_period       text NOT NULL DEFAULT 'never' CHECK (reset_period IN ('never', 'daily', 'weekly', 'monthly')),
+        expires_at         bigint,
+        allowed_models     text[] CHECK (cardinality(allowed_models) > 0),     -- NULL = unrestricted
+        allowed_providers  text[] CHECK (cardinality(allowed_providers) > 0),  -- NULL = unrestricted
+        created_at         bigint NOT NULL,
+        ord                bigint GENERATED ALWAYS AS IDENTITY  -- creation order among equal created_at
+      );
+      CREATE INDEX api_keys_by_account ON api_keys (account_id, created_at, ord);
+
+      CREATE TABLE mgmt_keys (
+        id              text PRIMARY KEY,
+        account_id      text NOT NULL REFERENCES accounts(id),
+        hash            text NOT NULL UNIQUE,
+        preview         text NOT NULL,
+        name            text NOT NULL,
+        scopes          text[] NOT NULL,
+        revoked_at      bigint,
+        created_at      bigint NOT NULL,
+        last_used_at    bigint,
+        last_source_ip  text,
+        ord             bigint GENERATED ALWAYS AS IDENTITY
+      );
+      CREATE INDEX mgmt_keys_by_account ON mgmt_keys (account_id, created_at, ord);
+
+      -- The ledger: append-only. A charge is one row carrying its usage, and a request is billed at most once.
+      CREATE TABLE journal (
+        seq                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        account_id         text NOT NULL REFERENCES accounts(id),
+        kind               text NOT NULL CHECK (kind IN ('deposit', 'credit', 'charge')),
+        amount             NUMERIC(78,0) NOT NULL CHECK (amount >= 0),
+        request_id         text CHECK ((kind = 'charge') = (request_id IS NOT NULL)),
+        key_id             text,
+        memo               text NOT NULL DEFAULT '',
+        created_at         bigint NOT NULL,
+        -- Charges only (NULL on deposits and credits).
+        model              text CHECK ((kind = 'charge') = (model IS NOT NULL)),
+        provider           text,
+        prompt_tokens      bigint,
+        completion_tokens  bigint,
+        images             bigint,
+        audio_ms           bigint
+      );
+      CREATE UNIQUE INDEX journal_charge_per_request ON journal (request_id) WHERE kind = 'charge';
+      -- Deposits and credits by account; an account's charges are an audit read that scans (no request path),
+      -- and each charge writes one index entry fewer.
+      CREATE INDEX journal_funds_by_account ON journal (account_id, seq) WHERE kind <> 'charge';
+      CREATE FUNCTION journal_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        RAISE EXCEPTION 'journal is append-only';
+      END $$;
+      CREATE TRIGGER journal_no_change BEFORE UPDATE OR DELETE ON journal
+        FOR EACH ROW EXECUTE FUNCTION journal_append_only();
+      CREATE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
+        FOR EACH STATEMENT EXECUTE FUNCTION journal_append_only();
+
+      -- Daily roll-up of the charges per (account, day, model, key): what usage stats and key spend read. Added
+      -- to in the charge's own transaction (postgres/ledger.ts), under the account's row lock.
+      CREATE TABLE usage_daily (
+        account_id         text NOT NULL,
+        day                text COLLATE "C" NOT NULL,  -- UTC, YYYY-MM-DD: compared byte-wise, whatever the collation
+        model              text NOT NULL,
+        key_id             text NOT NULL,
+        requests           bigint NOT NULL,
+        prompt_tokens      bigint NOT NULL,
+        completion_tokens  bigint NOT NULL,
+        images             bigint NOT NULL,
+        audio_ms           bigint NOT NULL,
+        ${money('cost')},
+        PRIMARY KEY (account_id, day, model, key_id)
+      );
+      CREATE INDEX usage_daily_by_key ON usage_daily (key_id, day);
+
+      -- What each write to accounts, keys and funds changed, for the caches of other processes (postgres/changes.ts).
+      -- Charges never write here. origin names the store handle that wrote the row (its own feed leaves it out).
+      CREATE TABLE changes (
+        seq         bigint PRIMARY KEY,
+        kind        text NOT NULL CHECK (kind IN ('account', 'key', 'funds')),
+        account_id  text NOT NULL,
+        key_id      text,
+        origin      text
+      );
+      CREATE SEQUENCE changes_seq;
+      -- Seqs are handed out in commit order: the transaction-scoped advisory lock, taken before the seq and held
+      -- until COMMIT, means no transaction can take a higher seq and commit while a lower one is still open. A
+      -- reader that has seen seq N has therefore seen every committed seq below N (a rolled-back one leaves a
+      -- harmless gap), and "WHERE seq > last" never skips a row. Writes here are rare (keys, funds, accounts).
+      -- Each insert also trims the table to its newest ${CHANGES_KEPT} rows and wakes the listeners
+      -- (NOTIFY is sent at COMMIT, and never for a transaction rolled back).
+      CREATE FUNCTION changes_ordered() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_advisory_xact_lock(${LOCK_CLASS}, ${CHANGES_LOCK});
+        NEW.seq := nextval('changes_seq');
+        DELETE FROM changes WHERE seq <= NEW.seq - ${CHANGES_KEPT};
+        PERFORM pg_notify('svc_changes', NEW.seq::text);
+        RETURN NEW;
+      END $$;
+      CREATE TRIGGER changes_ordered BEFORE INSERT ON changes FOR EACH ROW EXECUTE FUNCTION changes_ordered();
+
+      -- Async image jobs (src/store/jobs.ts). A job's charge is a journal row under the job's id, so "billed" is
+      -- the journal's to say (jobCharged). owner: the replica that runs it (null: none named); another replica
+      -- takes it over once that one is no longer live (claimUnfinished).
+      CREATE TABLE jobs (
+        id                 text PRIMARY KEY,
+        account_id         text NOT NULL,
+        key_id             text,
+        surface            text NOT NULL,
+        model              text NOT NULL,
+        provider_address   text NOT NULL,
+        params             text NOT NULL,
+        body               bytea,
+        body_path          text,
+        status             text NOT NULL CHECK (status IN ('pending', 'processing', 'completed', 'failed')),
+        provider           text,
+        result             text,
+        trace              text,
+        error              text,
+        res_key            text NOT NULL DEFAULT '',
+        owner              text,
+        created_at         bigint NOT NULL,
+        updated_at         bigint NOT NULL,
+        ord                bigint GENERATED ALWAYS AS IDENTITY
+      );
+      CREATE INDEX jobs_unfinished ON jobs (created_at, ord) WHERE status IN ('pending', 'processing');
+      CREATE INDEX jobs_ended ON jobs (updated_at) WHERE status IN ('completed', 'failed');
+    `,
+  },
+]

@@ -1,0 +1,322 @@
+/**
+ * The PostgreSQL store: the Store contract on a real PostgreSQL (a second open in one subtest is a second pool
+ * on the same database, as another replica), then what only PostgreSQL has: migrations under a lock with N
+ * processes opening at once, money past 64 bits as NUMERIC, the change listener losing its connection and
+ * catching up, a frozen server answered by errors within the deadline, and recovery after a restart.
+ */
+import t from 'tap'
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
+import { parseUsd } from '../../src/billing/money.js'
+import { SchemaTooNewError, StoreConflictError, StoreUnavailableError, type Charge, type NewApiKey, type StoreChange } from '../../src/store/store.js'
+import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from '../../src/store/postgres/postgres-store.js'
+import { MIGRATIONS } from '../../src/store/postgres/migrations.js'
+import { startPostgres } from '../helpers/postgres.js'
+import { eventually } from '../helpers/wait.js'
+import { storeContract, type Test } from './contract.js'
+
+const A = '0x' + 'a'.repeat(40)
+const B = '0x' + 'b'.repeat(40)
+const T0 = Date.UTC(2025, 0, 15, 12)
+const usd = (text: string): bigint => parseUsd(text)!
+
+const server = await startPostgres(t)
+
+/** One database per subtest: a second open in the same subtest is a second handle on it. */
+const databases = new WeakMap<Test, Promise<string>>()
+function databaseOf(t: Test): Promise<string> {
+  let url = databases.get(t)
+  if (url === undefined) databases.set(t, (url = server.newDatabase()))
+  return url
+}
+
+async function open(t: Test, options: Partial<PostgresStoreOptions> = {}): Promise<PostgresStore> {
+  const store = await openPostgresStore({ url: await databaseOf(t), changeHeartbeatMs: 100, ...options })
+  t.teardown(() => store.close())
+  return store
+}
+
+/** A plain client on `url` for what the test checks behind the store's back. */
+async function sql(url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000 })
+  client.on('error', () => {})
+  await client.connect()
+  try {
+    return await client.query(text, values)
+  } finally {
+    await client.end().catch(() => {})
+  }
+}
+
+function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
+  const secret = newSecret('sk-')
+  return {
+    id: randomUUID(),
+    accountId,
+    hash: hashSecret(secret),
+    preview: previewOf(secret),
+    name: 'ci',
+    trustMode: null,
+    creditLimit: null,
+    resetPeriod: 'never',
+    expiresAt: null,
+    allowedModels: null,
+    allowedProviders: null,
+    createdAt: T0,
+    ...overrides,
+  }
+}
+
+function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {}): Charge {
+  return {
+    requestId: 'req_' + randomUUID(),
+    accountId,
+    keyId,
+    model: 'm1',
+    provider: '0x' + '1'.repeat(40),
+    at: T0,
+    promptTokens: 10,
+    completionTokens: 20,
+    images: 0,
+    audioMs: 0,
+    cost: usd('0.000021'),
+    ...overrides,
+  }
+}
+
+t.test('contract: PostgreSQL', async (t) => {
+  storeContract(t, (t: Test) => open(t), { shared: true })
+})
+
+t.test('migrations: five processes opening an empty database at once all come up on one schema', async (t) => {
+  const url = await server.newDatabase()
+  const stores = await Promise.all(Array.from({ length: 5 }, () => openPostgresStore({ url })))
+  t.teardown(() => Promise.all(stores.map((s) => s.close())))
+  const versions = await sql(url, 'SELECT version FROM schema_migrations ORDER BY version')
+  t.strictSame(versions.rows.map((r) => r.version), MIGRATIONS.map((m) => m.version), 'each migration applied once')
+  await stores[0]!.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  for (const store of stores) t.equal((await store.ledger.totals(A)).deposited, usd('1'), 'every handle works on it')
+})
+
+t.test('migrations: a schema newer than the code is refused, and the database is left as it is', async (t) => {
+  const url = await server.newDatabase()
+  await (await openPostgresStore({ url })).close()
+  await sql(url, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'from the future', 0)")
+  await t.rejects(openPostgresStore({ url }), SchemaTooNewError)
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM schema_migrations')).rows[0].n, MIGRATIONS.length + 1)
+})
+
+t.test('money: NUMERIC columns only, sums past 64 bits exact, never a float column', async (t) => {
+  const store = await open(t)
+  const url = await databaseOf(t)
+  const floats = await sql(url, "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' AND data_type IN ('real', 'double precision')")
+  t.strictSame(floats.rows, [], 'no floating-point column')
+  const money = await sql(url, "SELECT table_name || '.' || column_name AS c, data_type, numeric_scale FROM information_schema.columns WHERE table_schema = 'public' AND column_name IN ('deposited', 'credited', 'spent', 'amount', 'cost', 'credit_limit') ORDER BY 1")
+  for (const row of money.rows) t.same([row.data_type, row.numeric_scale], ['numeric', 0], `${row.c} is an exact integer`)
+
+  // ~1.2e29 atto-USD: far past 2^64 (1.8e19) and past a double's 2^53 exactness.
+  const big = usd('123456789012.000000000000000001')
+  await store.ledger.addFunds(A, 'deposit', big, '', T0)
+  await store.ledger.addFunds(A, 'deposit', big, '', T0)
+  const key = await store.keys.createApiKey(apiKey(A, { creditLimit: big * 3n + 7n }))
+  const batch = Array.from({ length: 3 }, () => charge(A, key.id, { cost: big / 2n + 1n }))
+  for (const outcome of await store.ledger.recordCharges(batch)) t.notOk(outcome instanceof Error)
+  t.strictSame(await store.ledger.totals(A), { deposited: big * 2n, credited: 0n, spent: (big / 2n + 1n) * 3n })
+  t.equal((await store.keys.getApiKey(A, key.id))?.creditLimit, big * 3n + 7n)
+  t.strictSame(await store.ledger.spendByKey(A, null), new Map([[key.id, (big / 2n + 1n) * 3n]]))
+  t.equal((await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' }))[0]?.cost, (big / 2n + 1n) * 3n)
+})
+
+t.test('the journal is append-only, and a charge writes no change row', async (t) => {
+  const store = await open(t)
+  const url = await databaseOf(t)
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  const changesBefore = (await sql(url, 'SELECT count(*)::int AS n FROM changes')).rows[0].n
+  await store.ledger.recordCharges([charge(A, key.id), charge(A, key.id)])
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM changes')).rows[0].n, changesBefore, 'charges are not changes')
+  await t.rejects(sql(url, 'UPDATE journal SET amount = 0'), /append-only/)
+  await t.rejects(sql(url, 'DELETE FROM journal'), /append-only/)
+  await t.rejects(sql(url, 'TRUNCATE journal'), /append-only/)
+})
+
+t.test('group commit from two replicas at once over the same accounts: no deadlock, no lost update, billed once', async (t) => {
+  const one = await open(t)
+  const two = await open(t)
+  await one.ledger.addFunds(A, 'deposit', usd('100'), '', T0)
+  await one.ledger.addFunds(B, 'deposit', usd('100'), '', T0)
+  const ka = await one.keys.createApiKey(apiKey(A))
+  const kb = await one.keys.createApiKey(apiKey(B))
+  // Each batch bills both accounts, in opposite orders on the two replicas; some request ids go to both.
+  const shared = Array.from({ length: 20 }, () => 'req_' + randomUUID())
+  const batches = (first: string, firstKey: string, second: string, secondKey: string) =>
+    Array.from({ length: 20 }, (_, i) => [
+      charge(first, firstKey, { cost: 1n }),
+      charge(second, secondKey, { cost: 2n }),
+      charge(A, ka.id, { requestId: shared[i]!, cost: 4n }),
+    ])
+  const results = await Promise.all([
+    ...batches(A, ka.id, B, kb.id).map((b) => one.ledger.recordCharges(b)),
+    ...batches(B, kb.id, A, ka.id).map((b) => two.ledger.recordCharges(b)),
+  ])
+  const outcomes = results.flat()
+  const conflicts = outcomes.filter((o) => o instanceof StoreConflictError).length
+  t.equal(outcomes.filter((o) => o instanceof Error && !(o instanceof StoreConflictError)).length, 0, 'no other failure')
+  t.equal(conflicts, 20, 'each shared request billed by exactly one replica')
+  // A: 20 × 1 + 20 × 2 from the two sides, plus 20 shared × 4; B: 20 × 2 + 20 × 1.
+  t.equal((await two.ledger.totals(A)).spent, 20n + 40n + 80n)
+  t.equal((await two.ledger.totals(B)).spent, 40n + 20n)
+  const usage = await one.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
+  t.equal(usage[0]?.requests, 60, 'the roll-up counts each billed request once')
+  t.equal(usage[0]?.cost, 140n)
+})
+
+t.test('jobs: a replica owns the jobs it creates; another takes over only those with no live owner, each once', async (t) => {
+  const r1 = await open(t, { replicaId: 'r1' })
+  const r2 = await open(t, { replicaId: 'r2' })
+  const r3 = await open(t, { replicaId: 'r3' })
+  const job = (createdAt: number) => ({
+    id: randomUUID(),
+    accountId: A,
+    keyId: null,
+    surface: 'images',
+    model: 'img',
+    providerAddress: B,
+    params: '{}',
+    body: null,
+    bodyPath: null,
+    createdAt,
+  })
+  const jobs = [job(T0 + 2), job(T0), job(T0 + 1)]
+  for (const j of jobs) await r1.jobs.createJob(j)
+  t.equal((await r2.jobs.getJob(jobs[0]!.id))?.owner, 'r1')
+  t.strictSame(await r2.jobs.claimUnfinished('r2', ['r1', 'r2']), [], 'a live owner keeps its jobs')
+  const ended = jobs[2]!
+  await r1.jobs.finishJob(ended.id, { status: 'completed', provider: B, result: '{}', trace: null, error: null, resKey: '', at: T0 + 5 })
+  const taken = await r2.jobs.claimUnfinished('r2', ['r2'])
+  t.strictSame(taken.map((j) => [j.id, j.owner]), [[jobs[1]!.id, 'r2'], [jobs[0]!.id, 'r2']], "r1's unfinished jobs, oldest first")
+  t.equal((await r1.jobs.getJob(ended.id))?.owner, 'r1', 'an ended job is never taken')
+
+  // Two replicas claiming at once split the orphans between them: each exactly once.
+  const orphans = Array.from({ length: 30 }, (_, i) => job(T0 + 10 + i))
+  for (const j of orphans) await r1.jobs.createJob(j)
+  const [byTwo, byThree] = await Promise.all([r2.jobs.claimUnfinished('r2', ['r2', 'r3']), r3.jobs.claimUnfinished('r3', ['r2', 'r3'])])
+  const ids = [...byTwo!, ...byThree!].map((j) => j.id).sort()
+  t.strictSame(ids, orphans.map((j) => j.id).sort(), 'every orphan taken once, by one of them')
+})
+
+/** The backend pid of the store's change listener, found by its application name. */
+async function listenerPids(url: string): Promise<number[]> {
+  const db = new URL(url).pathname.slice(1)
+  const { rows } = await sql(url, "SELECT pid FROM pg_stat_activity WHERE application_name = 'svc-router changes' AND datname = $1", [db])
+  return rows.map((r) => r.pid as number)
+}
+
+t.test('changes: a listener that loses its connection goes not current, reconnects, catches up and reports unknown', async (t) => {
+  const store = await open(t)
+  const other = await open(t)
+  const url = await databaseOf(t)
+  const heard: StoreChange[] = []
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.equal(store.changes.current, false, 'not current before it has connected')
+  t.ok(await eventually(() => store.changes.current), 'current once connected')
+  const key = apiKey(A)
+  await other.accounts.ensureAccount(A, T0)
+  await other.keys.createApiKey(key)
+  t.ok(await eventually(() => heard.some((c) => c.kind === 'key')), 'a change heard while connected')
+  t.ok(store.changes.lastSeq >= other.changes.ownSeq && other.changes.ownSeq > 0, 'lastSeq reached the writer\'s ownSeq')
+  t.equal(store.changes.ownSeq, 0, 'this handle wrote nothing')
+
+  // Watch `current` on every turn of the loop: the gap between the drop and the reconnect is short.
+  let wentStale = false
+  const watch = setInterval(() => {
+    if (!store.changes.current) wentStale = true
+  }, 1)
+  t.teardown(() => clearInterval(watch))
+  heard.length = 0
+  const [pid] = await listenerPids(url)
+  t.ok(pid, 'the listener has its own connection')
+  await sql(url, 'SELECT pg_terminate_backend($1)', [pid])
+  t.ok(await eventually(() => wentStale), 'not current once its connection is gone')
+  // Written while (or around when) the listener was away: whatever it caught up on, it reports `unknown`.
+  await other.keys.revokeApiKey(A, key.id, T0 + 1)
+  t.ok(await eventually(() => heard.some((c) => c.kind === 'unknown')), 'one unknown change once caught up')
+  t.ok(await eventually(() => store.changes.current), 'current again')
+  t.ok(await eventually(() => store.changes.lastSeq >= other.changes.ownSeq), 'caught up past the revocation')
+  t.not((await listenerPids(url))[0], pid, 'on a new connection')
+  clearInterval(watch)
+
+  heard.length = 0
+  await other.accounts.setAccountRateLimit(A, 9)
+  t.ok(await eventually(() => heard.some((c) => c.kind === 'account')), 'changes are reported one by one again')
+  t.strictSame(heard, [{ kind: 'account', accountId: A }])
+})
+
+const notControllable = server.controllable ? false : 'SVC_TEST_PG_URL names an outside server: it cannot be frozen or restarted here'
+
+/** Resolves true once `call` succeeds (the server is back and the pool has reconnected). */
+const answers = (call: () => Promise<unknown>) =>
+  eventually(
+    () =>
+      call().then(
+        () => true,
+        () => false,
+      ),
+    30_000,
+    50,
+  )
+
+t.test('a frozen server: calls fail with StoreUnavailableError at their deadline, nothing half-written, all works after', { skip: notControllable }, async (t) => {
+  const store = await open(t, { queryTimeoutMs: 500, connectTimeoutMs: 500 })
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  const heard: StoreChange[] = []
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+
+  server.pause()
+  t.teardown(() => server.resume())
+  const frozen = charge(A, key.id, { cost: 5n })
+  await t.rejects(store.ledger.recordCharges([frozen]), StoreUnavailableError, 'a batch of charges')
+  await t.rejects(store.accounts.getAccount(A), StoreUnavailableError, 'a read')
+  await t.rejects(store.keys.findCredential(key.hash), StoreUnavailableError, 'a credential lookup')
+  await t.rejects(store.keys.revokeApiKey(A, key.id, T0), StoreUnavailableError, 'a key write')
+  t.ok(await eventually(() => !store.changes.current), 'the change feed is not current while the server does not answer')
+  server.resume()
+
+  t.ok(await answers(() => store.accounts.getAccount(A)), 'the same handle answers again')
+  t.equal((await store.ledger.totals(A)).spent, 0n, 'the charge that got no answer was not billed')
+  const [again] = await store.ledger.recordCharges([frozen])
+  t.notOk(again instanceof Error, 'so it can be billed now, once')
+  t.equal((await store.ledger.totals(A)).spent, 5n)
+  t.equal((await store.keys.getApiKey(A, key.id))?.revoked, false, 'the revocation that failed did not happen')
+  t.ok(await eventually(() => store.changes.current), 'current again')
+  t.ok(heard.some((c) => c.kind === 'unknown'), 'and it reported that it may have missed changes')
+})
+
+t.test('a crash and restart of PostgreSQL: what committed is kept, the same handles serve again by themselves', { skip: notControllable }, async (t) => {
+  const store = await open(t, { queryTimeoutMs: 1_000, connectTimeoutMs: 1_000 })
+  const other = await open(t, { queryTimeoutMs: 1_000, connectTimeoutMs: 1_000 })
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  const billed = charge(A, key.id, { cost: 7n })
+  await store.ledger.recordCharge(billed)
+  const heard: StoreChange[] = []
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+
+  await server.kill()
+  await t.rejects(store.ledger.totals(A), StoreUnavailableError, 'down: a clear error')
+  t.ok(await eventually(() => !store.changes.current), 'not current while down')
+  await server.start()
+
+  t.ok(await answers(() => store.ledger.totals(A)), 'up again without a new handle')
+  t.strictSame(await store.ledger.totals(A), { deposited: usd('1'), credited: 0n, spent: 7n }, 'the committed charge survived the crash')
+  await t.rejects(store.ledger.recordCharge(billed), StoreConflictError, 'and is never billed twice')
+  t.ok(await eventually(() => store.changes.current), 'the feed is current again')
+  t.ok(heard.some((c) => c.kind === 'unknown'), 'after reporting that it may have missed changes')
+  heard.length = 0
+  await other.keys.revokeApiKey(A, key.id, T0 + 1)
+  t.ok(await eventually(() => heard.some((c) => c.kind === 'key')), 'and hears changes one by one again')
+})
