@@ -123,5 +123,9 @@ export function renderError(err: RouterError, requestId: string, trace?: Record<
 /** Any thrown value as a RouterError: unknown failures become a 500 without leaking internals. */
 export function toRouterError(err: unknown): RouterError {
   if (err instanceof RouterError) return err
+  // A networked store that is down or frozen (store.ts StoreUnavailableError; by name: errors.ts imports no store).
+  if ((err as Error | null)?.name === 'StoreUnavailableError') {
+    return new RouterError('store_unavailable', 'the database is unreachable; try again shortly')
+  }
   return new RouterError('server_error', 'internal error')
 }

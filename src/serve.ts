@@ -115,7 +115,7 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
 export async function serve(config: Config): Promise<RunningRouter> {
   setLogLevel(config.log.level, config.log.format)
   // Opened first: a store that cannot be opened (or is newer than this code) stops the start before anything runs.
-  const store = await openStore(config.store)
+  const store = await openStore(config.store, { replica: config.replicas })
   // A replica serves keys from memory only while it cannot have missed another replica's change (replicas.ts).
   const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute, trusted: store.replica?.trusted })
   // The operator CLI writes to the same store from another process: drop the cached keys it changed.

@@ -48,7 +48,6 @@ export function superviseWorkers(n: number, args: readonly string[]): Promise<nu
   function start(w: Worker): Promise<boolean> {
     return new Promise((resolve) => {
       const child = fork(script, ['serve', ...args], {
-        env: { ...process.env, SVC_WORKER_INDEX: String(w.index) },
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       })
       w.child = child

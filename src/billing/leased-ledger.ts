@@ -388,7 +388,7 @@ export class LeasedLedger implements Books {
 function storeUnavailable(err: unknown): RouterError {
   const known = toRouterError(err)
   if (known.code !== 'server_error') return known
-  return new RouterError('store_unavailable', 'the billing database is unreachable: this request cannot be reserved now')
+  return new RouterError('store_unavailable', 'the billing database could not reserve this request now; try again shortly')
 }
 
 /** One request's hold on its key's lease (the Budget the failover loop drives). */

@@ -74,9 +74,9 @@ const StoreSchema = z
     }
   })
 
-/** Redis, shared by replicas (the account's rate window, change broadcasts). */
+/** Shared, hot, never money (DESIGN.md §6): the account rate windows and the health exchange (src/coordination/). */
 const RedisSchema = z.strictObject({
-  /** redis://host:6379/0; '' = no Redis. */
+  /** redis://[user:password@]host:port/db; '' = none (rate limits per process, health not exchanged). */
   url: z
     .string()
     .refine((v) => v === '' || ((v.startsWith('redis://') || v.startsWith('rediss://')) && URL.canParse(v)), 'must be a redis:// URL, or "" for none')
@@ -185,12 +185,6 @@ const JobsSchema = z.strictObject({
   spool_dir: z.string().default(''),
 })
 
-/** Shared, hot, never money (DESIGN.md §6): the account rate windows and the health exchange (src/coordination/). */
-const RedisSchema = z.strictObject({
-  /** redis://[user:password@]host:port/db; '' = none (rate limits per process, health not exchanged). */
-  url: z.string().default(''),
-})
-
 /** Several replicas on one PostgreSQL (DESIGN.md §6; store/postgres/replicas.ts, billing/leased-ledger.ts). */
 const ReplicasSchema = z.strictObject({
   /** How often a replica tells the others it is alive and how far it applied the change feed. */
@@ -220,7 +214,6 @@ export const ConfigSchema = z.strictObject({
   ops: OpsSchema.prefault({}),
   tracing: TracingSchema.prefault({}),
   jobs: JobsSchema.prefault({}),
-  redis: RedisSchema.prefault({}),
   replicas: ReplicasSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })

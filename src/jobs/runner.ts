@@ -83,6 +83,8 @@ export interface JobRunnerOptions {
   /** Requests per minute for accounts without an override (a resumed job's principal). */
   readonly defaultRateLimit: number
   readonly now?: () => number
+  /** Among replicas: how often the jobs of replicas that died are looked for (default 2 s). */
+  readonly claimEveryMs?: number
 }
 
 interface Queued {
@@ -158,6 +160,7 @@ export class JobRunner {
   /** Queued jobs whose body is being read back from the store before they start (see #next). */
   #reading = 0
   #sweep: NodeJS.Timeout | null = null
+  #claimTimer: NodeJS.Timeout | null = null
   #closed = false
   #draining = false
   #idle: (() => void)[] = []
@@ -366,8 +369,43 @@ export class JobRunner {
    * Called once at start, before the listener opens.
    */
   async resume(): Promise<number> {
-    const jobs = await this.#o.store.jobs.unfinishedJobs()
-    if (this.#o.ownsSpoolDir === true) await this.#removeOrphans(jobs)
+    const unfinished = await this.#o.store.jobs.unfinishedJobs()
+    // Every unfinished job's upload is kept, whichever replica runs it.
+    if (this.#o.ownsSpoolDir === true) await this.#removeOrphans(unfinished)
+    const jobs = await this.#claim(unfinished)
+    await this.#resumeAll(jobs)
+    await this.sweep()
+    const replica = this.#o.store.replica
+    if (replica !== undefined && this.#o.store.jobs.claimUnfinished !== undefined) {
+      // The jobs of a replica that died are taken over once the others removed it (replicas.dead_after_ms).
+      this.#claimTimer = setInterval(() => {
+        this.#claim(null)
+          .then((claimed) => this.#resumeAll(claimed))
+          .catch((err: unknown) => log.warn('jobs: taking over the jobs of a dead replica failed', { err: String(err) }))
+      }, this.#o.claimEveryMs ?? 2_000)
+      this.#claimTimer.unref()
+    }
+    const every = Math.max(1000, Math.min(60_000, this.#o.resultTtlMs))
+    this.#sweep = setInterval(() => {
+      this.sweep().catch((err: unknown) => log.error('jobs: removing expired jobs failed', { err: String(err) }))
+    }, every)
+    this.#sweep.unref()
+    return jobs.length
+  }
+
+  /**
+   * The unfinished jobs this process runs: all of them alone on the store; among replicas, those it takes
+   * over atomically (no owner, or an owner no longer registered: claimUnfinished), so each runs once.
+   */
+  async #claim(unfinished: JobRecord[] | null): Promise<JobRecord[]> {
+    const store = this.#o.store
+    const replica = store.replica
+    if (replica === undefined || store.jobs.claimUnfinished === undefined) return unfinished ?? (await store.jobs.unfinishedJobs())
+    return store.jobs.claimUnfinished(replica.id, await replica.liveIds())
+  }
+
+  async #resumeAll(jobs: readonly JobRecord[]): Promise<void> {
+    if (this.#closed) return
     for (const job of jobs) {
       try {
         await this.#resumeOne(job)
@@ -376,13 +414,6 @@ export class JobRunner {
       }
     }
     if (jobs.length > 0) log.info('jobs: resumed unfinished jobs', { jobs: jobs.length })
-    await this.sweep()
-    const every = Math.max(1000, Math.min(60_000, this.#o.resultTtlMs))
-    this.#sweep = setInterval(() => {
-      this.sweep().catch((err: unknown) => log.error('jobs: removing expired jobs failed', { err: String(err) }))
-    }, every)
-    this.#sweep.unref()
-    return jobs.length
   }
 
   /**
@@ -560,6 +591,7 @@ export class JobRunner {
     if (this.#closed) return
     this.#closed = true
     if (this.#sweep !== null) clearInterval(this.#sweep)
+    if (this.#claimTimer !== null) clearInterval(this.#claimTimer)
     for (const q of this.#queue.splice(0)) if (q.budget.open) q.budget.release()
     const running = [...this.#running]
     this.#running.clear()

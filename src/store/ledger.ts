@@ -25,11 +25,11 @@ export interface AccountTotals {
   readonly deposited: bigint
   readonly credited: bigint
   readonly spent: bigint
-  /**
-   * What replicas hold of the account in budget leases (leases.ts), read with the rest: stores shared by
-   * replicas only. Absent: reservations live in the one process's memory (billing/ledger.ts).
-   */
-  readonly leased?: bigint
+}
+
+/** The totals with what replicas hold of the account in budget leases (leases.ts), read in one go. */
+export interface LeasedTotals extends AccountTotals {
+  readonly leased: bigint
 }
 
 /** One billed request: its journal charge and the usage it pays for. */
@@ -101,6 +101,11 @@ export interface LedgerStore {
    */
   recordCharges(charges: readonly Charge[]): Promise<(JournalEntry | Error)[]>
   totals(accountId: string): Promise<AccountTotals>
+  /**
+   * The totals and every replica's leases on the account, read together (the funds endpoint's `reserved`):
+   * stores shared by replicas only. Absent: reservations live in the one process's memory (billing/ledger.ts).
+   */
+  totalsWithLeases?(accountId: string): Promise<LeasedTotals>
   /** The journal of an account, oldest first. */
   journal(accountId: string): Promise<JournalEntry[]>
   /** Spend per key from `sinceDay` (inclusive, YYYY-MM-DD; null = all time). Keys with no spend are absent. */

@@ -7,6 +7,8 @@ import type { Store } from './store.js'
 export interface OpenStoreOptions {
   /** PostgreSQL: the replica this process is, recorded as the owner of the jobs it creates. */
   readonly replicaId?: string
+  /** PostgreSQL: open as a replica that serves (the registry, budget leases); `serve` passes config.replicas. */
+  readonly replica?: Config['replicas']
 }
 
 /** The `store:` section; the PostgreSQL keys may be left out for a SQLite store (tests build it by hand). */
@@ -24,6 +26,13 @@ export async function openStore(config: StoreConfig, options: OpenStoreOptions =
         connectTimeoutMs: config.connect_timeout_ms,
         queryTimeoutMs: config.query_timeout_ms,
         replicaId: options.replicaId ?? null,
+        ...(options.replica !== undefined && {
+          replica: {
+            heartbeatMs: options.replica.heartbeat_ms,
+            fenceMs: options.replica.fence_ms,
+            deadAfterMs: options.replica.dead_after_ms,
+          },
+        }),
       })
   }
 }

@@ -49,6 +49,8 @@ export interface ReplicaHandle {
   readonly trusted: () => boolean
   /** Replicas alive now, this one included. */
   readonly live: number
+  /** The ids of the replicas registered now (not yet removed as dead), this one included. */
+  liveIds(): Promise<string[]>
   /** Calls `listener` when this replica learns it was presumed dead and its budget leases were released. */
   onLeasesLost(listener: () => void): () => void
 }

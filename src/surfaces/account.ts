@@ -127,9 +127,11 @@ export function createAccount(deps: AccountDeps): AccountSurface {
   }
 
   async function funds({ reply, principal, headers }: ManagementStart): Promise<void> {
-    const t = await deps.store.ledger.totals(principal.accountId)
     // A store shared by replicas reports what they hold with the totals, read together (store/leases.ts).
-    const reserved = t.leased ?? (await deps.reserved(principal.accountId))
+    const ledger = deps.store.ledger
+    const leased = ledger.totalsWithLeases === undefined ? null : await ledger.totalsWithLeases(principal.accountId)
+    const t = leased ?? (await ledger.totals(principal.accountId))
+    const reserved = leased !== null ? leased.leased : await deps.reserved(principal.accountId)
     const body = {
       deposit: formatUsd(t.deposited),
       credit: formatUsd(t.credited),

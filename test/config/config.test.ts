@@ -45,7 +45,6 @@ function defaultsWithPathsIn(dir: string): Config {
     ops: { metrics: true, separate_port: false, host: '127.0.0.1', port: 9464 },
     tracing: { otlp_endpoint: '', service_name: 'svc-router' },
     jobs: { result_ttl_ms: 1800000, max_running: 32, spool_dir: '' },
-    redis: { url: '' },
     replicas: { heartbeat_ms: 500, fence_ms: 2000, dead_after_ms: 15000, lease_linger_ms: 200 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }

@@ -48,7 +48,6 @@ export interface FleetOptions {
 function startOne(t: TapLike, config: string, index: number): Promise<{ url: string; child: ChildProcess }> {
   const child = spawn(process.execPath, [CLI, 'serve', '--config', config], {
     stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, SVC_REPLICA_TEST_INDEX: String(index) },
   })
   t.teardown(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')

@@ -67,6 +67,9 @@ export class PgChanges implements ChangeFeed {
   #heartbeat: NodeJS.Timeout | null = null
   #retry: NodeJS.Timeout | null = null
   #retryMs = FIRST_RETRY_MS
+  readonly #applied = new Set<(seq: number) => void>()
+  /** How a write through this handle waits for the replicas to apply it (replicas.ts); none: it does not. */
+  #barrier: (() => Promise<void>) | null = null
 
   constructor(conn: PgConnection) {
     this.#conn = conn
@@ -91,6 +94,21 @@ export class PgChanges implements ChangeFeed {
   /** The highest `changes` seq of a change this handle wrote. */
   get ownSeq(): number {
     return this.#conn.ownSeq
+  }
+
+  /** Calls `listener` with the new last seq each time this feed has applied (reported) more changes. */
+  onApplied(listener: (seq: number) => void): () => void {
+    this.#applied.add(listener)
+    return () => this.#applied.delete(listener)
+  }
+
+  /** Makes `settled()` wait on `barrier` (the replica registry's, or the CLI's wait for the replicas). */
+  settleWith(barrier: () => Promise<void>): void {
+    this.#barrier = barrier
+  }
+
+  settled(): Promise<void> {
+    return this.#barrier === null ? Promise.resolve() : this.#barrier()
   }
 
   subscribe(listener: ChangeListener): () => void {
@@ -160,6 +178,7 @@ export class PgChanges implements ChangeFeed {
       if (this.#missed) {
         this.#missed = false
         this.#listeners.emit(UNKNOWN_CHANGE)
+        this.#advance(this.#lastSeq)
       }
     } catch (err) {
       this.#lost(client, err)
@@ -209,11 +228,14 @@ export class PgChanges implements ChangeFeed {
     const last = rows[rows.length - 1]!.seq
     // Rows up to last - CHANGES_KEPT have been trimmed: a mark further behind may have missed some.
     const trimmed = this.#lastSeq < last - CHANGES_KEPT
-    this.#lastSeq = last
     // Missed while disconnected: these rows are not the whole story; the catch-up ends with one `unknown`.
-    if (this.#missed) return
+    if (this.#missed) {
+      this.#lastSeq = last
+      return
+    }
     if (trimmed) {
       this.#listeners.emit(UNKNOWN_CHANGE)
+      this.#advance(last)
       return
     }
     const own = this.#conn.origin
@@ -226,5 +248,12 @@ export class PgChanges implements ChangeFeed {
       seen.add(id)
       this.#listeners.emit(toChange(row))
     }
+    this.#advance(last)
+  }
+
+  /** The listeners have been told everything up to `seq`: it counts as applied (the replicas' acknowledgement). */
+  #advance(seq: number): void {
+    this.#lastSeq = seq
+    for (const listener of this.#applied) listener(seq)
   }
 }

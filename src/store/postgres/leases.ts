@@ -12,15 +12,14 @@
  * names (`period_start`, epoch ms; 0 for `never`) from the journal itself whenever it differs, so a new day,
  * week or month, or a changed reset period, is always counted from the charges and never from a stale figure.
  */
-import type { Pool } from 'pg'
+import type { PgConnection } from './connection.js'
 import type { LeaseAsk, LeaseGrant, LeaseStore } from '../leases.js'
 
 export const CLUSTER_MIGRATION = `
-ALTER TABLE accounts ADD COLUMN leased NUMERIC NOT NULL DEFAULT 0 CHECK (leased >= 0);
+ALTER TABLE accounts ADD COLUMN leased NUMERIC(78,0) NOT NULL DEFAULT 0 CHECK (leased >= 0);
 ALTER TABLE api_keys ADD COLUMN period_start BIGINT NOT NULL DEFAULT -1;
-ALTER TABLE api_keys ADD COLUMN period_used NUMERIC NOT NULL DEFAULT 0;
-ALTER TABLE api_keys ADD COLUMN leased NUMERIC NOT NULL DEFAULT 0 CHECK (leased >= 0);
-CREATE INDEX journal_charges_by_key ON journal (key_id, created_at) WHERE kind = 'charge';
+ALTER TABLE api_keys ADD COLUMN period_used NUMERIC(78,0) NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN leased NUMERIC(78,0) NOT NULL DEFAULT 0 CHECK (leased >= 0);
 
 CREATE TABLE replicas (
   id TEXT PRIMARY KEY,
@@ -35,15 +34,17 @@ CREATE TABLE budget_leases (
   replica_id TEXT NOT NULL,
   key_id TEXT NOT NULL,
   account_id TEXT NOT NULL,
-  amount NUMERIC NOT NULL CHECK (amount >= 0),
+  amount NUMERIC(78,0) NOT NULL CHECK (amount >= 0),
   PRIMARY KEY (replica_id, key_id)
 );
 CREATE INDEX budget_leases_by_account ON budget_leases (account_id);
 
--- Brings the key's period_used to the period starting at ps (the caller holds the key row's lock).
+-- Brings the key's period_used to the period starting at ps (the caller holds the key row's lock), from the
+-- daily roll-up (periods start at 00:00 UTC, so whole days; it is written in each charge's own transaction).
 CREATE FUNCTION svc_key_period(k TEXT, ps BIGINT) RETURNS VOID LANGUAGE sql AS $$
   UPDATE api_keys SET period_start = ps,
-    period_used = (SELECT COALESCE(sum(amount), 0) FROM journal WHERE key_id = k AND kind = 'charge' AND created_at >= ps)
+    period_used = (SELECT COALESCE(sum(cost), 0) FROM usage_daily
+      WHERE key_id = k AND day >= to_char(to_timestamp(ps / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD'))
   WHERE id = k AND period_start <> ps;
 $$;
 
@@ -119,6 +120,17 @@ BEGIN
   RETURN true;
 END $$;
 
+-- svc_lease_pay for each charge of a batch, in the order given (the caller sorts by account, then key).
+CREATE FUNCTION svc_lease_pay_all(r TEXT, a TEXT[], k TEXT[], ps BIGINT[], cost NUMERIC[]) RETURNS BOOLEAN[]
+LANGUAGE plpgsql AS $$
+DECLARE out BOOLEAN[] := '{}';
+BEGIN
+  FOR i IN 1 .. coalesce(array_length(a, 1), 0) LOOP
+    out := out || svc_lease_pay(r, a[i], k[i], ps[i], cost[i]);
+  END LOOP;
+  RETURN out;
+END $$;
+
 -- Releases every lease whose replica is no longer registered (reaped, or gone without a goodbye).
 CREATE FUNCTION svc_release_orphan_leases() RETURNS INTEGER LANGUAGE plpgsql AS $$
 DECLARE l RECORD; n INTEGER := 0;
@@ -133,6 +145,10 @@ END $$;
 `
 
 export const LEASE_SQL = {
+  /** Leased charges of a batch (sorted by account, then key), paid inside the batch's transaction; one flag each. */
+  payAll: 'SELECT svc_lease_pay_all($1, $2::text[], $3::text[], $4::bigint[], $5::numeric[]) AS paid',
+  /** Of the given requests, those already billed (a leased charge of one is not paid again). */
+  billed: "SELECT request_id FROM journal WHERE kind = 'charge' AND request_id = ANY($1::text[])",
   acquire: 'SELECT granted, account_room, key_limit, key_used, key_leased FROM svc_lease_acquire($1, $2, $3, $4, $5, $6)',
   giveBack: 'SELECT svc_lease_return($1, $2, $3, $4)',
   leased: 'SELECT leased FROM accounts WHERE id = $1',
@@ -148,9 +164,9 @@ interface GrantRow {
 
 export class PgLeaseStore implements LeaseStore {
   readonly replicaId: string
-  readonly #pool: Pool
+  readonly #pool: PgConnection
 
-  constructor(pool: Pool, replicaId: string) {
+  constructor(pool: PgConnection, replicaId: string) {
     this.#pool = pool
     this.replicaId = replicaId
   }

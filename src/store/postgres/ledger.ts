@@ -10,10 +10,12 @@
  * roll-up. One COMMIT, flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
  */
 import { utcDay } from '../days.js'
-import type { AccountTotals, Charge, JournalEntry, JournalKind, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
+import type { AccountTotals, Charge, JournalEntry, JournalKind, LeasedTotals, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
+import { LeaseLostError } from '../leases.js'
 import { StoreConflictError } from '../store.js'
 import { ACCOUNT_SQL } from './accounts.js'
 import type { PgConnection } from './connection.js'
+import { LEASE_SQL } from './leases.js'
 
 interface JournalRow {
   seq: number
@@ -107,6 +109,8 @@ export const FUNDS_SQL = {
     )
     SELECT ${JOURNAL_COLUMNS}, (SELECT seq FROM changed) AS change_seq FROM entry`,
   totals: 'SELECT deposited, credited, spent FROM accounts WHERE id = $1',
+  /** `leased`: what replicas hold in budget leases (store/leases.ts), read in the same row as the rest. */
+  totalsWithLeases: 'SELECT deposited, credited, spent, leased FROM accounts WHERE id = $1',
   journal: `SELECT ${JOURNAL_COLUMNS} FROM journal WHERE account_id = $1 ORDER BY seq`,
   /** sum() over NUMERIC is NUMERIC: exact. */
   spendSince: 'SELECT key_id, sum(cost) AS cost FROM usage_daily WHERE account_id = $1 AND day >= $2 GROUP BY key_id',
@@ -145,11 +149,18 @@ function invalidCharge(c: Charge): RangeError | null {
   return null
 }
 
-/** What the transaction of a batch learnt: the accounts that exist, and the seq of each charge appended. */
+/**
+ * What the transaction of a batch learnt: the accounts that exist, the seq of each charge appended, and the
+ * leased charges that neither their lease nor free room could pay (not written).
+ */
 interface Appended {
   readonly known: ReadonlySet<string>
   readonly seqs: ReadonlyMap<string, number>
+  readonly unpaid: ReadonlySet<string>
 }
+
+const byAccountThenKey = (a: Charge, b: Charge): number =>
+  a.accountId < b.accountId ? -1 : a.accountId > b.accountId ? 1 : a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : 0
 
 export class PgLedger implements LedgerStore {
   readonly #conn: PgConnection
@@ -203,12 +214,13 @@ export class PgLedger implements LedgerStore {
     }
     if (valid.length === 0) return out
     const ids = [...accounts].sort()
-    const { known, seqs } = await this.#conn.transaction((client) => this.#append(client, ids, valid))
+    const { known, seqs, unpaid } = await this.#conn.transaction((client) => this.#append(client, ids, valid))
     for (let i = 0; i < charges.length; i++) {
       if (out[i] !== undefined) continue
       const c = charges[i]!
       const seq = seqs.get(c.requestId)
-      if (seq !== undefined) {
+      if (unpaid.has(c.requestId)) out[i] = new LeaseLostError(`request ${c.requestId}: its budget lease was released and the account or key has no room left for it`)
+      else if (seq !== undefined) {
         out[i] = { seq, accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
       } else if (!known.has(c.accountId)) out[i] = new Error(`no account ${c.accountId}`)
       else out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
@@ -220,11 +232,12 @@ export class PgLedger implements LedgerStore {
   async #append(client: Parameters<Parameters<PgConnection['transaction']>[0]>[0], ids: string[], valid: readonly Charge[]): Promise<Appended> {
     const locked = await client.query<{ id: string }>({ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] })
     const known = new Set(locked.rows.map((r) => r.id))
+    const unpaid = await this.#payLeased(client, known, valid)
     const n = valid.length
     const columns = Array.from({ length: 12 }, () => new Array<unknown>())
     for (let i = 0; i < n; i++) {
       const c = valid[i]!
-      if (!known.has(c.accountId)) continue
+      if (!known.has(c.accountId) || unpaid.has(c.requestId)) continue
       columns[0]!.push(c.accountId)
       columns[1]!.push(c.cost.toString())
       columns[2]!.push(c.requestId)
@@ -239,10 +252,35 @@ export class PgLedger implements LedgerStore {
       columns[11]!.push(utcDay(c.at))
     }
     const seqs = new Map<string, number>()
-    if (columns[0]!.length === 0) return { known, seqs }
+    if (columns[0]!.length === 0) return { known, seqs, unpaid }
     const { rows } = await client.query<{ seq: number; request_id: string }>({ name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns })
     for (const row of rows) seqs.set(row.request_id, row.seq)
-    return { known, seqs }
+    return { known, seqs, unpaid }
+  }
+
+  /**
+   * Pays the batch's leased charges out of this replica's leases (or free room), under the account locks just
+   * taken, before they are appended; a request already billed is not paid again (the append skips it). Returns
+   * the requests nothing could pay: they are left out of the append and fail with LeaseLostError.
+   */
+  async #payLeased(client: Parameters<Parameters<PgConnection['transaction']>[0]>[0], known: ReadonlySet<string>, valid: readonly Charge[]): Promise<Set<string>> {
+    const unpaid = new Set<string>()
+    const leased = valid.filter((c) => c.leased === true && known.has(c.accountId))
+    if (leased.length === 0) return unpaid
+    const replicaId = this.#conn.options.replicaId
+    if (replicaId === null) throw new Error('a leased charge needs the replica whose lease pays it (a store opened with a replica id)')
+    const billed = await client.query<{ request_id: string }>({ name: 'svc_billed', text: LEASE_SQL.billed, values: [leased.map((c) => c.requestId)] })
+    const already = new Set(billed.rows.map((r) => r.request_id))
+    const toPay = leased.filter((c) => !already.has(c.requestId)).sort(byAccountThenKey)
+    if (toPay.length === 0) return unpaid
+    const { rows } = await client.query<{ paid: boolean[] }>({
+      name: 'svc_lease_pay_all',
+      text: LEASE_SQL.payAll,
+      values: [replicaId, toPay.map((c) => c.accountId), toPay.map((c) => c.keyId), toPay.map((c) => c.periodStart ?? 0), toPay.map((c) => c.cost.toString())],
+    })
+    const paid = rows[0]!.paid
+    for (let i = 0; i < toPay.length; i++) if (paid[i] !== true) unpaid.add(toPay[i]!.requestId)
+    return unpaid
   }
 
   async totals(accountId: string): Promise<AccountTotals> {
@@ -250,6 +288,13 @@ export class PgLedger implements LedgerStore {
     const row = rows[0]
     if (row === undefined) return { deposited: 0n, credited: 0n, spent: 0n }
     return { deposited: BigInt(row.deposited), credited: BigInt(row.credited), spent: BigInt(row.spent) }
+  }
+
+  async totalsWithLeases(accountId: string): Promise<LeasedTotals> {
+    const { rows } = await this.#conn.query<{ deposited: string; credited: string; spent: string; leased: string }>(FUNDS_SQL.totalsWithLeases, [accountId])
+    const row = rows[0]
+    if (row === undefined) return { deposited: 0n, credited: 0n, spent: 0n, leased: 0n }
+    return { deposited: BigInt(row.deposited), credited: BigInt(row.credited), spent: BigInt(row.spent), leased: BigInt(row.leased) }
   }
 
   async journal(accountId: string): Promise<JournalEntry[]> {

@@ -8,6 +8,8 @@
  * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
  */
 
+import { CLUSTER_MIGRATION } from './leases.js'
+
 export interface Migration {
   readonly version: number
   readonly name: string
@@ -182,5 +184,10 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX jobs_unfinished ON jobs (created_at, ord) WHERE status IN ('pending', 'processing');
       CREATE INDEX jobs_ended ON jobs (updated_at) WHERE status IN ('completed', 'failed');
     `,
+  },
+  {
+    version: 2,
+    name: 'replicas: the registry, budget leases and what they lease',
+    sql: CLUSTER_MIGRATION,
   },
 ]

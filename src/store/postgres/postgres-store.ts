@@ -4,6 +4,8 @@
  * change feed on a connection of its own (changes.ts). Opening migrates the database under an advisory lock
  * (migrate.ts), so replicas started at once on an empty database all come up on one schema.
  */
+import { randomUUID } from 'node:crypto'
+import { hostname } from 'node:os'
 import pg from 'pg'
 import type { Store } from '../store.js'
 import { PgAccounts } from './accounts.js'
@@ -12,9 +14,22 @@ import { PgConnection, unavailable, type PostgresStoreOptions } from './connecti
 import { PgJobs } from './jobs.js'
 import { PgKeys } from './keys.js'
 import { PgLedger } from './ledger.js'
+import { PgLeaseStore } from './leases.js'
 import { migrate } from './migrate.js'
+import { ReplicaRegistry, replicasApplied, type ReplicaSettings } from './replicas.js'
 
 export type { PostgresStoreOptions }
+
+export interface OpenPostgresOptions extends PostgresStoreOptions {
+  /**
+   * Open as a replica that serves (serve.ts): register in the replica registry, take budget leases, and let key
+   * writes wait for the other replicas. Without it (the operator CLI) key writes still wait for the replicas.
+   */
+  readonly replica?: ReplicaSettings
+}
+
+/** How long a write through a handle that is no replica (the CLI) waits for replicas that went silent. */
+const CLI_FENCE_MS = 2_000
 
 export class PostgresStore implements Store {
   readonly accounts: PgAccounts
@@ -22,7 +37,11 @@ export class PostgresStore implements Store {
   readonly ledger: PgLedger
   readonly changes: PgChanges
   readonly jobs: PgJobs
+  /** Present when opened as a replica that serves (OpenPostgresOptions.replica). */
+  leases?: PgLeaseStore
+  replica?: ReplicaRegistry
   readonly #conn: PgConnection
+  #stopFeed: (() => void) | null = null
   #closing: Promise<void> | null = null
 
   constructor(conn: PgConnection) {
@@ -32,8 +51,23 @@ export class PostgresStore implements Store {
     this.ledger = new PgLedger(conn)
     this.changes = new PgChanges(conn)
     this.jobs = new PgJobs(conn)
+    this.changes.settleWith(() => replicasApplied(conn, null, this.changes.ownSeq, CLI_FENCE_MS))
   }
 
+  /**
+   * Joins the replicas: the change feed runs for as long as the store is open, the registry entry is made once
+   * the feed has caught up (so what it acknowledges is true), and key writes wait for the other replicas.
+   */
+  async joinReplicas(settings: ReplicaSettings, replicaId: string): Promise<void> {
+    this.#stopFeed = this.changes.subscribe(() => {})
+    const deadline = Date.now() + this.#conn.options.connectTimeoutMs * 2
+    while (!this.changes.current && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+    const registry = new ReplicaRegistry(this.#conn, this.changes, settings, replicaId)
+    await registry.start()
+    this.replica = registry
+    this.leases = new PgLeaseStore(this.#conn, replicaId)
+    this.changes.settleWith(() => registry.barrier())
+  }
   /** The pool, for what the runtime adds on the same database (leases, the readiness check). */
   get connection(): PgConnection {
     return this.#conn
@@ -41,8 +75,13 @@ export class PostgresStore implements Store {
 
   close(): Promise<void> {
     if (this.#closing === null) {
-      this.changes.close()
-      this.#closing = this.#conn.close()
+      this.#closing = (async () => {
+        // Leaves the registry first (its leases were given back by the ledger's close): the others stop waiting for it.
+        await this.replica?.close()
+        this.#stopFeed?.()
+        this.changes.close()
+        await this.#conn.close()
+      })()
     }
     return this.#closing
   }
@@ -54,8 +93,9 @@ export class PostgresStore implements Store {
  * database written by a newer svc-router, and StoreUnavailableError when it cannot be reached within the
  * connect deadline.
  */
-export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
-  const conn = new PgConnection(options)
+export async function openPostgresStore(options: OpenPostgresOptions): Promise<PostgresStore> {
+  const replicaId = options.replica === undefined ? (options.replicaId ?? null) : (options.replicaId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`)
+  const conn = new PgConnection({ ...options, replicaId })
   const migrator = new pg.Client(conn.clientConfig('svc-router migrate', conn.options.migrationTimeoutMs))
   migrator.on('error', () => {})
   try {
@@ -67,5 +107,14 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   } finally {
     await migrator.end().catch(() => {})
   }
-  return new PostgresStore(conn)
+  const store = new PostgresStore(conn)
+  if (options.replica !== undefined) {
+    try {
+      await store.joinReplicas(options.replica, replicaId!)
+    } catch (err) {
+      await store.close()
+      throw unavailable(err)
+    }
+  }
+  return store
 }

@@ -15,10 +15,9 @@
  * budget leases go back to the accounts and keys in the same transaction (leases.ts), so a SIGKILL strands
  * no money for longer than that.
  */
-import { randomUUID } from 'node:crypto'
-import { hostname } from 'node:os'
-import type { Pool } from 'pg'
+import type { PgConnection } from './connection.js'
 import { log } from '../../log.js'
+import { StoreUnavailableError } from '../store.js'
 
 /** The change feed as the registry needs it (the PostgreSQL feed provides it: changes.ts). */
 export interface TrackedFeed {
@@ -47,7 +46,7 @@ export const REPLICA_SQL = {
   /** The row is gone when another replica reaped this one (it was silent too long): rowCount 0 says so. */
   heartbeat: `UPDATE replicas SET heartbeat_at = now(), applied_seq = GREATEST(applied_seq, $2), trusting = $3 WHERE id = $1`,
   /** The feed's head, read after the heartbeat that claimed trust committed. */
-  head: `SELECT COALESCE(max(seq), 0)::bigint AS head FROM store_changes`,
+  head: `SELECT COALESCE(max(seq), 0)::bigint AS head FROM changes`,
   ack: `UPDATE replicas SET applied_seq = GREATEST(applied_seq, $2) WHERE id = $1`,
   /** Replicas a writer must still wait for: they trust their cache, are not silent, and have not applied `seq`. */
   lagging: `SELECT count(*)::int AS n FROM replicas
@@ -58,11 +57,30 @@ export const REPLICA_SQL = {
       SELECT id FROM dead`,
   releaseOrphans: `SELECT svc_release_orphan_leases() AS released`,
   unregister: `DELETE FROM replicas WHERE id = $1`,
+  ids: `SELECT id FROM replicas`,
 } as const
+
+/**
+ * Resolves once every replica but `selfId` that trusts its cache has applied change `seq` or stopped trusting
+ * (said so, or silent past `fenceMs`). Rejects when that is not known within twice the fence: the database
+ * is unreachable, or a replica keeps heartbeating without applying (it then stops trusting by itself).
+ */
+export async function replicasApplied(pool: PgConnection, selfId: string | null, seq: number, fenceMs: number): Promise<void> {
+  if (seq <= 0) return
+  const deadline = performance.now() + 2 * fenceMs + 1_000
+  let wait = 2
+  for (;;) {
+    const { rows } = await pool.query<{ n: number }>(REPLICA_SQL.lagging, [selfId ?? '', seq, fenceMs])
+    if (rows[0]!.n === 0) return
+    if (performance.now() > deadline) throw new StoreUnavailableError(`${rows[0]!.n} replica(s) did not confirm change ${seq} in time`)
+    await new Promise((resolve) => setTimeout(resolve, wait))
+    wait = Math.min(wait * 2, 50)
+  }
+}
 
 export class ReplicaRegistry {
   readonly id: string
-  readonly #pool: Pool
+  readonly #pool: PgConnection
   readonly #feed: TrackedFeed
   readonly #s: ReplicaSettings
   #timer: NodeJS.Timeout | null = null
@@ -79,7 +97,7 @@ export class ReplicaRegistry {
   readonly #lostListeners = new Set<() => void>()
   #closed = false
 
-  constructor(pool: Pool, feed: TrackedFeed, settings: ReplicaSettings, id = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`) {
+  constructor(pool: PgConnection, feed: TrackedFeed, settings: ReplicaSettings, id: string) {
     this.id = id
     this.#pool = pool
     this.#feed = feed
@@ -92,6 +110,11 @@ export class ReplicaRegistry {
   /** Replicas heartbeating now (this one included; 1 until known): the rate limit's share when Redis is down. */
   get live(): number {
     return this.#live
+  }
+
+  async liveIds(): Promise<string[]> {
+    const { rows } = await this.#pool.query<{ id: string }>(REPLICA_SQL.ids)
+    return rows.map((r) => r.id)
   }
 
   /** Calls `listener` when this replica learns it was presumed dead and its leases were released. */
@@ -116,18 +139,8 @@ export class ReplicaRegistry {
    * (or stopped trusting). Rejects when that cannot be known in time (the database is unreachable): the caller
    * answers 503, and the write, which did commit, is safe to repeat.
    */
-  async barrier(): Promise<void> {
-    const seq = this.#feed.ownSeq
-    if (seq <= 0) return
-    const deadline = performance.now() + 2 * this.#s.fenceMs + 1_000
-    let wait = 2
-    for (;;) {
-      const { rows } = await this.#pool.query<{ n: number }>(REPLICA_SQL.lagging, [this.id, seq, this.#s.fenceMs])
-      if (rows[0]!.n === 0) return
-      if (performance.now() > deadline) throw new Error(`${rows[0]!.n} replica(s) did not confirm change ${seq} in time`)
-      await new Promise((resolve) => setTimeout(resolve, wait))
-      wait = Math.min(wait * 2, 50)
-    }
+  barrier(): Promise<void> {
+    return replicasApplied(this.#pool, this.id, this.#feed.ownSeq, this.#s.fenceMs)
   }
 
   async #beat(): Promise<void> {
