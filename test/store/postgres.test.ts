@@ -320,3 +320,92 @@ t.test('a crash and restart of PostgreSQL: what committed is kept, the same hand
   await other.keys.revokeApiKey(A, key.id, T0 + 1)
   t.ok(await eventually(() => heard.some((c) => c.kind === 'key')), 'and hears changes one by one again')
 })
+
+t.test('changes: concurrent writers on two handles, every change heard by a third, none skipped', async (t) => {
+  const one = await open(t)
+  const two = await open(t)
+  const reader = await open(t)
+  const heard = new Set<string>()
+  t.teardown(reader.changes.subscribe((c) => c.kind === 'key' && heard.add(c.keyId)))
+  t.ok(await eventually(() => reader.changes.current))
+  await one.accounts.ensureAccount(A, T0)
+  // Seqs are taken in one order and commits land in another unless the trigger serialises them: a reader that
+  // moved its mark past a later seq would then never see an earlier one committed after it.
+  const keys = Array.from({ length: 60 }, () => apiKey(A))
+  await Promise.all(keys.map((k, i) => (i % 2 === 0 ? one : two).keys.createApiKey(k)))
+  t.ok(await eventually(() => heard.size === keys.length), `all ${keys.length} heard (${heard.size})`)
+  t.equal(reader.changes.lastSeq, Math.max(one.changes.ownSeq, two.changes.ownSeq), 'its mark is the last seq written')
+})
+
+t.test('changes: a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {
+  const store = await open(t)
+  const url = await databaseOf(t)
+  const heard: StoreChange[] = []
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+  // One transaction of more changes than are kept: the rows before the last CHANGES_KEPT are gone when it commits.
+  await sql(url, "INSERT INTO changes (kind, account_id) SELECT 'account', '0x' || lpad(to_hex(n), 40, '0') FROM generate_series(1, 10050) n")
+  t.ok(await eventually(() => heard.length > 0))
+  t.strictSame(heard, [{ kind: 'unknown' }], 'one unknown, not a partial list')
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM changes')).rows[0].n, 10_000, 'CHANGES_KEPT rows kept')
+})
+
+t.test('ensureAccount from many handles at once: one account, one change, the same record everywhere', async (t) => {
+  const stores = [await open(t), await open(t), await open(t)]
+  const url = await databaseOf(t)
+  const records = await Promise.all(Array.from({ length: 30 }, (_, i) => stores[i % 3]!.accounts.ensureAccount(A, T0 + i)))
+  t.equal(new Set(records.map((r) => r.createdAt)).size, 1, 'every caller got the one account')
+  t.equal((await sql(url, "SELECT count(*)::int AS n FROM changes WHERE kind = 'account'")).rows[0].n, 1, 'created once')
+})
+
+t.test('key updates of different fields from two handles at once both land', async (t) => {
+  const one = await open(t)
+  const two = await open(t)
+  await one.accounts.ensureAccount(A, T0)
+  const key = await one.keys.createApiKey(apiKey(A))
+  for (let i = 0; i < 10; i++) {
+    await Promise.all([
+      one.keys.updateApiKey(A, key.id, { name: `name ${i}` }),
+      two.keys.updateApiKey(A, key.id, { creditLimit: BigInt(i + 1) }),
+    ])
+    const now = await one.keys.getApiKey(A, key.id)
+    t.strictSame([now?.name, now?.creditLimit], [`name ${i}`, BigInt(i + 1)])
+  }
+})
+
+t.test('a batch of 2,000 charges is one transaction, billed exactly', async (t) => {
+  const store = await open(t)
+  await store.ledger.addFunds(A, 'deposit', usd('1000'), '', T0)
+  await store.ledger.addFunds(B, 'deposit', usd('1000'), '', T0)
+  const ka = await store.keys.createApiKey(apiKey(A))
+  const kb = await store.keys.createApiKey(apiKey(B))
+  const batch = Array.from({ length: 2000 }, (_, i) => (i % 3 === 0 ? charge(B, kb.id, { cost: 3n, at: T0 + (i % 2) * 86_400_000 }) : charge(A, ka.id, { cost: 2n, model: `m${i % 4}` })))
+  const out = await store.ledger.recordCharges(batch)
+  t.equal(out.filter((o) => o instanceof Error).length, 0)
+  const seqs = out.map((o) => (o as { seq: number }).seq)
+  t.ok(seqs.every((s, i) => i === 0 || s > seqs[i - 1]!), 'seqs follow the batch order')
+  const nB = batch.filter((c) => c.accountId === B).length
+  t.equal((await store.ledger.totals(A)).spent, BigInt(2000 - nB) * 2n)
+  t.equal((await store.ledger.totals(B)).spent, BigInt(nB) * 3n)
+  const usage = await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' })
+  t.equal(usage.reduce((n, r) => n + r.requests, 0), 2000 - nB)
+  t.strictSame(usage.map((r) => r.model), ['m1', 'm2', 'm3', 'm0'].sort())
+})
+
+t.test('a batch that waits past the deadline on an account another transaction holds fails whole, writing nothing', async (t) => {
+  const store = await open(t, { queryTimeoutMs: 300 })
+  const url = await databaseOf(t)
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  const holder = new pg.Client({ connectionString: url })
+  holder.on('error', () => {})
+  await holder.connect()
+  t.teardown(() => holder.end().catch(() => {}))
+  await holder.query('BEGIN')
+  await holder.query('SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE', [A])
+  const stuck = charge(A, key.id, { cost: 9n })
+  await t.rejects(store.ledger.recordCharges([stuck]), StoreUnavailableError)
+  await holder.query('ROLLBACK')
+  t.equal((await store.ledger.totals(A)).spent, 0n, 'nothing of it was written')
+  t.notOk((await store.ledger.recordCharges([stuck]))[0] instanceof Error, 'and it can be billed once the lock is free')
+})

@@ -138,7 +138,10 @@ export class PgConnection {
       // The client-side deadline, a little after the server's: the server's cancels cleanly and keeps the
       // connection; this one is for a server that does not answer at all (frozen, cut off).
       query_timeout: statementTimeoutMs + 500,
-      idle_in_transaction_session_timeout: Math.max(10_000, statementTimeoutMs * 2),
+      // The store's transactions never wait on anything but their own next statement: one idle longer than
+      // this belongs to a process that froze or lost its network mid-way, and must not keep holding the
+      // account locks every other replica's charges wait for.
+      idle_in_transaction_session_timeout: Math.max(1_000, Math.min(statementTimeoutMs, 5_000) / 2),
       application_name: applicationName,
       keepAlive: true,
       keepAliveInitialDelayMillis: 5_000,
