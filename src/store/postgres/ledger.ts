@@ -7,7 +7,8 @@
  * A batch of charges (recordCharges, the group commit) is one transaction of two statements: the accounts it
  * bills are locked in id order (so two replicas' batches over the same accounts queue, never deadlock), then
  * one statement appends every charge (unnest(): one multi-row INSERT), adds them into the totals and the
- * roll-up. One COMMIT, flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
+ * roll-up. BEGIN, both statements and COMMIT are written at once (pipelined: one round trip), and the COMMIT,
+ * flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
  */
 import { utcDay } from '../days.js'
 import type { AccountTotals, Charge, JournalEntry, JournalKind, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
@@ -52,22 +53,24 @@ export const CHARGE_SQL = {
   lockAccounts: 'SELECT id FROM accounts WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE',
   /**
    * Appends the charges (in batch order, so seqs follow it), skipping any whose request is already billed (the
-   * unique index; a concurrent batch with the same request waits for the other's outcome), then adds exactly the
-   * appended ones into accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a
-   * skipped duplicate is never counted. The usage_daily rows belong to the accounts locked above, so no other
-   * batch can be adding to them meanwhile. Answers the seq of each charge appended.
+   * unique index; a concurrent batch with the same request waits for the other's outcome) or whose account does
+   * not exist (it is written without waiting for lockAccounts' answer), then adds exactly the appended ones into
+   * accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a skipped charge is never
+   * counted. The usage_daily rows belong to the accounts locked above, so no other batch can be adding to them
+   * meanwhile. Answers the seq of each charge appended.
    */
   append: `WITH input AS (
       SELECT * FROM unnest($1::text[], $2::numeric[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
-        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[])
+        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[]) WITH ORDINALITY
         AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
-          images, audio_ms, day)
+          images, audio_ms, day, ord)
     ), appended AS (
       INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
         prompt_tokens, completion_tokens, images, audio_ms)
       SELECT account_id, 'charge', amount, request_id, key_id, '', created_at, model, provider,
         prompt_tokens, completion_tokens, images, audio_ms
-      FROM input
+      FROM input WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = input.account_id)
+      ORDER BY ord
       ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
       RETURNING seq, request_id, account_id, key_id, model, amount, prompt_tokens, completion_tokens, images, audio_ms
     ), spent AS (
@@ -202,8 +205,7 @@ export class PgLedger implements LedgerStore {
       }
     }
     if (valid.length === 0) return out
-    const ids = [...accounts].sort()
-    const { known, seqs } = await this.#conn.transaction((client) => this.#append(client, ids, valid))
+    const { known, seqs } = await this.#append([...accounts].sort(), valid)
     for (let i = 0; i < charges.length; i++) {
       if (out[i] !== undefined) continue
       const c = charges[i]!
@@ -216,32 +218,32 @@ export class PgLedger implements LedgerStore {
     return out
   }
 
-  /** The batch's two statements (CHARGE_SQL), inside its transaction; keeps no state (a deadlock retry runs it again). */
-  async #append(client: Parameters<Parameters<PgConnection['transaction']>[0]>[0], ids: string[], valid: readonly Charge[]): Promise<Appended> {
-    const locked = await client.query<{ id: string }>({ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] })
-    const known = new Set(locked.rows.map((r) => r.id))
+  /** The batch's transaction: CHARGE_SQL's two statements, pipelined. */
+  async #append(ids: string[], valid: readonly Charge[]): Promise<Appended> {
     const n = valid.length
-    const columns = Array.from({ length: 12 }, () => new Array<unknown>())
+    const columns = Array.from({ length: 12 }, () => new Array<unknown>(n))
     for (let i = 0; i < n; i++) {
       const c = valid[i]!
-      if (!known.has(c.accountId)) continue
-      columns[0]!.push(c.accountId)
-      columns[1]!.push(c.cost.toString())
-      columns[2]!.push(c.requestId)
-      columns[3]!.push(c.keyId)
-      columns[4]!.push(c.at)
-      columns[5]!.push(c.model)
-      columns[6]!.push(c.provider)
-      columns[7]!.push(c.promptTokens)
-      columns[8]!.push(c.completionTokens)
-      columns[9]!.push(c.images)
-      columns[10]!.push(c.audioMs)
-      columns[11]!.push(utcDay(c.at))
+      columns[0]![i] = c.accountId
+      columns[1]![i] = c.cost.toString()
+      columns[2]![i] = c.requestId
+      columns[3]![i] = c.keyId
+      columns[4]![i] = c.at
+      columns[5]![i] = c.model
+      columns[6]![i] = c.provider
+      columns[7]![i] = c.promptTokens
+      columns[8]![i] = c.completionTokens
+      columns[9]![i] = c.images
+      columns[10]![i] = c.audioMs
+      columns[11]![i] = utcDay(c.at)
     }
+    const [locked, appended] = await this.#conn.pipelined([
+      { name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] },
+      { name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns },
+    ])
+    const known = new Set((locked!.rows as { id: string }[]).map((r) => r.id))
     const seqs = new Map<string, number>()
-    if (columns[0]!.length === 0) return { known, seqs }
-    const { rows } = await client.query<{ seq: number; request_id: string }>({ name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns })
-    for (const row of rows) seqs.set(row.request_id, row.seq)
+    for (const row of appended!.rows as { seq: number; request_id: string }[]) seqs.set(row.request_id, row.seq)
     return { known, seqs }
   }
 
