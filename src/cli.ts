@@ -5,7 +5,7 @@ import { FileProblemsError, loadConfig } from './config/index.js'
 import { devKeysBanner } from './operator/bootstrap.js'
 import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
-import { SchemaTooNewError } from './store/store.js'
+import { SchemaTooNewError, StoreUnavailableError } from './store/store.js'
 import { installProcessNet } from './process-net.js'
 import { log } from './log.js'
 import { serve } from './serve.js'
@@ -134,7 +134,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError) {
+  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError || err instanceof StoreUnavailableError) {
     process.stderr.write(`svc-router: ${err.message}\n`)
   } else if (err instanceof OperatorUsageError) {
     process.stderr.write(`svc-router: ${err.message} (see --help)\n`)

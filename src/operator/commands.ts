@@ -13,7 +13,7 @@ import { parseWallet } from '../auth/wallet.js'
 import { availableFunds } from '../billing/available.js'
 import { formatUsd, parseUsd } from '../billing/money.js'
 import { loadConfig } from '../config/index.js'
-import { openStore } from '../store/open.js'
+import { describeStore, openStore } from '../store/open.js'
 import { SCOPES, type MgmtKeyRecord, type Scope, type Store } from '../store/store.js'
 
 /** A command line that cannot be run as given: printed with the usage, exit code 2. */
@@ -106,8 +106,8 @@ function mgmtKeyLines(keys: readonly MgmtKeyRecord[]): string {
 
 export async function withStore<T>(configFile: string | undefined, io: OperatorIo, fn: (store: Store) => Promise<T>): Promise<T> {
   const config = loadConfig({ file: configFile, env: io.env })
-  // On stderr, so stdout stays the command's answer: which file was used is the first thing to check.
-  io.err(`store: ${config.store.path}\n`)
+  // On stderr, so stdout stays the command's answer: which store was used is the first thing to check.
+  io.err(`store: ${describeStore(config.store)}\n`)
   const store = await openStore(config.store)
   try {
     return await fn(store)

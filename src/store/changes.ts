@@ -36,6 +36,16 @@ export interface ChangeFeed {
    * process keeps a cache that must hear it first (SQLite: the CLI's writes reach the one server by polling).
    */
   settled?(): Promise<void>
+  /**
+   * Stores shared by processes over a network (PostgreSQL, postgres/changes.ts) only; absent elsewhere.
+   * `current`: true only while this process's listener is connected and caught up, so that every change
+   * committed before the last confirmed read has been reported (a synchronous getter: no I/O). `lastSeq`: the
+   * highest change seq this process has read; `ownSeq`: the highest seq of a change this handle wrote (a
+   * replica that wrote a revocation can wait until the others' lastSeq reaches it).
+   */
+  readonly current?: boolean
+  readonly lastSeq?: number
+  readonly ownSeq?: number
 }
 
 export const UNKNOWN_CHANGE: StoreChange = Object.freeze({ kind: 'unknown' })

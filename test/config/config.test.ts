@@ -157,8 +157,8 @@ t.test('values are validated', async (t) => {
     t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'log: { level: verbose }\n') })), [
       'log.level: must be one of "error" | "warn" | "info" | "debug" (got "verbose")',
     ])
-    t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'store: { kind: postgres }\n') })), [
-      'store.kind: must be one of "sqlite" (got "postgres")',
+    t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'store: { kind: mysql }\n') })), [
+      'store.kind: must be one of "sqlite" | "postgres" (got "mysql")',
     ])
   })
 
@@ -345,6 +345,19 @@ t.test('the shipped config files load', async (t) => {
   const raw = parse(readFileSync(join(CONFIG_DIR, 'example.full.yaml'), 'utf8')) as Record<string, Record<string, unknown>>
   const listed = Object.entries(raw).flatMap(([section, keys]) => Object.keys(keys).map((key) => `${section}.${key}`))
   t.strictSame(listed.sort(), CONFIG_LEAVES.map((leaf) => leaf.path).sort())
+})
+
+t.test('store.kind postgres needs store.url, a postgres:// URL; redis.url is a redis:// URL or empty', async (t) => {
+  t.strictSame(problemsOf(t, () => loadConfig({ file: configFile(t, 'store: { kind: postgres }\n') })), [
+    'store.url: is required with store.kind: postgres (postgres://user@host:5432/db)',
+  ])
+  const pg = loadConfig({ file: configFile(t, 'store: { kind: postgres, url: "postgres://svc@127.0.0.1:5432/svc" }\n') }).store
+  t.match(pg, { kind: 'postgres', url: 'postgres://svc@127.0.0.1:5432/svc', pool_size: 10, connect_timeout_ms: 5000, query_timeout_ms: 5000 })
+  t.equal(loadConfig({ env: { SVC_STORE_KIND: 'postgres', SVC_STORE_URL: 'postgresql://h/db', SVC_STORE_POOL_SIZE: '3' } }).store.pool_size, 3)
+  t.match(problemsOf(t, () => loadConfig({ file: configFile(t, 'store: { kind: postgres, url: "mysql://h/db" }\n') })), [/store\.url: must be a postgres:\/\/ URL/])
+  t.equal(loadConfig({}).redis.url, '')
+  t.equal(loadConfig({ env: { SVC_REDIS_URL: 'redis://127.0.0.1:6379/0' } }).redis.url, 'redis://127.0.0.1:6379/0')
+  t.match(problemsOf(t, () => loadConfig({ file: configFile(t, 'redis: { url: "127.0.0.1:6379" }\n') })), [/redis\.url: must be a redis:\/\/ URL/])
 })
 
 t.test('store.synchronous: full by default, normal on request, anything else refused', async (t) => {

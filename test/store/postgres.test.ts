@@ -85,8 +85,78 @@ function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {
   }
 }
 
-t.test('contract: PostgreSQL', async (t) => {
-  storeContract(t, (t: Test) => open(t), { shared: true })
+
+const notControllable = server.controllable ? false : 'SVC_TEST_PG_URL names an outside server: it cannot be frozen or restarted here'
+
+/** Resolves true once `call` succeeds (the server is back and the pool has reconnected). */
+const answers = (call: () => Promise<unknown>) =>
+  eventually(
+    () =>
+      call().then(
+        () => true,
+        () => false,
+      ),
+    30_000,
+    50,
+  )
+
+t.test('a frozen server: calls fail with StoreUnavailableError at their deadline, nothing half-written, all works after', { skip: notControllable }, async (t) => {
+  const store = await open(t, { queryTimeoutMs: 500, connectTimeoutMs: 500 })
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  const heard: StoreChange[] = []
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+
+  server.pause()
+  t.teardown(() => server.resume())
+  const frozen = charge(A, key.id, { cost: 5n })
+  await t.rejects(store.ledger.recordCharges([frozen]), StoreUnavailableError, 'a batch of charges')
+  await t.rejects(store.accounts.getAccount(A), StoreUnavailableError, 'a read')
+  await t.rejects(store.keys.findCredential(key.hash), StoreUnavailableError, 'a credential lookup')
+  await t.rejects(store.keys.revokeApiKey(A, key.id, T0), StoreUnavailableError, 'a key write')
+  t.ok(await eventually(() => !store.changes.current), 'the change feed is not current while the server does not answer')
+  server.resume()
+
+  t.ok(await answers(() => store.accounts.getAccount(A)), 'the same handle answers again')
+  // The batch's statements were written before the freeze showed: whether PostgreSQL ran its COMMIT on waking
+  // is unknown to the caller. Writing the batch again settles it: billed now, or refused as billed already.
+  const [again] = await store.ledger.recordCharges([frozen])
+  t.ok(!(again instanceof Error) || again instanceof StoreConflictError, 'the charge written again is billed, or was')
+  t.equal((await store.ledger.totals(A)).spent, 5n, 'exactly once')
+  t.equal((await store.ledger.journal(A)).filter((e) => e.requestId === frozen.requestId).length, 1)
+  t.equal((await store.keys.getApiKey(A, key.id))?.revoked, false, 'the revocation that failed did not happen')
+  t.ok(await eventually(() => store.changes.current), 'current again')
+  t.ok(heard.some((c) => c.kind === 'unknown'), 'and it reported that it may have missed changes')
+})
+
+t.test('a crash and restart of PostgreSQL: what committed is kept, the same handles serve again by themselves', { skip: notControllable }, async (t) => {
+  const store = await open(t, { queryTimeoutMs: 1_000, connectTimeoutMs: 1_000 })
+  const other = await open(t, { queryTimeoutMs: 1_000, connectTimeoutMs: 1_000 })
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  // The databases made so far are in the WAL (CREATE DATABASE logs whole catalogs): checkpointed first, so the
+  // restart replays little more than this test's own commits, the charge among them.
+  await sql(await databaseOf(t), 'CHECKPOINT')
+  const billed = charge(A, key.id, { cost: 7n })
+  await store.ledger.recordCharge(billed)
+  const heard: StoreChange[] = []
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+
+  await server.kill()
+  await t.rejects(store.ledger.totals(A), StoreUnavailableError, 'down: a clear error')
+  t.ok(await eventually(() => !store.changes.current), 'not current while down')
+  await server.start()
+
+  t.ok(await answers(() => store.ledger.totals(A)), 'up again without a new handle')
+  t.strictSame(await store.ledger.totals(A), { deposited: usd('1'), credited: 0n, spent: 7n }, 'the committed charge survived the crash')
+  await t.rejects(store.ledger.recordCharge(billed), StoreConflictError, 'and is never billed twice')
+  t.ok(await eventually(() => store.changes.current), 'the feed is current again')
+  t.ok(heard.some((c) => c.kind === 'unknown'), 'after reporting that it may have missed changes')
+  heard.length = 0
+  await other.keys.revokeApiKey(A, key.id, T0 + 1)
+  t.ok(await eventually(() => heard.some((c) => c.kind === 'key')), 'and hears changes one by one again')
 })
 
 t.test('migrations: five processes opening an empty database at once all come up on one schema', async (t) => {
@@ -253,70 +323,96 @@ t.test('changes: a listener that loses its connection goes not current, reconnec
   t.strictSame(heard, [{ kind: 'account', accountId: A }])
 })
 
-const notControllable = server.controllable ? false : 'SVC_TEST_PG_URL names an outside server: it cannot be frozen or restarted here'
-
-/** Resolves true once `call` succeeds (the server is back and the pool has reconnected). */
-const answers = (call: () => Promise<unknown>) =>
-  eventually(
-    () =>
-      call().then(
-        () => true,
-        () => false,
-      ),
-    30_000,
-    50,
-  )
-
-t.test('a frozen server: calls fail with StoreUnavailableError at their deadline, nothing half-written, all works after', { skip: notControllable }, async (t) => {
-  const store = await open(t, { queryTimeoutMs: 500, connectTimeoutMs: 500 })
-  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
-  const key = await store.keys.createApiKey(apiKey(A))
-  const heard: StoreChange[] = []
-  t.teardown(store.changes.subscribe((c) => heard.push(c)))
-  t.ok(await eventually(() => store.changes.current))
-
-  server.pause()
-  t.teardown(() => server.resume())
-  const frozen = charge(A, key.id, { cost: 5n })
-  await t.rejects(store.ledger.recordCharges([frozen]), StoreUnavailableError, 'a batch of charges')
-  await t.rejects(store.accounts.getAccount(A), StoreUnavailableError, 'a read')
-  await t.rejects(store.keys.findCredential(key.hash), StoreUnavailableError, 'a credential lookup')
-  await t.rejects(store.keys.revokeApiKey(A, key.id, T0), StoreUnavailableError, 'a key write')
-  t.ok(await eventually(() => !store.changes.current), 'the change feed is not current while the server does not answer')
-  server.resume()
-
-  t.ok(await answers(() => store.accounts.getAccount(A)), 'the same handle answers again')
-  t.equal((await store.ledger.totals(A)).spent, 0n, 'the charge that got no answer was not billed')
-  const [again] = await store.ledger.recordCharges([frozen])
-  t.notOk(again instanceof Error, 'so it can be billed now, once')
-  t.equal((await store.ledger.totals(A)).spent, 5n)
-  t.equal((await store.keys.getApiKey(A, key.id))?.revoked, false, 'the revocation that failed did not happen')
-  t.ok(await eventually(() => store.changes.current), 'current again')
-  t.ok(heard.some((c) => c.kind === 'unknown'), 'and it reported that it may have missed changes')
+t.test('changes: concurrent writers on two handles, every change heard by a third, none skipped', async (t) => {
+  const one = await open(t)
+  const two = await open(t)
+  const reader = await open(t)
+  const heard = new Set<string>()
+  t.teardown(reader.changes.subscribe((c) => c.kind === 'key' && heard.add(c.keyId)))
+  t.ok(await eventually(() => reader.changes.current))
+  await one.accounts.ensureAccount(A, T0)
+  // Seqs are taken in one order and commits land in another unless the trigger serialises them: a reader that
+  // moved its mark past a later seq would then never see an earlier one committed after it.
+  const keys = Array.from({ length: 60 }, () => apiKey(A))
+  await Promise.all(keys.map((k, i) => (i % 2 === 0 ? one : two).keys.createApiKey(k)))
+  t.ok(await eventually(() => heard.size === keys.length), `all ${keys.length} heard (${heard.size})`)
+  t.equal(reader.changes.lastSeq, Math.max(one.changes.ownSeq, two.changes.ownSeq), 'its mark is the last seq written')
 })
 
-t.test('a crash and restart of PostgreSQL: what committed is kept, the same handles serve again by themselves', { skip: notControllable }, async (t) => {
-  const store = await open(t, { queryTimeoutMs: 1_000, connectTimeoutMs: 1_000 })
-  const other = await open(t, { queryTimeoutMs: 1_000, connectTimeoutMs: 1_000 })
-  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
-  const key = await store.keys.createApiKey(apiKey(A))
-  const billed = charge(A, key.id, { cost: 7n })
-  await store.ledger.recordCharge(billed)
+t.test('changes: a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {
+  const store = await open(t)
+  const url = await databaseOf(t)
   const heard: StoreChange[] = []
   t.teardown(store.changes.subscribe((c) => heard.push(c)))
   t.ok(await eventually(() => store.changes.current))
+  // One transaction of more changes than are kept: the rows before the last CHANGES_KEPT are gone when it commits.
+  await sql(url, "INSERT INTO changes (kind, account_id) SELECT 'account', '0x' || lpad(to_hex(n), 40, '0') FROM generate_series(1, 10050) n")
+  t.ok(await eventually(() => heard.length > 0))
+  t.strictSame(heard, [{ kind: 'unknown' }], 'one unknown, not a partial list')
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM changes')).rows[0].n, 10_000, 'CHANGES_KEPT rows kept')
+})
 
-  await server.kill()
-  await t.rejects(store.ledger.totals(A), StoreUnavailableError, 'down: a clear error')
-  t.ok(await eventually(() => !store.changes.current), 'not current while down')
-  await server.start()
+t.test('ensureAccount from many handles at once: one account, one change, the same record everywhere', async (t) => {
+  const stores = [await open(t), await open(t), await open(t)]
+  const url = await databaseOf(t)
+  const records = await Promise.all(Array.from({ length: 30 }, (_, i) => stores[i % 3]!.accounts.ensureAccount(A, T0 + i)))
+  t.equal(new Set(records.map((r) => r.createdAt)).size, 1, 'every caller got the one account')
+  t.equal((await sql(url, "SELECT count(*)::int AS n FROM changes WHERE kind = 'account'")).rows[0].n, 1, 'created once')
+})
 
-  t.ok(await answers(() => store.ledger.totals(A)), 'up again without a new handle')
-  t.strictSame(await store.ledger.totals(A), { deposited: usd('1'), credited: 0n, spent: 7n }, 'the committed charge survived the crash')
-  await t.rejects(store.ledger.recordCharge(billed), StoreConflictError, 'and is never billed twice')
-  t.ok(await eventually(() => store.changes.current), 'the feed is current again')
-  t.ok(heard.some((c) => c.kind === 'unknown'), 'after reporting that it may have missed changes')
-  heard.length = 0
-  await other.keys.revokeApiKey(A, key.id, T0 + 1)
-  t.ok(await eventually(() => heard.some((c) => c.kind === 'key')), 'and hears changes one by one again')
+t.test('key updates of different fields from two handles at once both land', async (t) => {
+  const one = await open(t)
+  const two = await open(t)
+  await one.accounts.ensureAccount(A, T0)
+  const key = await one.keys.createApiKey(apiKey(A))
+  for (let i = 0; i < 10; i++) {
+    await Promise.all([
+      one.keys.updateApiKey(A, key.id, { name: `name ${i}` }),
+      two.keys.updateApiKey(A, key.id, { creditLimit: BigInt(i + 1) }),
+    ])
+    const now = await one.keys.getApiKey(A, key.id)
+    t.strictSame([now?.name, now?.creditLimit], [`name ${i}`, BigInt(i + 1)])
+  }
+})
+
+t.test('a batch of 2,000 charges is one transaction, billed exactly', async (t) => {
+  const store = await open(t)
+  await store.ledger.addFunds(A, 'deposit', usd('1000'), '', T0)
+  await store.ledger.addFunds(B, 'deposit', usd('1000'), '', T0)
+  const ka = await store.keys.createApiKey(apiKey(A))
+  const kb = await store.keys.createApiKey(apiKey(B))
+  const batch = Array.from({ length: 2000 }, (_, i) => (i % 3 === 0 ? charge(B, kb.id, { cost: 3n, at: T0 + (i % 2) * 86_400_000 }) : charge(A, ka.id, { cost: 2n, model: `m${i % 4}` })))
+  const out = await store.ledger.recordCharges(batch)
+  t.equal(out.filter((o) => o instanceof Error).length, 0)
+  const seqs = out.map((o) => (o as { seq: number }).seq)
+  t.ok(seqs.every((s, i) => i === 0 || s > seqs[i - 1]!), 'seqs follow the batch order')
+  const nB = batch.filter((c) => c.accountId === B).length
+  t.equal((await store.ledger.totals(A)).spent, BigInt(2000 - nB) * 2n)
+  t.equal((await store.ledger.totals(B)).spent, BigInt(nB) * 3n)
+  const usage = await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' })
+  t.equal(usage.reduce((n, r) => n + r.requests, 0), 2000 - nB)
+  t.strictSame(usage.map((r) => r.model), ['m1', 'm2', 'm3', 'm0'].sort())
+})
+
+t.test('a batch that waits past the deadline on an account another transaction holds fails whole, writing nothing', async (t) => {
+  const store = await open(t, { queryTimeoutMs: 300 })
+  const url = await databaseOf(t)
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  const holder = new pg.Client({ connectionString: url })
+  holder.on('error', () => {})
+  await holder.connect()
+  t.teardown(() => holder.end().catch(() => {}))
+  await holder.query('BEGIN')
+  await holder.query('SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE', [A])
+  const stuck = charge(A, key.id, { cost: 9n })
+  await t.rejects(store.ledger.recordCharges([stuck]), StoreUnavailableError)
+  await holder.query('ROLLBACK')
+  t.equal((await store.ledger.totals(A)).spent, 0n, 'nothing of it was written')
+  t.notOk((await store.ledger.recordCharges([stuck]))[0] instanceof Error, 'and it can be billed once the lock is free')
+})
+
+// Last: its thirty-odd databases fill the WAL that a crash-restart above would have to replay.
+t.test('contract: PostgreSQL', async (t) => {
+  storeContract(t, (t: Test) => open(t), { shared: true })
 })

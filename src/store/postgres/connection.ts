@@ -120,7 +120,14 @@ export class PgConnection {
       replicaId: options.replicaId ?? null,
       applicationName: options.applicationName ?? 'svc-router',
     }
-    this.pool = new pg.Pool({ ...this.clientConfig(this.options.applicationName), max: this.options.poolSize, idleTimeoutMillis: 30_000, allowExitOnIdle: true })
+    this.pool = new pg.Pool({
+      ...this.clientConfig(this.options.applicationName),
+      max: this.options.poolSize,
+      idleTimeoutMillis: 30_000,
+      allowExitOnIdle: true,
+      // Only pipelined() writes several statements before their answers; everything else awaits each one.
+      pipeline: true,
+    })
     // An idle connection that breaks (the server restarted) is reported here; unheard, it would end the process.
     this.pool.on('error', (err) => log.warn('store: an idle PostgreSQL connection failed; the pool opens a new one', { err: String(err) }))
     // A checked-out connection that breaks between two queries emits 'error' on itself: never unheard either.
@@ -138,7 +145,10 @@ export class PgConnection {
       // The client-side deadline, a little after the server's: the server's cancels cleanly and keeps the
       // connection; this one is for a server that does not answer at all (frozen, cut off).
       query_timeout: statementTimeoutMs + 500,
-      idle_in_transaction_session_timeout: Math.max(10_000, statementTimeoutMs * 2),
+      // The store's transactions never wait on anything but their own next statement: one idle longer than
+      // this belongs to a process that froze or lost its network mid-way, and must not keep holding the
+      // account locks every other replica's charges wait for.
+      idle_in_transaction_session_timeout: Math.max(1_000, Math.min(statementTimeoutMs, 5_000) / 2),
       application_name: applicationName,
       keepAlive: true,
       keepAliveInitialDelayMillis: 5_000,
@@ -218,6 +228,38 @@ export class PgConnection {
       } finally {
         client.release(broken)
       }
+    }
+  }
+
+  /**
+   * BEGIN, `statements` and COMMIT written at once on one connection (pg's pipeline mode), so the whole
+   * transaction costs one round trip plus the commit's flush: the charge path. PostgreSQL still runs them one
+   * after the other, in order; none may need another's answer to be written. When one fails, the ones after it
+   * fail as "in failed transaction" and the COMMIT rolls back: the first error is thrown and nothing is written.
+   * Deadlock victims are run again, as transaction() does. Resolves to the statements' results, in order.
+   */
+  async pipelined(statements: readonly pg.QueryConfig[]): Promise<pg.QueryResult[]> {
+    for (let attempt = 1; ; attempt++) {
+      this.check()
+      let client: pg.PoolClient
+      try {
+        client = await this.pool.connect()
+      } catch (err) {
+        throw unavailable(err)
+      }
+      const sent = [client.query('BEGIN'), ...statements.map((s) => client.query(s)), client.query('COMMIT')]
+      const settled = await Promise.allSettled(sent)
+      const failure = settled.find((r) => r.status === 'rejected')
+      if (failure === undefined) {
+        client.release()
+        return settled.slice(1, -1).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value)
+      }
+      const err: unknown = failure.reason
+      // A connection that answered every statement is idle again (its COMMIT rolled back): it goes back to the pool.
+      const broken = settled.some((r) => r.status === 'rejected' && isConnectionError(r.reason))
+      client.release(broken ? (err as Error) : undefined)
+      if (attempt < RETRIES && isRetryable(err)) continue
+      throw unavailable(err)
     }
   }
 

@@ -5,8 +5,9 @@
  * installed by the cluster migration (CLUSTER_MIGRATION) and run in one round trip each.
  *
  * Lock order, everywhere (grant, give back, charge, release of a dead replica's leases): the account row,
- * then the key row, then the lease row; a batch of charges is applied in (account, key) order. No two
- * transactions can then wait on each other in a cycle.
+ * then the key row, then the lease row. A key row is only ever locked by a transaction that holds its
+ * account's row (a batch of charges locks all its accounts, in id order, first), so no two transactions can
+ * wait on each other in a cycle.
  *
  * A key's spend in its current reset period is `api_keys.period_used`, brought to the period the caller
  * names (`period_start`, epoch ms; 0 for `never`) from the journal itself whenever it differs, so a new day,
@@ -62,9 +63,9 @@ BEGIN
   -- Only a registered replica takes leases: the reaper releases exactly the leases of replicas not registered.
   PERFORM 1 FROM replicas WHERE id = r FOR SHARE;
   IF NOT FOUND THEN RAISE EXCEPTION 'replica % is not registered', r USING ERRCODE = 'P0002'; END IF;
-  SELECT deposited + credited - spent - accounts.leased INTO acc_room FROM accounts WHERE id = a FOR UPDATE;
+  SELECT deposited + credited - spent - accounts.leased INTO acc_room FROM accounts WHERE id = a FOR NO KEY UPDATE;
   IF NOT FOUND THEN RAISE EXCEPTION 'no account %', a USING ERRCODE = 'P0002'; END IF;
-  PERFORM 1 FROM api_keys WHERE id = k AND account_id = a FOR UPDATE;
+  PERFORM 1 FROM api_keys WHERE id = k AND account_id = a FOR NO KEY UPDATE;
   IF NOT FOUND THEN RAISE EXCEPTION 'no key % of account %', k, a USING ERRCODE = 'P0002'; END IF;
   PERFORM svc_key_period(k, ps);
   SELECT credit_limit, period_used, api_keys.leased INTO lim, used, held FROM api_keys WHERE id = k;
@@ -84,8 +85,8 @@ END $$;
 CREATE FUNCTION svc_lease_return(r TEXT, a TEXT, k TEXT, amt NUMERIC) RETURNS NUMERIC LANGUAGE plpgsql AS $$
 DECLARE have NUMERIC; back NUMERIC;
 BEGIN
-  PERFORM 1 FROM accounts WHERE id = a FOR UPDATE;
-  PERFORM 1 FROM api_keys WHERE id = k FOR UPDATE;
+  PERFORM 1 FROM accounts WHERE id = a FOR NO KEY UPDATE;
+  PERFORM 1 FROM api_keys WHERE id = k FOR NO KEY UPDATE;
   SELECT amount INTO have FROM budget_leases WHERE replica_id = r AND key_id = k FOR UPDATE;
   IF NOT FOUND THEN RETURN 0; END IF;
   back := LEAST(have, amt);
@@ -96,15 +97,17 @@ BEGIN
   RETURN back;
 END $$;
 
--- Pays a charge of cost on key k: out of replica r's lease when it holds that much, else out of what the
--- account and the key have left; false when neither can (the charge must then not be written). Also counts
--- it in the key's period spend. The caller writes the journal row and accounts.spent in the same transaction.
-CREATE FUNCTION svc_lease_pay(r TEXT, a TEXT, k TEXT, ps BIGINT, cost NUMERIC) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+-- Pays a charge of cost on key k: out of replica r's lease when it holds that much ('lease'), else out of what
+-- the account and the key have left beyond acc_extra and key_extra, the room already taken by earlier charges of
+-- the same batch ('room'), else not at all ('none': the charge must not be written). Counts it in the key's
+-- period spend. The caller appends the journal row and adds accounts.spent in the same transaction, after.
+CREATE FUNCTION svc_lease_pay(r TEXT, a TEXT, k TEXT, ps BIGINT, cost NUMERIC, acc_extra NUMERIC, key_extra NUMERIC)
+RETURNS TEXT LANGUAGE plpgsql AS $$
 DECLARE have NUMERIC; acc_room NUMERIC; lim NUMERIC; used NUMERIC; held NUMERIC;
 BEGIN
-  SELECT deposited + credited - spent - leased INTO acc_room FROM accounts WHERE id = a FOR UPDATE;
-  IF NOT FOUND THEN RETURN false; END IF;
-  PERFORM 1 FROM api_keys WHERE id = k FOR UPDATE;
+  SELECT deposited + credited - spent - leased INTO acc_room FROM accounts WHERE id = a FOR NO KEY UPDATE;
+  IF NOT FOUND THEN RETURN 'none'; END IF;
+  PERFORM 1 FROM api_keys WHERE id = k FOR NO KEY UPDATE;
   PERFORM svc_key_period(k, ps);
   SELECT amount INTO have FROM budget_leases WHERE replica_id = r AND key_id = k FOR UPDATE;
   IF FOUND AND have >= cost THEN
@@ -112,23 +115,39 @@ BEGIN
     UPDATE api_keys SET leased = leased - cost, period_used = period_used + cost WHERE id = k;
     IF have = cost THEN DELETE FROM budget_leases WHERE replica_id = r AND key_id = k;
     ELSE UPDATE budget_leases SET amount = have - cost WHERE replica_id = r AND key_id = k; END IF;
-    RETURN true;
+    RETURN 'lease';
   END IF;
   SELECT credit_limit, period_used, leased INTO lim, used, held FROM api_keys WHERE id = k;
-  IF acc_room < cost OR (lim IS NOT NULL AND lim - used - held < cost) THEN RETURN false; END IF;
+  IF acc_room - acc_extra < cost OR (lim IS NOT NULL AND lim - used - held - key_extra < cost) THEN RETURN 'none'; END IF;
   UPDATE api_keys SET period_used = period_used + cost WHERE id = k;
-  RETURN true;
+  RETURN 'room';
 END $$;
 
--- svc_lease_pay for each charge of a batch, in the order given (the caller sorts by account, then key).
-CREATE FUNCTION svc_lease_pay_all(r TEXT, a TEXT[], k TEXT[], ps BIGINT[], cost NUMERIC[]) RETURNS BOOLEAN[]
+-- Pays each leased charge of a batch in order (svc_lease_pay), skipping requests already billed (their append is
+-- skipped too). A charge nothing can pay raises 'svc: lease lost' with its request id as DETAIL: the caller
+-- writes the batch again without it (rare: a replica presumed dead while it was still serving).
+CREATE FUNCTION svc_lease_pay_all(r TEXT, rid TEXT[], a TEXT[], k TEXT[], ps BIGINT[], cost NUMERIC[]) RETURNS INTEGER
 LANGUAGE plpgsql AS $$
-DECLARE out BOOLEAN[] := '{}';
+DECLARE
+  room_a JSONB := '{}';
+  room_k JSONB := '{}';
+  how TEXT;
+  n INTEGER := 0;
 BEGIN
-  FOR i IN 1 .. coalesce(array_length(a, 1), 0) LOOP
-    out := out || svc_lease_pay(r, a[i], k[i], ps[i], cost[i]);
+  FOR i IN 1 .. coalesce(array_length(rid, 1), 0) LOOP
+    CONTINUE WHEN EXISTS (SELECT 1 FROM journal WHERE kind = 'charge' AND request_id = rid[i]);
+    how := svc_lease_pay(r, a[i], k[i], ps[i], cost[i],
+      coalesce((room_a ->> a[i])::numeric, 0), coalesce((room_k ->> k[i])::numeric, 0));
+    IF how = 'none' THEN
+      RAISE EXCEPTION 'svc: lease lost' USING ERRCODE = 'P0001', DETAIL = rid[i];
+    END IF;
+    IF how = 'room' THEN
+      room_a := jsonb_set(room_a, ARRAY[a[i]], to_jsonb(coalesce((room_a ->> a[i])::numeric, 0) + cost[i]));
+      room_k := jsonb_set(room_k, ARRAY[k[i]], to_jsonb(coalesce((room_k ->> k[i])::numeric, 0) + cost[i]));
+    END IF;
+    n := n + 1;
   END LOOP;
-  RETURN out;
+  RETURN n;
 END $$;
 
 -- Releases every lease whose replica is no longer registered (reaped, or gone without a goodbye).
@@ -145,10 +164,8 @@ END $$;
 `
 
 export const LEASE_SQL = {
-  /** Leased charges of a batch (sorted by account, then key), paid inside the batch's transaction; one flag each. */
-  payAll: 'SELECT svc_lease_pay_all($1, $2::text[], $3::text[], $4::bigint[], $5::numeric[]) AS paid',
-  /** Of the given requests, those already billed (a leased charge of one is not paid again). */
-  billed: "SELECT request_id FROM journal WHERE kind = 'charge' AND request_id = ANY($1::text[])",
+  /** The leased charges of a batch, paid inside its transaction after the account locks, before the append. */
+  payAll: 'SELECT svc_lease_pay_all($1, $2::text[], $3::text[], $4::text[], $5::bigint[], $6::numeric[]) AS paid',
   acquire: 'SELECT granted, account_room, key_limit, key_used, key_leased FROM svc_lease_acquire($1, $2, $3, $4, $5, $6)',
   giveBack: 'SELECT svc_lease_return($1, $2, $3, $4)',
   leased: 'SELECT leased FROM accounts WHERE id = $1',

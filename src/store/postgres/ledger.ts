@@ -7,12 +7,14 @@
  * A batch of charges (recordCharges, the group commit) is one transaction of two statements: the accounts it
  * bills are locked in id order (so two replicas' batches over the same accounts queue, never deadlock), then
  * one statement appends every charge (unnest(): one multi-row INSERT), adds them into the totals and the
- * roll-up. One COMMIT, flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
+ * roll-up. BEGIN, both statements and COMMIT are written at once (pipelined: one round trip), and the COMMIT,
+ * flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
  */
+import type pg from 'pg'
 import { utcDay } from '../days.js'
 import type { AccountTotals, Charge, JournalEntry, JournalKind, LeasedTotals, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
-import { LeaseLostError } from '../leases.js'
 import { StoreConflictError } from '../store.js'
+import { LeaseLostError } from '../leases.js'
 import { ACCOUNT_SQL } from './accounts.js'
 import type { PgConnection } from './connection.js'
 import { LEASE_SQL } from './leases.js'
@@ -54,22 +56,24 @@ export const CHARGE_SQL = {
   lockAccounts: 'SELECT id FROM accounts WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE',
   /**
    * Appends the charges (in batch order, so seqs follow it), skipping any whose request is already billed (the
-   * unique index; a concurrent batch with the same request waits for the other's outcome), then adds exactly the
-   * appended ones into accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a
-   * skipped duplicate is never counted. The usage_daily rows belong to the accounts locked above, so no other
-   * batch can be adding to them meanwhile. Answers the seq of each charge appended.
+   * unique index; a concurrent batch with the same request waits for the other's outcome) or whose account does
+   * not exist (it is written without waiting for lockAccounts' answer), then adds exactly the appended ones into
+   * accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a skipped charge is never
+   * counted. The usage_daily rows belong to the accounts locked above, so no other batch can be adding to them
+   * meanwhile. Answers the seq of each charge appended.
    */
   append: `WITH input AS (
       SELECT * FROM unnest($1::text[], $2::numeric[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
-        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[])
+        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[]) WITH ORDINALITY
         AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
-          images, audio_ms, day)
+          images, audio_ms, day, ord)
     ), appended AS (
       INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
         prompt_tokens, completion_tokens, images, audio_ms)
       SELECT account_id, 'charge', amount, request_id, key_id, '', created_at, model, provider,
         prompt_tokens, completion_tokens, images, audio_ms
-      FROM input
+      FROM input WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = input.account_id)
+      ORDER BY ord
       ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
       RETURNING seq, request_id, account_id, key_id, model, amount, prompt_tokens, completion_tokens, images, audio_ms
     ), spent AS (
@@ -134,6 +138,12 @@ function toJournal(row: JournalRow): JournalEntry {
   }
 }
 
+/** The request a batch's lease payment could not pay (svc_lease_pay_all's 'svc: lease lost'), or null. */
+function lostLease(err: unknown): string | null {
+  const e = err as { code?: string; message?: string; detail?: string } | null
+  return e?.code === 'P0001' && e.message === 'svc: lease lost' && typeof e.detail === 'string' ? e.detail : null
+}
+
 function isCount(n: number): boolean {
   return Number.isSafeInteger(n) && n >= 0
 }
@@ -149,18 +159,11 @@ function invalidCharge(c: Charge): RangeError | null {
   return null
 }
 
-/**
- * What the transaction of a batch learnt: the accounts that exist, the seq of each charge appended, and the
- * leased charges that neither their lease nor free room could pay (not written).
- */
+/** What the transaction of a batch learnt: the accounts that exist, and the seq of each charge appended. */
 interface Appended {
   readonly known: ReadonlySet<string>
   readonly seqs: ReadonlyMap<string, number>
-  readonly unpaid: ReadonlySet<string>
 }
-
-const byAccountThenKey = (a: Charge, b: Charge): number =>
-  a.accountId < b.accountId ? -1 : a.accountId > b.accountId ? 1 : a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : 0
 
 export class PgLedger implements LedgerStore {
   readonly #conn: PgConnection
@@ -213,8 +216,21 @@ export class PgLedger implements LedgerStore {
       }
     }
     if (valid.length === 0) return out
-    const ids = [...accounts].sort()
-    const { known, seqs, unpaid } = await this.#conn.transaction((client) => this.#append(client, ids, valid))
+    // A leased charge nothing can pay fails the batch's transaction naming it: written again without it.
+    const unpaid = new Set<string>()
+    let batch: readonly Charge[] = valid
+    let appended: Appended | null = null
+    while (appended === null) {
+      try {
+        appended = batch.length === 0 ? { known: new Set(accounts), seqs: new Map() } : await this.#append([...accounts].sort(), batch)
+      } catch (err) {
+        const lost = lostLease(err)
+        if (lost === null || unpaid.has(lost)) throw err
+        unpaid.add(lost)
+        batch = batch.filter((c) => c.requestId !== lost)
+      }
+    }
+    const { known, seqs } = appended
     for (let i = 0; i < charges.length; i++) {
       if (out[i] !== undefined) continue
       const c = charges[i]!
@@ -228,59 +244,60 @@ export class PgLedger implements LedgerStore {
     return out
   }
 
-  /** The batch's two statements (CHARGE_SQL), inside its transaction; keeps no state (a deadlock retry runs it again). */
-  async #append(client: Parameters<Parameters<PgConnection['transaction']>[0]>[0], ids: string[], valid: readonly Charge[]): Promise<Appended> {
-    const locked = await client.query<{ id: string }>({ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] })
-    const known = new Set(locked.rows.map((r) => r.id))
-    const unpaid = await this.#payLeased(client, known, valid)
+  /** The batch's transaction: CHARGE_SQL's two statements, pipelined. */
+  async #append(ids: string[], valid: readonly Charge[]): Promise<Appended> {
     const n = valid.length
-    const columns = Array.from({ length: 12 }, () => new Array<unknown>())
+    const columns = Array.from({ length: 12 }, () => new Array<unknown>(n))
     for (let i = 0; i < n; i++) {
       const c = valid[i]!
-      if (!known.has(c.accountId) || unpaid.has(c.requestId)) continue
-      columns[0]!.push(c.accountId)
-      columns[1]!.push(c.cost.toString())
-      columns[2]!.push(c.requestId)
-      columns[3]!.push(c.keyId)
-      columns[4]!.push(c.at)
-      columns[5]!.push(c.model)
-      columns[6]!.push(c.provider)
-      columns[7]!.push(c.promptTokens)
-      columns[8]!.push(c.completionTokens)
-      columns[9]!.push(c.images)
-      columns[10]!.push(c.audioMs)
-      columns[11]!.push(utcDay(c.at))
+      columns[0]![i] = c.accountId
+      columns[1]![i] = c.cost.toString()
+      columns[2]![i] = c.requestId
+      columns[3]![i] = c.keyId
+      columns[4]![i] = c.at
+      columns[5]![i] = c.model
+      columns[6]![i] = c.provider
+      columns[7]![i] = c.promptTokens
+      columns[8]![i] = c.completionTokens
+      columns[9]![i] = c.images
+      columns[10]![i] = c.audioMs
+      columns[11]![i] = utcDay(c.at)
     }
+    const statements: pg.QueryConfig[] = [{ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] }]
+    const pay = this.#payLeased(valid)
+    if (pay !== null) statements.push(pay)
+    statements.push({ name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns })
+    const results = await this.#conn.pipelined(statements)
+    const locked = results[0]
+    const appended = results[results.length - 1]
+    const known = new Set((locked!.rows as { id: string }[]).map((r) => r.id))
     const seqs = new Map<string, number>()
-    if (columns[0]!.length === 0) return { known, seqs, unpaid }
-    const { rows } = await client.query<{ seq: number; request_id: string }>({ name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns })
-    for (const row of rows) seqs.set(row.request_id, row.seq)
-    return { known, seqs, unpaid }
+    for (const row of appended!.rows as { seq: number; request_id: string }[]) seqs.set(row.request_id, row.seq)
+    return { known, seqs }
   }
 
   /**
-   * Pays the batch's leased charges out of this replica's leases (or free room), under the account locks just
-   * taken, before they are appended; a request already billed is not paid again (the append skips it). Returns
-   * the requests nothing could pay: they are left out of the append and fail with LeaseLostError.
+   * The statement that pays the batch's leased charges out of this replica's leases (or free room), after the
+   * account locks and before the append (store/postgres/leases.ts svc_lease_pay_all); null when none is leased.
    */
-  async #payLeased(client: Parameters<Parameters<PgConnection['transaction']>[0]>[0], known: ReadonlySet<string>, valid: readonly Charge[]): Promise<Set<string>> {
-    const unpaid = new Set<string>()
-    const leased = valid.filter((c) => c.leased === true && known.has(c.accountId))
-    if (leased.length === 0) return unpaid
+  #payLeased(batch: readonly Charge[]): pg.QueryConfig | null {
+    let leased: Charge[] | null = null
+    for (const c of batch) if (c.leased === true) (leased ??= []).push(c)
+    if (leased === null) return null
     const replicaId = this.#conn.options.replicaId
     if (replicaId === null) throw new Error('a leased charge needs the replica whose lease pays it (a store opened with a replica id)')
-    const billed = await client.query<{ request_id: string }>({ name: 'svc_billed', text: LEASE_SQL.billed, values: [leased.map((c) => c.requestId)] })
-    const already = new Set(billed.rows.map((r) => r.request_id))
-    const toPay = leased.filter((c) => !already.has(c.requestId)).sort(byAccountThenKey)
-    if (toPay.length === 0) return unpaid
-    const { rows } = await client.query<{ paid: boolean[] }>({
+    return {
       name: 'svc_lease_pay_all',
       text: LEASE_SQL.payAll,
-      values: [replicaId, toPay.map((c) => c.accountId), toPay.map((c) => c.keyId), toPay.map((c) => c.periodStart ?? 0), toPay.map((c) => c.cost.toString())],
-    })
-    const paid = rows[0]!.paid
-    for (let i = 0; i < toPay.length; i++) if (paid[i] !== true) unpaid.add(toPay[i]!.requestId)
-    return unpaid
+      values: [
+        replicaId,
+        leased.map((c) => c.requestId),
+        leased.map((c) => c.accountId),
+        leased.map((c) => c.keyId),
+        leased.map((c) => c.periodStart ?? 0),
+        leased.map((c) => c.cost.toString()),
+      ],
+    }
   }
 
   async totals(accountId: string): Promise<AccountTotals> {
