@@ -98,10 +98,11 @@ BEGIN
 END $$;
 
 -- Pays a charge of cost on key k: out of replica r's lease when it holds that much ('lease'), else out of what
--- the account and the key have left beyond acc_extra and key_extra, the room already taken by earlier charges of
--- the same batch ('room'), else not at all ('none': the charge must not be written). Counts it in the key's
--- period spend. The caller appends the journal row and adds accounts.spent in the same transaction, after.
-CREATE FUNCTION svc_lease_pay(r TEXT, a TEXT, k TEXT, ps BIGINT, cost NUMERIC, acc_extra NUMERIC, key_extra NUMERIC)
+-- the account has left beyond acc_extra (the room earlier charges of the same batch took: accounts.spent
+-- counts them only once the batch is appended) and the key has left ('room'), else not at all ('none': the
+-- charge must not be written). Counts it in the key's period spend at once. The caller appends the journal
+-- row and adds accounts.spent in the same transaction, after.
+CREATE FUNCTION svc_lease_pay(r TEXT, a TEXT, k TEXT, ps BIGINT, cost NUMERIC, acc_extra NUMERIC)
 RETURNS TEXT LANGUAGE plpgsql AS $$
 DECLARE have NUMERIC; acc_room NUMERIC; lim NUMERIC; used NUMERIC; held NUMERIC;
 BEGIN
@@ -118,7 +119,7 @@ BEGIN
     RETURN 'lease';
   END IF;
   SELECT credit_limit, period_used, leased INTO lim, used, held FROM api_keys WHERE id = k;
-  IF acc_room - acc_extra < cost OR (lim IS NOT NULL AND lim - used - held - key_extra < cost) THEN RETURN 'none'; END IF;
+  IF acc_room - acc_extra < cost OR (lim IS NOT NULL AND lim - used - held < cost) THEN RETURN 'none'; END IF;
   UPDATE api_keys SET period_used = period_used + cost WHERE id = k;
   RETURN 'room';
 END $$;
@@ -130,20 +131,17 @@ CREATE FUNCTION svc_lease_pay_all(r TEXT, rid TEXT[], a TEXT[], k TEXT[], ps BIG
 LANGUAGE plpgsql AS $$
 DECLARE
   room_a JSONB := '{}';
-  room_k JSONB := '{}';
   how TEXT;
   n INTEGER := 0;
 BEGIN
   FOR i IN 1 .. coalesce(array_length(rid, 1), 0) LOOP
     CONTINUE WHEN EXISTS (SELECT 1 FROM journal WHERE kind = 'charge' AND request_id = rid[i]);
-    how := svc_lease_pay(r, a[i], k[i], ps[i], cost[i],
-      coalesce((room_a ->> a[i])::numeric, 0), coalesce((room_k ->> k[i])::numeric, 0));
+    how := svc_lease_pay(r, a[i], k[i], ps[i], cost[i], coalesce((room_a ->> a[i])::numeric, 0));
     IF how = 'none' THEN
       RAISE EXCEPTION 'svc: lease lost' USING ERRCODE = 'P0001', DETAIL = rid[i];
     END IF;
     IF how = 'room' THEN
       room_a := jsonb_set(room_a, ARRAY[a[i]], to_jsonb(coalesce((room_a ->> a[i])::numeric, 0) + cost[i]));
-      room_k := jsonb_set(room_k, ARRAY[k[i]], to_jsonb(coalesce((room_k ->> k[i])::numeric, 0) + cost[i]));
     END IF;
     n := n + 1;
   END LOOP;

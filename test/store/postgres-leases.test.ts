@@ -1,0 +1,194 @@
+/**
+ * Budget leases and the replica registry on a real PostgreSQL (store/postgres/leases.ts, replicas.ts): grants
+ * never oversubscribe an account or a key whatever the interleaving of replicas; a leased charge is paid out of
+ * its lease, or out of free room when the lease is gone, or not at all; a silent replica's leases come back;
+ * a key write waits for the replicas that trust their cache, and not for one that went silent.
+ */
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
+import { parseUsd } from '../../src/billing/money.js'
+import { LeaseLostError, type Charge, type NewApiKey } from '../../src/store/store.js'
+import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/postgres-store.js'
+import { startPostgres } from '../helpers/postgres.js'
+import { eventually } from '../helpers/wait.js'
+
+const A = '0x' + 'a'.repeat(40)
+const usd = (text: string): bigint => parseUsd(text)!
+const REPLICA = { heartbeatMs: 100, fenceMs: 600, deadAfterMs: 1_000 }
+
+const server = await startPostgres(t)
+
+type Test = Parameters<Parameters<typeof t.test>[0]>[0]
+
+async function replica(t: Test, url: string, id: string): Promise<PostgresStore> {
+  const store = await openPostgresStore({ url, changeHeartbeatMs: 100, replicaId: id, replica: REPLICA })
+  t.teardown(() => store.close())
+  return store
+}
+
+async function sql(url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return await client.query(text, values)
+  } finally {
+    await client.end()
+  }
+}
+
+function apiKey(creditLimit: bigint | null, resetPeriod: NewApiKey['resetPeriod'] = 'never'): NewApiKey {
+  const secret = newSecret('sk-')
+  return {
+    id: randomUUID(),
+    accountId: A,
+    hash: hashSecret(secret),
+    preview: previewOf(secret),
+    name: 'lease',
+    trustMode: null,
+    creditLimit,
+    resetPeriod,
+    expiresAt: null,
+    allowedModels: null,
+    allowedProviders: null,
+    createdAt: Date.now(),
+  }
+}
+
+function charge(keyId: string, cost: bigint, leased = true): Charge {
+  return {
+    requestId: randomUUID(),
+    accountId: A,
+    keyId,
+    model: 'm',
+    provider: 'p',
+    at: Date.now(),
+    promptTokens: 1,
+    completionTokens: 1,
+    images: 0,
+    audioMs: 0,
+    cost,
+    leased,
+    periodStart: 0,
+  }
+}
+
+const ask = (keyId: string, min: bigint, want: bigint) => ({ accountId: A, keyId, periodStart: 0, min, want })
+
+t.test('grants from two replicas at once never pass the key\'s limit or the account\'s funds', async (t) => {
+  const url = await server.newDatabase()
+  const [one, two] = [await replica(t, url, 'r1'), await replica(t, url, 'r2')]
+  await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
+  const capped = await one.keys.createApiKey(apiKey(usd('1')))
+  const grants = await Promise.all(
+    Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? one : two).leases!.acquire(ask(capped.id, usd('0.03'), usd('0.1')))),
+  )
+  const granted = grants.reduce((sum, g) => sum + g.granted, 0n)
+  t.equal(granted, usd('1'), 'exactly the limit, no more')
+  t.ok(grants.every((g) => g.granted === 0n || g.granted >= usd('0.03')), 'each grant at least its minimum, or nothing')
+  t.equal((await one.ledger.totalsWithLeases(A)).leased, usd('1'), 'the account counts every lease')
+  // The account caps too: a key without a limit gets what the funds leave.
+  const free = await one.keys.createApiKey(apiKey(null))
+  const rest = await two.leases!.acquire(ask(free.id, 1n, usd('100')))
+  t.equal(rest.granted, usd('9'))
+  t.equal(rest.accountRoom, usd('9'), 'the figures before the grant')
+  const none = await one.leases!.acquire(ask(free.id, 1n, 1n))
+  t.equal(none.granted, 0n, 'nothing left')
+  t.equal(none.accountRoom, 0n)
+})
+
+t.test('a leased charge is paid out of its lease; given back, the rest returns to the account', async (t) => {
+  const url = await server.newDatabase()
+  const one = await replica(t, url, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('1'), '', Date.now())
+  const key = await one.keys.createApiKey(apiKey(usd('0.5')))
+  t.equal((await one.leases!.acquire(ask(key.id, usd('0.2'), usd('0.2')))).granted, usd('0.2'))
+  const [outcome] = await one.ledger.recordCharges([charge(key.id, usd('0.05'))])
+  t.notOk(outcome instanceof Error)
+  const totals = await one.ledger.totalsWithLeases(A)
+  t.equal(totals.spent, usd('0.05'))
+  t.equal(totals.leased, usd('0.15'), 'the charge came out of the lease')
+  const row = await sql(url, "SELECT amount, (SELECT period_used FROM api_keys WHERE id = $1) AS used FROM budget_leases WHERE key_id = $1", [key.id])
+  t.equal(BigInt(row.rows[0].amount), usd('0.15'))
+  t.equal(BigInt(row.rows[0].used), usd('0.05'), 'counted in the key\'s period spend')
+  await one.leases!.giveBack(A, key.id, null)
+  t.equal((await one.ledger.totalsWithLeases(A)).leased, 0n)
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM budget_leases')).rows[0].n, 0)
+})
+
+t.test('a leased charge without its lease: paid out of free room, or refused alone (LeaseLostError)', async (t) => {
+  const url = await server.newDatabase()
+  const one = await replica(t, url, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('1'), '', Date.now())
+  const key = await one.keys.createApiKey(apiKey(usd('0.1')))
+  // No lease at all: the key's room is 0.1; a batch of three 0.04 charges fits two.
+  const batch = [charge(key.id, usd('0.04')), charge(key.id, usd('0.04')), charge(key.id, usd('0.04'))]
+  const outcomes = await one.ledger.recordCharges(batch)
+  t.same(outcomes.map((o) => (o instanceof LeaseLostError ? 'lost' : o instanceof Error ? 'error' : 'ok')), ['ok', 'ok', 'lost'])
+  t.equal((await one.ledger.totals(A)).spent, usd('0.08'), 'the refused one wrote nothing')
+  t.equal((await one.ledger.spendByKey(A, null)).get(key.id), usd('0.08'))
+})
+
+t.test('a key\'s period spend starts again with its period, counted from the roll-up', async (t) => {
+  const url = await server.newDatabase()
+  const one = await replica(t, url, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
+  const key = await one.keys.createApiKey(apiKey(usd('1'), 'daily'))
+  const today = Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate())
+  t.equal((await one.leases!.acquire({ accountId: A, keyId: key.id, periodStart: today, min: usd('0.6'), want: usd('0.6') })).granted, usd('0.6'))
+  const [paid] = await one.ledger.recordCharges([{ ...charge(key.id, usd('0.6')), periodStart: today }])
+  t.notOk(paid instanceof Error)
+  const more = await one.leases!.acquire({ accountId: A, keyId: key.id, periodStart: today, min: usd('0.5'), want: usd('0.5') })
+  t.equal(more.granted, 0n, 'today is spent down to 0.4')
+  t.equal(more.keyUsed, usd('0.6'))
+  // The next day (a later period start): yesterday's spend no longer counts.
+  const next = await one.leases!.acquire({ accountId: A, keyId: key.id, periodStart: today + 86_400_000, min: usd('0.5'), want: usd('1') })
+  t.equal(next.granted, usd('1'))
+  t.equal(next.keyUsed, 0n)
+})
+
+/** A replica in a process of its own that takes a lease on `keyId`, says so, and waits to be killed. */
+function leasingProcess(url: string, keyId: string, amount: bigint) {
+  const store = new URL('../../src/store/postgres/postgres-store.js', import.meta.url).href
+  const script = `
+    const { openPostgresStore } = await import(${JSON.stringify(store)})
+    const s = await openPostgresStore({ url: ${JSON.stringify(url)}, changeHeartbeatMs: 100, replicaId: 'r2', replica: ${JSON.stringify(REPLICA)} })
+    const g = await s.leases.acquire({ accountId: ${JSON.stringify(A)}, keyId: ${JSON.stringify(keyId)}, periodStart: 0, min: ${amount}n, want: ${amount}n })
+    console.log('granted ' + g.granted)
+    setInterval(() => {}, 1000)`
+  return spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] })
+}
+
+t.test('a key write waits for a trusting replica; a SIGKILLed one is removed, its leases released, and not waited for', async (t) => {
+  const url = await server.newDatabase()
+  const one = await replica(t, url, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('1'), '', Date.now())
+  const key = await one.keys.createApiKey(apiKey(null))
+  const other = leasingProcess(url, key.id, usd('0.7'))
+  t.teardown(() => other.kill('SIGKILL'))
+  const said = await new Promise<string>((resolve, reject) => {
+    other.stdout!.once('data', (b: Buffer) => resolve(b.toString()))
+    other.once('exit', (code) => reject(new Error(`the leasing process exited with ${code}`)))
+  })
+  t.match(said, /granted 700000000000000000/)
+  t.equal((await one.leases!.acquire(ask(key.id, usd('0.5'), usd('0.5')))).granted, 0n, 'held by the other replica')
+  await eventually(async () => (await sql(url, "SELECT trusting FROM replicas WHERE id = 'r2'")).rows[0]?.trusting === true, 5_000, 20)
+  // r2 trusts its cache: the revocation's writer waits until r2 applied it.
+  await one.keys.revokeApiKey(A, key.id, Date.now())
+  const seq = one.changes.ownSeq
+  await one.changes.settled()
+  const acked = (await sql(url, "SELECT applied_seq FROM replicas WHERE id = 'r2'")).rows[0].applied_seq
+  t.ok(Number(acked) >= seq, 'settled only once r2 acknowledged the change')
+  other.kill('SIGKILL')
+  await new Promise((resolve) => other.once('exit', resolve))
+  // A write right after the kill waits at most the fence for the silent replica.
+  const key2 = await one.keys.createApiKey(apiKey(null))
+  await one.keys.revokeApiKey(A, key2.id, Date.now())
+  const started = Date.now()
+  await one.changes.settled()
+  t.ok(Date.now() - started <= REPLICA.fenceMs + 1_000, `not waited for past the fence (${Date.now() - started} ms)`)
+  t.ok(await eventually(async () => (await one.ledger.totalsWithLeases(A)).leased === 0n, 5_000, 50), 'its lease released within dead_after_ms')
+  t.equal((await sql(url, "SELECT count(*)::int AS n FROM replicas WHERE id = 'r2'")).rows[0].n, 0, 'removed from the registry')
+})
