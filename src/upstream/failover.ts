@@ -136,24 +136,26 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     if (this.#finished || this.sink.aborted) return
     const req = this.#req
     let refused
+    let amount: bigint
     try {
       // Re-priced for this candidate: the previous one's hold is given back first.
-      refused = req.budget.hold(req.surface.worstCase(req.request, offer))
+      amount = req.surface.worstCase(req.request, offer)
+      refused = req.budget.hold(amount)
     } catch (err) {
       return this.#crash(null, err)
     }
     if (refused instanceof Promise) {
       // Waiting for room that requests in flight hold (billing/budget-waiters.ts).
       refused.then(
-        (outcome) => this.#afterReserve(offer, outcome),
+        (outcome) => this.#afterReserve(offer, outcome, amount),
         (err: unknown) => this.#crash(null, err),
       )
       return
     }
-    this.#afterReserve(offer, refused)
+    this.#afterReserve(offer, refused, amount)
   }
 
-  #afterReserve(offer: Offer, refused: RouterError | null): void {
+  #afterReserve(offer: Offer, refused: RouterError | null, amount: bigint): void {
     const req = this.#req
     if (this.#finished || this.sink.aborted) {
       // The receiver went away while this request waited: what it holds now goes back.
@@ -161,8 +163,19 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       return
     }
     if (refused !== null) {
-      // More of the body may lower the worst case (an edit's `n`): the hold is tried again once it was read.
-      if (req.surface.retryHoldWhen?.(req.request, () => this.#reserve(offer)) === true) return
+      // More of the body may lower the worst case (an edit's `n`): the hold is tried again once it was read, or
+      // at once when it was read while this hold waited for room.
+      const surface = req.surface
+      if (surface.retryHoldWhen !== undefined) {
+        let lower = false
+        try {
+          lower = surface.worstCase(req.request, offer) < amount
+        } catch (err) {
+          return this.#crash(null, err)
+        }
+        if (lower) return this.#reserve(offer)
+        if (surface.retryHoldWhen(req.request, () => this.#reserve(offer))) return
+      }
       this.#finished = true
       return this.#sendFailure(refused)
     }
