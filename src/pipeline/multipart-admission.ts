@@ -134,6 +134,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
           if (repeated !== null) return refuseBody(repeated)
           if (!ended && watch?.over === true && request !== null) {
             ended = true
+            learned = true
             surface.formEnded?.(request)
           }
           // A form larger than what the scan read is judged whole only here, at its end (see proceed).
@@ -152,6 +153,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
             onMore = null
             more()
           }
+          // The attempt under way holds less once the form told it may cost less.
+          if (learned && failover !== null) failover.repriced()
           learned = false
           if (judged && onWhole !== null) {
             const whole = onWhole

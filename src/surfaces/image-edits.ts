@@ -4,7 +4,7 @@
  * per image of the answer's `data[]`.
  *
  * The hold is n × image price for the `n` the form gave before routing; while it may still come (the form has
- * not ended), the most an edit may ask for (MAX_IMAGES) is held. A budget that cannot hold that much waits for
+ * not ended), the most an edit may ask for (MAX_IMAGES) is held, lowered once it came (Failover.repriced). A budget that cannot hold that much waits for
  * the rest of the form (within upstream.replay_buffer_bytes) before it is refused: an `n` that comes, or the
  * form's end without one (1), sets the hold then. The fields read after routing are checked as the bytes that
  * end them go by (lateField): one that breaks a rule fails the request with its 400, the provider's request is

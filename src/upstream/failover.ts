@@ -123,6 +123,22 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     current?.abort(new Error(err.message))
   }
 
+  /**
+   * More of the request's body was read, which may lower its worst case (an edit's `n` came after its image):
+   * the hold of the attempt under way follows it down, so that room goes back to the key and the account now.
+   */
+  repriced(): void {
+    const current = this.#current
+    const req = this.#req
+    const budget = req.budget
+    if (current === null || !budget.open || budget.lower === undefined) return
+    try {
+      budget.lower(req.surface.worstCase(req.request, current.offer))
+    } catch (err) {
+      this.#crash(null, err)
+    }
+  }
+
   #tryNext(): void {
     if (this.#finished || this.sink.aborted) return
     const req = this.#req

@@ -32,6 +32,8 @@ interface Behaviour {
   readonly status?: number
   /** Answer 200 with one image as soon as the request head arrives, reading none of the body first. */
   readonly answerAtOnce?: boolean
+  /** Once the whole upload came, answer only when this settles. */
+  readonly answerWhen?: Promise<void>
 }
 
 /** An image-edit provider that records how much of each upload arrived, and whether its request was cut. */
@@ -80,9 +82,11 @@ async function recorder(t: Test, behaviour: Behaviour = {}): Promise<Recorder> {
       const found = /name="n"\r\n\r\n(\d+)\r\n/.exec(head.toString('latin1')) ?? /name="n"\r\n\r\n(\d+)\r\n/.exec(tail.toString('latin1'))
       const n = found === null ? 1 : Number(found[1])
       const status = behaviour.status ?? 200
-      res.writeHead(status, { 'content-type': 'application/json' })
-      if (status !== 200) return res.end(JSON.stringify({ error: { message: `status ${status}` } }))
-      res.end(JSON.stringify({ created: 1, data: Array.from({ length: n }, () => ({ b64_json: 'aGk=' })) }))
+      void (behaviour.answerWhen ?? Promise.resolve()).then(() => {
+        res.writeHead(status, { 'content-type': 'application/json' })
+        if (status !== 200) return res.end(JSON.stringify({ error: { message: `status ${status}` } }))
+        res.end(JSON.stringify({ created: 1, data: Array.from({ length: n }, () => ({ b64_json: 'aGk=' })) }))
+      })
     })
     req.on('close', () => {
       if (!ended) rec.cut++
@@ -347,5 +351,32 @@ t.test('a chunked upload (no Content-Length) streams through as well, and n afte
   t.equal(res.status, 200)
   t.equal(res.json.x_svc_trace.billing.total_cost, '0.012', '4 × 0.003')
   t.same(provider.hashes, [sha(body)])
+  await settledBooks(t, stack)
+})
+
+t.test('the hold follows the worst case down once n comes: the room goes back while the provider works', async (t) => {
+  let answer: () => void = () => {}
+  const provider = await recorder(t, { answerWhen: new Promise<void>((resolve) => (answer = resolve)) })
+  const stack = await startStack(t, providers(provider.url))
+  const cases: [string, Field[], string][] = [
+    ['n after the image', [['n', '2']], '0.006'],
+    ['no n, the form ended', [], '0.003'],
+  ]
+  const answers = []
+  for (const [label, after, held] of cases) {
+    const { body, imageStart } = form([['model', IMAGE_MODEL], ['prompt', 'x']], 3 * MIB, after)
+    const upload = pausing(body, imageStart + MIB)
+    const before = stack.router.ledger.reserved(stack.account)
+    const res = edit(stack, upload.stream, stack.auth, body.length)
+    t.ok(await eventually(() => stack.router.ledger.reserved(stack.account) === before + atto('0.03')), `${label}: ten images held while n may come`)
+    upload.resume()
+    const whole = provider.hashes.length + 1
+    t.ok(await eventually(() => provider.hashes.length === whole), `${label}: the provider has the whole upload and works on it`)
+    t.equal(stack.router.ledger.reserved(stack.account), before + atto(held), `${label}: the hold is down to ${held}`)
+    answers.push(res)
+  }
+  answer()
+  const done = await Promise.all(answers)
+  t.same(done.map((r) => [r.status, r.json.x_svc_trace.billing.total_cost]), [[200, '0.006'], [200, '0.003']])
   await settledBooks(t, stack)
 })
