@@ -16,6 +16,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { createServer, type IncomingMessage } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
+import OpenAI, { toFile } from 'openai'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { SMALL_CHUNK } from '../../src/codecs/body-chunks.js'
@@ -378,5 +379,63 @@ t.test('the hold follows the worst case down once n comes: the room goes back wh
   answer()
   const done = await Promise.all(answers)
   t.same(done.map((r) => [r.status, r.json.x_svc_trace.billing.total_cost]), [[200, '0.006'], [200, '0.003']])
+  await settledBooks(t, stack)
+})
+
+t.test('the openai client, model first and n last: a capped key that cannot hold ten is served the n it asked', async (t) => {
+  const provider = await recorder(t)
+  const stack = await startStack(t, providers(provider.url))
+  // 0.02 holds six images at 0.003, not ten: the hold waits for the n at the form's end.
+  const capped = await stack.newApiKey({ creditLimit: atto('0.02') })
+  const openai = new OpenAI({ baseURL: stack.url + '/v1', apiKey: capped.key, maxRetries: 0, defaultHeaders: PRICE_SORT })
+  const image = await toFile(randomBytes(10 * MIB), 'image.png', { type: 'image/png' })
+  const res = (await openai.images.edit({ model: IMAGE_MODEL, prompt: 'a hat', image, n: 3 })) as any
+  t.equal(res.data.length, 3)
+  t.equal(res.x_svc_trace.billing.total_cost, '0.009')
+  const over = await openai.images.edit({ model: IMAGE_MODEL, prompt: 'a hat', image: await toFile(randomBytes(MIB), 'i.png'), n: 4 }).then(
+    () => null,
+    (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+  )
+  t.equal(over?.status, 402, 'four more (0.012) would pass the cap after 0.009: refused once n came')
+  t.equal(provider.requests, 1, 'the provider was never asked for it')
+  await settledBooks(t, stack)
+})
+
+t.test('many edits at once in pieces of every size, good and bad, capped and not: every one answered right, books back to zero', async (t) => {
+  const provider = await recorder(t)
+  const stack = await startStack(t, providers(provider.url), { upstream: { replay_buffer_bytes: 2 * MIB } })
+  const capped = await stack.newApiKey({ creditLimit: atto('1') })
+  /** `body` in pieces of 1 byte to 200 KiB, one per turn. */
+  const pieces = (body: Buffer): Readable => {
+    let at = 0
+    return new Readable({
+      read() {
+        if (at >= body.length) return void this.push(null)
+        const n = 1 + Math.floor(Math.random() * Math.min(200 * 1024, body.length - at))
+        const piece = body.subarray(at, (at += n))
+        setImmediate(() => this.push(piece))
+      },
+    })
+  }
+  const cases: [Field[], Field[], number, number, string][] = [
+    // before the image, after it, image MiB, status, billed
+    [[['model', IMAGE_MODEL], ['prompt', 'x']], [['n', '2']], 3, 200, '0.006'],
+    [[['model', IMAGE_MODEL], ['n', '3'], ['prompt', 'x']], [], 1, 200, '0.009'],
+    [[['prompt', 'x'], ['model', IMAGE_MODEL]], [], 0.5, 200, '0.003'],
+    [[['model', IMAGE_MODEL], ['prompt', 'x']], [['n', '0']], 3, 400, '0'],
+    [[['model', IMAGE_MODEL]], [['prompt', '']], 1, 400, '0'],
+    [[['model', IMAGE_MODEL], ['prompt', 'x']], [['response_format', 'url'], ['response_format', 'url']], 2, 400, '0'],
+  ]
+  const runs = cases.flatMap(([before, after, mib, status, billed], i) =>
+    [stack.auth, capped.auth].map(async (auth) => {
+      const { body } = form(before, Math.round(mib * MIB), after)
+      const res = await edit(stack, pieces(body), auth, i % 2 === 0 ? body.length : undefined)
+      t.equal(res.status, status, `case ${i}: ${res.status === status ? 'as expected' : JSON.stringify(res.json.error)}`)
+      t.equal(res.json.x_svc_trace.billing.total_cost, billed, `case ${i}: billed ${billed}`)
+    }),
+  )
+  await Promise.all(runs)
+  const total = (await charges(stack)).reduce((s, c) => s + c.amount, 0n)
+  t.equal(total, 2n * (atto('0.006') + atto('0.009') + atto('0.003')), 'the books hold exactly what was answered')
   await settledBooks(t, stack)
 })
