@@ -9,8 +9,11 @@
  *   says why;
  * - a field that breaks a rule after the upload started (n out of range, a bad response_format, an empty prompt)
  *   fails the request before any answer is relayed, cancels the provider's request, bills nothing;
- * - a budget that cannot hold 10 images waits for the rest of the form (within the replay buffer);
- * - a provider that answers before the upload's end: the answer waits for the upload to be judged.
+ * - a budget that cannot hold 10 images waits for the rest of the form (within the replay buffer), also with
+ *   the real `openai` client; clients that leave while it waits hold and pay nothing;
+ * - the hold falls to n × price once n came, while the provider works;
+ * - a provider that answers before the upload's end: the answer waits for the upload to be judged;
+ * - chunked uploads, and a concurrent batch of good and bad edits in pieces of every size.
  */
 import { createHash, randomBytes } from 'node:crypto'
 import { createServer, type IncomingMessage } from 'node:http'
@@ -168,8 +171,8 @@ t.test('model and prompt first, a pause after 4 MiB of a 20 MiB image: those byt
   const upload = pausing(body, imageStart + 4 * MIB)
   const answer = edit(stack, upload.stream, stack.auth, body.length)
   // The old router read the form to its end before a byte went on: this would never hold while the client waits.
-  // All of it but at most the last small read, which the router gathers with the next before it sends on
-  // (codecs/body-chunks.ts ChunkGatherer: a chunked upload's short last piece stays there while the client pauses).
+  // All of it but at most a last short read, which the router gathers with the next before it sends on
+  // (codecs/body-chunks.ts ChunkGatherer, under 8 KiB: it stays there while the client pauses).
   t.ok(await eventually(() => provider.received >= imageStart + 4 * MIB - SMALL_CHUNK), 'the first 4 MiB of the image reached the provider while the client paused')
   t.ok(provider.received <= imageStart + 4 * MIB, 'and no more than was sent')
   t.equal(stack.router.ledger.reserved(stack.account), atto('0.03'), 'n may still come: 10 images × 0.003 held')
