@@ -21,6 +21,11 @@ export interface Budget {
   settle(bill: Bill, done: Settled): BilledCost
   /** Gives the hold back without a charge. */
   release(): void
+  /**
+   * Lowers the hold in place to `amount` when that is less (never raises it, never fails): the request's worst
+   * case fell while it ran. Absent: the hold stays until settle or release.
+   */
+  lower?(amount: bigint): void
 }
 
 /** The budget of a request no key pays for: nothing is held and nothing recorded. */

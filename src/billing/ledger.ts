@@ -453,6 +453,20 @@ export class Reservation {
     return billed
   }
 
+  /**
+   * Lowers the hold to `amount` in place, never raising it (an edit's worst case fell once its `n` came): what
+   * the request can no longer cost is room for others at once. Nothing is checked, so nothing can fail: the
+   * rest of the hold stays as it was.
+   */
+  lower(amount: bigint): void {
+    if (!this.#open || amount < 0n || amount >= this.#amount) return
+    const freed = this.#amount - amount
+    this.#account.reserved -= freed
+    if (this.#key !== null) this.#key.reserved -= freed
+    this.#amount = amount
+    this.#waiters.wake()
+  }
+
   /** Gives the reservation back without a charge (failed, refused or abandoned request). */
   release(): void {
     if (!this.#open) return

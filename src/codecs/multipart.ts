@@ -154,6 +154,12 @@ const SCAN_SLICE = 16 * 1024
 /** The longest head a part may have (busboy's own bound on a part's header block). */
 const MAX_PART_HEAD = 16 * 1024
 const HEAD_END = Buffer.from('\r\n\r\n')
+/** The longest value PartWatch.valued reads; a longer one is told as null. */
+export const VALUE_BYTES = 1024
+const NO_NAMES: ReadonlySet<string> = new Set()
+
+/** Told a value PartWatch.valued reads: its name and text (null past VALUE_BYTES); answers a 400 or null. */
+export type ValueListener = (name: string, value: string | null) => RouterError | null
 const EMPTY = Buffer.alloc(0)
 
 /**
@@ -211,6 +217,18 @@ export class PartWatch {
   #inHead = false
   /** The closing delimiter passed (or the watch gave up): what follows is not parts. */
   #over = false
+  /** Names whose values are read (PartWatch.valued); empty for none. */
+  #valued: ReadonlySet<string> = NO_NAMES
+  /** The part whose value is being read: its name, its first bytes, its length so far. */
+  #valueName = ''
+  #valueParts: Buffer[] | null = null
+  #valueKept = 0
+  #valueLength = 0
+  /**
+   * Told each value of a `valued` name once its part ended (null when it is longer than VALUE_BYTES); answers
+   * the 400 to refuse the upload with, or null.
+   */
+  #onValue: ValueListener | null = null
 
   /** Null when the content type has no boundary the watch can read (the scan refuses such a form anyway). */
   static of(contentType: string, watched: ReadonlySet<string>, required: RequiredParts = NONE_REQUIRED): PartWatch | null {
@@ -223,6 +241,20 @@ export class PartWatch {
     this.#delimiter = Buffer.from(`\r\n--${boundary}`, 'latin1')
     this.#watched = watched
     this.#required = required
+  }
+
+  /**
+   * Reads the values of the parts named in `names` as they stream past, wherever they come (an edit's `n` after
+   * its image), and tells `listener` each one once its part ended: before the bytes that end it are passed on.
+   */
+  valued(names: ReadonlySet<string>, listener: ValueListener): void {
+    this.#valued = names
+    this.#onValue = listener
+  }
+
+  /** Whether the closing delimiter passed: the form has no more parts. */
+  get over(): boolean {
+    return this.#over
   }
 
   /**
@@ -262,6 +294,12 @@ export class PartWatch {
           if (this.#seen.has(name)) return invalid(`the multipart field ${name} may appear only once`)
           this.#seen.add(name)
         }
+        if (this.#valued.has(name)) {
+          this.#valueName = name
+          this.#valueParts = []
+          this.#valueKept = 0
+          this.#valueLength = 0
+        }
         continue
       }
       const d = this.#delimiter
@@ -272,12 +310,25 @@ export class PartWatch {
         const found = seam.indexOf(d)
         this.#carry = EMPTY
         if (found !== -1) {
+          if (this.#valueParts !== null) {
+            // The carry was counted into the value already: the value ends `found` bytes into the seam.
+            if (found > carry.length) this.#valueBytes(chunk.subarray(at, at + found - carry.length))
+            const err = this.#endValue(this.#valueLength - Math.max(0, carry.length - found))
+            if (err !== null) return err
+          }
           at += found + d.length - carry.length
           this.#inHead = true
           continue
         }
       }
       const found = chunk.indexOf(d, at)
+      if (this.#valueParts !== null) {
+        this.#valueBytes(chunk.subarray(at, found === -1 ? chunk.length : found))
+        if (found !== -1) {
+          const err = this.#endValue(this.#valueLength)
+          if (err !== null) return err
+        }
+      }
       if (found === -1) {
         // Kept: the bytes a delimiter split with the next chunk could start in (copied: the chunk may be reused).
         const rest = chunk.length - at
@@ -289,6 +340,24 @@ export class PartWatch {
       this.#inHead = true
     }
     return null
+  }
+
+  /** The next bytes of a value being read: counted, and copied while within what a value may hold. */
+  #valueBytes(bytes: Buffer): void {
+    this.#valueLength += bytes.length
+    const room = VALUE_BYTES + 1 - this.#valueKept
+    if (room <= 0 || bytes.length === 0) return
+    const take = bytes.subarray(0, room)
+    this.#valueParts!.push(Buffer.from(take))
+    this.#valueKept += take.length
+  }
+
+  /** The value being read ended after `length` bytes: told to the listener. */
+  #endValue(length: number): RouterError | null {
+    const parts = this.#valueParts!
+    this.#valueParts = null
+    const value = length > VALUE_BYTES ? null : Buffer.concat(parts).toString('utf8', 0, length)
+    return this.#onValue?.(this.#valueName, value) ?? null
   }
 
   /** Where the head ends in `chunk` (just past its blank line), looking from `at`; -1 when not in it. */

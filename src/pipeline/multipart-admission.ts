@@ -17,7 +17,7 @@ import { watchAnswer, type HeaderList, type Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
-import type { MultipartSurface, SurfaceRequest } from '../surfaces/surface.js'
+import type { MultipartSurface, SurfaceRequest, Upload } from '../surfaces/surface.js'
 import { ReplayableBody, type BodySource, type RequestBody } from '../upstream/request-body.js'
 import { discardOnAnswer, type SpoolBody } from '../jobs/spool.js'
 import { uploadChunks } from '../upstream/chunk-pool.js'
@@ -87,7 +87,10 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     if (declared > max) return refuse(tooLarge(), headersNow())
 
     let received = 0
-    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES, wholeForm: surface.wholeForm }, (outcome) => {
+    // A streamed upload is routed at `model`, wherever the fields that follow it come (lateFields); a spooled one
+    // may be read whole first, as its job starts only once the upload is all on disk anyway.
+    const wholeForm = spooled !== undefined && surface.wholeForm === true
+    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES, wholeForm }, (outcome) => {
       if (outcome instanceof RouterError) return refuseBody(outcome)
       form = outcome
       proceed()
@@ -95,6 +98,26 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     // Over the whole upload, past where the scan stops: a part the router acted on must not come twice, and the
     // parts the surface requires must come.
     const watch = PartWatch.of(head.contentType, surface.singleParts, surface.requiredParts)
+    // The request once built (proceed); the late fields' values read before it was, told to it then.
+    let request: R | null = null
+    let early: [string, string | null][] | null = null
+    let ended = false
+    // The upload came whole and passed the watch; what waits on that (whenWhole) or on more of the form (whenMore).
+    let judged = false
+    let learned = false
+    // The watch has seen the whole upload (its last chunk too): what it lacks, the form lacks.
+    let watchedAll = false
+    let onWhole: (() => void) | null = null
+    let onMore: (() => void) | null = null
+    const lateField = surface.lateField
+    if (watch !== null && surface.lateFields !== undefined && lateField !== undefined) {
+      watch.valued(surface.lateFields, (name, value) => {
+        learned = true
+        if (request !== null) return lateField(request, name, value)
+        ;(early ??= []).push([name, value])
+        return null
+      })
+    }
     // Streamed on: into pooled memory the replay buffer and the attempts hold (upstream/chunk-pool.ts).
     const source = reply.bodySource(spooled === undefined ? uploadChunks : undefined)
     // The upload as the replay buffer (or the spool) and the attempts read it: counted against the cap, shown
@@ -105,15 +128,39 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
           if (refused || badBody !== null) return
           received += chunk.length
           if (received > max) return refuse(tooLarge(), headersNow())
+          // Read before the chunk goes on: a field that breaks a rule (a repeat, a late `n` out of range) is
+          // refused before the bytes that end it reach a provider.
           const repeated = watch?.push(chunk) ?? null
           if (repeated !== null) return refuseBody(repeated)
+          if (!ended && watch?.over === true && request !== null) {
+            ended = true
+            learned = true
+            surface.formEnded?.(request)
+          }
           // A form larger than what the scan read is judged whole only here, at its end (see proceed).
           if (last && scan.finished && watch !== null) {
             const missing = watch.missing()
             if (missing !== null) return refuseBody(missingPart(missing))
           }
+          watchedAll = last
           if (!scan.finished) scan.push(chunk, last)
           handler(chunk, last)
+          if (refused) return
+          if (last) judged = true
+          // After the chunk is in the replay buffer: a hold tried again now may take the body at once.
+          if (onMore !== null && (learned || last || received > deps.replayBufferBytes)) {
+            const more = onMore
+            onMore = null
+            more()
+          }
+          // The attempt under way holds less once the form told it may cost less.
+          if (learned && failover !== null) failover.repriced()
+          learned = false
+          if (judged && onWhole !== null) {
+            const whole = onWhole
+            onWhole = null
+            whole()
+          }
         })
       },
       pause: () => source.pause(),
@@ -121,11 +168,13 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     }
     let body: RequestBody
     let launcher: Launcher<R, U>
+    let replayable = null as ReplayableBody | null
     if (spooled === undefined) {
-      const replayable = new ReplayableBody(intake, deps.replayBufferBytes)
-      body = replayable
+      const streamed = new ReplayableBody(intake, deps.replayBufferBytes)
+      replayable = streamed
+      body = streamed
       // Once the request is over, what the upload still holds goes back to the pool.
-      reply = watchAnswer(client, { over: () => replayable.release() })
+      reply = watchAnswer(client, { over: () => streamed.release() })
       launcher = answerNow(deps, (started) => {
         failover = started
       })
@@ -139,17 +188,46 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       client.onAborted(() => held.discard())
       reply = discardOnAnswer(client, held)
     }
-    const upload = { body, received: () => received, declaredLength: declared, maxBytes: max }
+    const whenWhole = (go: () => void): boolean => {
+      if (judged) return true
+      onWhole = go
+      // An answer came before the upload's end: no attempt needs the rest, which is read (to be judged) and
+      // dropped, never held up by a reader that stopped.
+      replayable?.drain()
+      return false
+    }
+    const whenMore = (go: () => void): boolean => {
+      if (judged || refused || received > deps.replayBufferBytes) return false
+      onMore = go
+      return true
+    }
+    const upload: Upload =
+      spooled === undefined
+        ? { body, received: () => received, declaredLength: declared, maxBytes: max, whenWhole, whenMore }
+        : { body, received: () => received, declaredLength: declared, maxBytes: max }
 
     function proceed(): void {
       if (refused || reply.aborted || form === null || admitted === null) return
       try {
         const req = surface.fromForm(form, upload, head)
         if (req instanceof RouterError) return refuse(req, admitted.headers)
-        // A form the scan read whole went past the watch whole too: a required part it lacks is a 400 now, before
-        // any provider is tried or any job exists.
-        const missing = form.whole ? (watch?.missing() ?? null) : null
+        // A form the scan read whole went past the watch whole too (or the scan found `model` in the upload's last
+        // chunk, which the watch has seen): a required part it lacks is a 400 now, before any provider is tried or
+        // any job exists.
+        const missing = form.whole || watchedAll ? (watch?.missing() ?? null) : null
         if (missing !== null) return refuse(missingPart(missing), admitted.headers)
+        request = req
+        if (early !== null && lateField !== undefined) {
+          for (const [name, value] of early) {
+            const bad = lateField(req, name, value)
+            if (bad !== null) return refuse(bad, admitted.headers)
+          }
+          early = null
+        }
+        if (watch?.over === true) {
+          ended = true
+          surface.formEnded?.(req)
+        }
         // The books may load from the store before the launch: a refusal of the upload's rest meanwhile (a part
         // sent twice) was the answer, and nothing may be sent upstream, nor billed, after it.
         admitRequest(deps, surface, head, reply, admitted, req, (launch) => {

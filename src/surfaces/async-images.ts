@@ -50,6 +50,7 @@ export const editJobs: JobKind<ImageEditRequest> = {
       provider: undefined,
       promptBytes: 0,
       n: count(params.n),
+      nKnown: true,
       upload: { body, received: () => bytes, declaredLength: bytes, maxBytes: bytes },
       fields: new Map(),
       // The whole upload is on disk, so its length is known even when the client sent it chunked.

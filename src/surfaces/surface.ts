@@ -48,6 +48,18 @@ export interface EngineSurface<R extends SurfaceRequest, U extends Usage = ChatU
   /** The exact cost of `usage` at `offer`'s prices. */
   cost(offer: Offer, usage: U): Cost
   readonly renderError: ErrorRenderer
+  /**
+   * After the hold of worstCase(req, offer) was refused: true when more of the request's body may still lower
+   * that worst case (an edit's `n` not come yet), and `retry` runs once more of it was read, to hold again at
+   * what it then is. Absent or false: the refusal is the answer.
+   */
+  retryHoldWhen?(req: R, retry: () => void): boolean
+  /**
+   * For a body judged as it streams (a multipart form's later fields): true when an answer may go out now,
+   * else false, and `go` runs once it may (never, when the body is refused or the client leaves first).
+   * Absent: at once.
+   */
+  answerWhen?(req: R, go: () => void): boolean
 }
 
 /** A JSON surface: its request is the whole body, parsed here. */
@@ -63,8 +75,21 @@ export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> 
 export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
   /** A file field whose first bytes the request wants (an audio header), '' for none. */
   readonly fileField: string
-  /** The form is read to its end (within upstream.replay_buffer_bytes) before admission: see ScanOptions. */
+  /**
+   * A spooled upload (async, src/jobs/spool.ts) is read to its end (within upstream.replay_buffer_bytes) before
+   * admission: see ScanOptions. A streamed one is always routed at `model`; lateFields tell it the rest.
+   */
   readonly wholeForm?: boolean
+  /**
+   * Fields whose values count wherever they come, also past where the scan stopped (PartWatch.valued): each
+   * value goes to lateField before the bytes that end it go on to the provider, and formEnded runs at the
+   * form's closing delimiter.
+   */
+  readonly lateFields?: ReadonlySet<string>
+  /** A value of a lateFields name (null: longer than VALUE_BYTES): the 400 when it breaks a rule; may update `req`. */
+  lateField?(req: R, name: string, value: string | null): RouterError | null
+  /** The form's closing delimiter passed: a field that did not come takes its default. */
+  formEnded?(req: R): void
   /** Parts the router acts on, which may come once: a repeat anywhere in the upload is a 400 (PartWatch). */
   readonly singleParts: ReadonlySet<string>
   /**
@@ -84,4 +109,15 @@ export interface Upload {
   readonly declaredLength: number
   /** The largest upload admitted (server.max_multipart_body_bytes). */
   readonly maxBytes: number
+  /**
+   * A streamed upload (absent when it was whole before the request ran): true when it all came and passed every
+   * check of the form, else false, and `go` runs once it has (never, if it is refused or abandoned).
+   */
+  readonly whenWhole?: (go: () => void) => boolean
+  /**
+   * A streamed upload: true when more of the form can still be read before an attempt takes it (it is neither
+   * whole nor past the replay buffer), and `go` runs once more was: a late field's value, the form's end, or
+   * the buffer's end. False: nothing more can be known first.
+   */
+  readonly whenMore?: (go: () => void) => boolean
 }

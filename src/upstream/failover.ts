@@ -82,6 +82,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #billed = 0n
   /** Candidates skipped because their concurrency cap and queue were full. */
   #busy = 0
+  /** An attempt whose whole answer waits for the request's body to be judged (answerWhen). */
+  #held: AttemptHandler | null = null
 
   constructor(ctx: EngineContext, req: EngineRequest<R, U>, sink: ResponseSink) {
     this.#ctx = ctx
@@ -121,30 +123,55 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     current?.abort(new Error(err.message))
   }
 
+  /**
+   * More of the request's body was read, which may lower its worst case (an edit's `n` came after its image):
+   * the hold of the attempt under way follows it down, so that room goes back to the key and the account now.
+   */
+  repriced(): void {
+    const current = this.#current
+    const req = this.#req
+    const budget = req.budget
+    if (current === null || !budget.open || budget.lower === undefined) return
+    try {
+      budget.lower(req.surface.worstCase(req.request, current.offer))
+    } catch (err) {
+      this.#crash(null, err)
+    }
+  }
+
   #tryNext(): void {
     if (this.#finished || this.sink.aborted) return
     const req = this.#req
     const offer = this.#attempts.length < this.#ctx.maxAttempts ? req.selection.next() : null
     if (offer === null) return this.#failAll()
+    this.#reserve(offer)
+  }
+
+  /** The hold for `offer`, then the attempt (tried again when the surface may learn it costs less: #afterReserve). */
+  #reserve(offer: Offer): void {
+    if (this.#finished || this.sink.aborted) return
+    const req = this.#req
     let refused
+    let amount: bigint
     try {
       // Re-priced for this candidate: the previous one's hold is given back first.
-      refused = req.budget.hold(req.surface.worstCase(req.request, offer))
+      amount = req.surface.worstCase(req.request, offer)
+      refused = req.budget.hold(amount)
     } catch (err) {
       return this.#crash(null, err)
     }
     if (refused instanceof Promise) {
       // Waiting for room that requests in flight hold (billing/budget-waiters.ts).
       refused.then(
-        (outcome) => this.#afterReserve(offer, outcome),
+        (outcome) => this.#afterReserve(offer, outcome, amount),
         (err: unknown) => this.#crash(null, err),
       )
       return
     }
-    this.#afterReserve(offer, refused)
+    this.#afterReserve(offer, refused, amount)
   }
 
-  #afterReserve(offer: Offer, refused: RouterError | null): void {
+  #afterReserve(offer: Offer, refused: RouterError | null, amount: bigint): void {
     const req = this.#req
     if (this.#finished || this.sink.aborted) {
       // The receiver went away while this request waited: what it holds now goes back.
@@ -152,6 +179,19 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       return
     }
     if (refused !== null) {
+      // More of the body may lower the worst case (an edit's `n`): the hold is tried again once it was read, or
+      // at once when it was read while this hold waited for room.
+      const surface = req.surface
+      if (surface.retryHoldWhen !== undefined) {
+        let lower = false
+        try {
+          lower = surface.worstCase(req.request, offer) < amount
+        } catch (err) {
+          return this.#crash(null, err)
+        }
+        if (lower) return this.#reserve(offer)
+        if (surface.retryHoldWhen(req.request, () => this.#reserve(offer))) return
+      }
       this.#finished = true
       return this.#sendFailure(refused)
     }
@@ -218,6 +258,12 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
 
   answered(a: AttemptHandler): void {
     const req = this.#req
+    // A body still judged as it streams (a form's later fields) holds the answer back until it passed: what a
+    // refusal of it meanwhile answers instead (cancel), and a receiver that leaves, are never billed.
+    if (req.surface.answerWhen?.(req.request, () => this.#judged(a)) === false) {
+      this.#held = a
+      return
+    }
     const codec = a.plan.codec
     this.#answeredBy(a, null)
     const streaming = codec.streaming
@@ -239,6 +285,18 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       else this.sink.send(a.status, this.#answerHeaders(a), out)
       this.#publishEnd(a.status, a, null)
     })
+  }
+
+  /** The body `a`'s answer waited for passed: the answer goes out, unless the request ended meanwhile. */
+  #judged(a: AttemptHandler): void {
+    if (this.#held !== a) return
+    this.#held = null
+    if (this.#finished || this.sink.aborted || this.#current !== a) return
+    try {
+      this.answered(a)
+    } catch (err) {
+      this.#crash(a, err)
+    }
   }
 
   broke(a: AttemptHandler, failure: UpstreamFailure): void {
@@ -336,6 +394,15 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     this.#finished = true
     const current = this.#current
     this.#current = null
+    const held = this.#held
+    if (held !== null && held === current) {
+      // An answer waiting for the rest of the upload, which will not come: its attempt is over, so nothing
+      // else gives the hold back. Not billed: the request it answers never came whole.
+      this.#held = null
+      this.#answeredBy(held, 'client_closed')
+      if (this.#req.budget.open) this.#req.budget.release()
+      return this.#publishEnd(499, held, 'client_closed')
+    }
     // The attempt under way settles or releases when its abort lands; with none, nothing was produced.
     if (current !== null) current.abort(new Error('client disconnected'))
     else {

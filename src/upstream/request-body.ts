@@ -97,6 +97,15 @@ export class ReplayableBody implements RequestBody {
     this.#drop()
   }
 
+  /**
+   * No attempt will read this body again, yet the rest of the upload is wanted (an answer came before the
+   * upload's end and waits for it to be judged): what is held is given back, and the rest is read and dropped.
+   */
+  drain(): void {
+    this.release()
+    this.#resume()
+  }
+
   #onChunk(chunk: Buffer, last: boolean): void {
     if (this.#released) return
     if (this.#kept !== null) {

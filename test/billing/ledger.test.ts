@@ -202,6 +202,28 @@ t.test('a provider reporting more than the request could produce is billed the r
   t.equal((await store.ledger.totals(A)).spent, usd('0.5'))
 })
 
+t.test('lower: a hold falls in place (never rises), its room goes to a waiter at once, and settle caps at it', async (t) => {
+  const { ledger, keyId, store } = await books(t, '10', '1', 'never', Date.UTC(2025, 0, 15, 12), { budgetWaitMs: 60_000 })
+  const p = principal(keyId, '1')
+  await ledger.prepare(p)
+  const r = ledger.open(p, 'req_low')
+  t.equal(r.reserve(usd('0.9')), null)
+  // Blocked only by r's hold: it waits.
+  const waiting = ledger.open(p, 'req_wait').hold(usd('0.5'))
+  t.type(waiting, Promise)
+  r.lower(usd('1'))
+  t.equal(r.amount, usd('0.9'), 'a higher amount is no lowering')
+  r.lower(usd('0.3'))
+  t.equal(r.amount, usd('0.3'))
+  t.equal(await waiting, null, 'the room freed went to the waiter')
+  t.equal(ledger.reserved(A), usd('0.8'), '0.3 + 0.5 held')
+  const { billed } = await settle(r, bill(usd('0.6')))
+  t.strictSame(billed, { input: usd('0.3'), output: 0n, capped: true }, 'billed at most the lowered hold')
+  t.equal((await store.ledger.totals(A)).spent, usd('0.3'))
+  r.lower(0n)
+  t.equal(ledger.reserved(A), usd('0.5'), 'a settled reservation is not touched')
+})
+
 t.test('concurrent holds never push used past the credit limit nor the balance below zero', async (t) => {
   const { store, ledger, keyId } = await books(t, '1000', '1')
   const p = principal(keyId, '1')

@@ -4,7 +4,8 @@
  * follows the closing delimiter is not parts.
  */
 import t from 'tap'
-import { boundaryOf, PartWatch, RequiredParts } from '../../src/codecs/multipart.js'
+import { boundaryOf, PartWatch, RequiredParts, VALUE_BYTES } from '../../src/codecs/multipart.js'
+import { RouterError } from '../../src/errors.js'
 
 const BOUNDARY = 'b0UND4ry-x'
 const TYPE = `multipart/form-data; boundary=${BOUNDARY}`
@@ -97,4 +98,46 @@ t.test('boundaryOf reads the parameter quoted or not, and only as a parameter', 
   t.equal(boundaryOf('multipart/form-data; xboundary=abc'), null)
   t.equal(boundaryOf('multipart/form-data'), null)
   t.equal(boundaryOf('multipart/form-data; boundary='), null)
+})
+
+t.test('values of the valued names are read whole at every chunk size, wherever they come', async (t) => {
+  const VALUED = new Set(['n', 'prompt', 'response_format'])
+  const values = (body: Buffer, size: number): [string, string | null][] => {
+    const watch = PartWatch.of(TYPE, WATCHED)!
+    const seen: [string, string | null][] = []
+    watch.valued(VALUED, (name, value) => {
+      seen.push([name, value])
+      return null
+    })
+    for (let at = 0; at < body.length; at += size) {
+      const err = watch.push(body.subarray(at, at + size))
+      if (err !== null) seen.push(['refused', err.message])
+    }
+    return seen
+  }
+  const long = 'p'.repeat(VALUE_BYTES)
+  const cases: [string, Buffer, [string, string | null][]][] = [
+    ['before and after a file', form([['n', '2'], ['model', 'a'], FILE, ['prompt', 'a hat'], ['response_format', 'url']]), [['n', '2'], ['prompt', 'a hat'], ['response_format', 'url']]],
+    ['an empty value', form([['model', 'a'], FILE, ['prompt', '']]), [['prompt', '']]],
+    ['CR and LF inside, and a look-alike of the delimiter', form([['prompt', `a\r\nb\r\n--${BOUNDARY.slice(0, -1)}`], FILE]), [['prompt', `a\r\nb\r\n--${BOUNDARY.slice(0, -1)}`]]],
+    ['utf-8', form([['prompt', 'un chapeau rouge, très grand ☂']]), [['prompt', 'un chapeau rouge, très grand ☂']]],
+    ['at the most a value may hold', form([['prompt', long]]), [['prompt', long]]],
+    ['one byte past it', form([['prompt', long + 'p'], ['n', '3']]), [['prompt', null], ['n', '3']]],
+    ['far past it', form([['prompt', 'q'.repeat(70_000)], FILE, ['n', '1']]), [['prompt', null], ['n', '1']]],
+    ['not after the closing delimiter', form([['n', '1']], `--${BOUNDARY}\r\ncontent-disposition: form-data; name="n"\r\n\r\n9\r\n`), [['n', '1']]],
+  ]
+  for (const [label, body, want] of cases) for (const size of SIZES) t.same(values(body, size), want, `${label}, chunks of ${size}`)
+})
+
+t.test('a value refused by the listener is the watch\'s answer, and over says when the form ended', async (t) => {
+  const watch = PartWatch.of(TYPE, WATCHED)!
+  watch.valued(new Set(['n']), (name, value) => (value === '11' ? new RouterError('invalid_request', `${name} is out of range`) : null))
+  const body = form([['model', 'a'], FILE, ['n', '11']])
+  const end = body.indexOf(`\r\n--${BOUNDARY}--`)
+  t.equal(watch.push(body.subarray(0, end)), null, 'the value has not ended yet')
+  t.notOk(watch.over)
+  t.match(watch.push(body.subarray(end))?.message, /n is out of range/, 'refused in the chunk that ends it')
+  const whole = PartWatch.of(TYPE, WATCHED)!
+  whole.push(form([['model', 'a']]))
+  t.ok(whole.over, 'the closing delimiter passed')
 })

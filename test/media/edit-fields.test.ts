@@ -173,3 +173,26 @@ t.test('a form past the replay buffer is judged at its end: a late image passes,
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing held')
   t.same((await charges(stack)).length, 1, 'only the edit that had its image was billed')
 })
+
+t.test('an async edit past the replay buffer: its job starts once the upload is all there, so a late n is the n held', async (t) => {
+  const stack = await startStack(t, mediaProviders(), { upstream: { replay_buffer_bytes: 64 * 1024 } })
+  const big = { file: 'image', bytes: Buffer.alloc(200_000, 9) }
+  // 0.01 cannot hold ten images at 0.003; the two asked for after the buffer it can.
+  const capped = await stack.newApiKey({ creditLimit: atto('0.01') })
+  const accepted = await edit(stack, capped.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], big, ['n', '2']]), '/v1/async/images/edits')
+  t.equal(accepted.status, 202)
+  let job: any = null
+  for (let i = 0; i < 400 && (job === null || !['completed', 'failed'].includes(job.status)); i++) {
+    if (i > 0) await new Promise((resolve) => setTimeout(resolve, 25))
+    const res = await request(`${stack.url}/v1/async/jobs/${accepted.json.jobId}`, { headers: capped.auth })
+    job = await res.body.json()
+  }
+  t.equal(job.status, 'completed')
+  t.equal(job.data.data.length, 2)
+  t.equal(job.x_svc_trace.billing.total_cost, '0.006')
+  const late = await edit(stack, capped.auth, form([['model', IMAGE_MODEL], ['prompt', 'x'], big, ['n', '11']]), '/v1/async/images/edits')
+  t.equal(late.status, 400, 'a late n out of range: refused before any job exists')
+  t.match(late.json.error.message, /n must be an integer from 1 to 10/)
+  t.same(await stack.router.store.jobs.unfinishedJobs(), [])
+  t.equal(stack.router.ledger.reserved(stack.account), 0n)
+})

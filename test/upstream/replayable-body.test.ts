@@ -162,3 +162,20 @@ t.test('a reader that does not keep up pauses the source', async (t) => {
   t.notOk(source.paused, 'reading resumes it')
   await reader.return()
 })
+
+t.test('drain: a body no attempt will read again lets the rest of the upload through, and keeps none of it', async (t) => {
+  const source = new ManualSource()
+  const body = new ReplayableBody(source, 0)
+  const reader = body.take()!
+  // A reader nobody consumes: the source is paused at its high-water mark, as an attempt that stopped reading.
+  for (let i = 0; i < 16 && !source.paused; i++) source.feed(Buffer.alloc(8 * 1024))
+  t.ok(source.paused, 'held by the stalled reader')
+  body.drain()
+  t.notOk(source.paused, 'resumed: the rest of the upload is read')
+  t.ok(reader.closed, 'the reader gave back what it queued')
+  const pauses = source.pauses
+  for (let i = 0; i < 64; i++) source.feed(Buffer.alloc(64 * 1024), i === 63)
+  t.equal(source.pauses, pauses, 'never paused again, however much comes')
+  t.equal(body.take(), null, 'and no attempt can take it')
+  t.notOk(body.replayable)
+})
