@@ -18,8 +18,11 @@ export interface Books {
   keyRevoked(keyId: string): void
   /** Whether a book of the key is kept here (keyRevoked has something to mark). */
   hasKey(keyId: string): boolean
-  /** What the account's requests in flight hold (the funds endpoint's `reserved`). */
-  reserved(accountId: string): bigint | Promise<bigint>
+  /**
+   * What this process's requests in flight hold of the account (alone on its store: the funds endpoint's
+   * `reserved`; among replicas the store reports every replica's leases instead: LedgerStore.totalsWithLeases).
+   */
+  reserved(accountId: string): bigint
   /** The key's spend in its current period as the books know it, or null: then the store's figure is exact. */
   used(keyId: string, period: ResetPeriod): bigint | null
   /** Re-reads what another process changed (a deposit, or anything: `refresh`). */

@@ -159,9 +159,11 @@ export class LeasedLedger implements Books {
     return this.#books.has(keyId)
   }
 
-  /** Every replica's leases on the account: what the funds endpoint reports as reserved. */
-  reserved(accountId: string): Promise<bigint> {
-    return this.#leases.leased(accountId)
+  /** What this replica's requests in flight hold of the account (the funds endpoint reads every replica's leases). */
+  reserved(accountId: string): bigint {
+    let held = 0n
+    for (const book of this.#books.values()) if (book.accountId === accountId) held += book.reserved
+    return held
   }
 
   /** Spend is read from the store (every replica's charges are there before their last byte). */
@@ -428,6 +430,14 @@ export class LeasedReservation implements Budget {
     const outcome = this.#ledger.hold(this.#book, this, amount)
     if (outcome === null) this.#amount = amount
     return outcome
+  }
+
+  /** Lowers the hold in place (never raises it, never fails): what it frees goes to the holds queued behind it. */
+  lower(amount: bigint): void {
+    if (!this.#open || amount < 0n || amount >= this.#amount) return
+    const freed = this.#amount - amount
+    this.#amount = amount
+    this.#ledger.unhold(this.#book, freed)
   }
 
   settle(bill: Bill, done: Settled): BilledCost {

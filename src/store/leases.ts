@@ -39,8 +39,6 @@ export interface LeaseStore {
   acquire(ask: LeaseAsk): Promise<LeaseGrant>
   /** Gives back `amount` of this replica's lease on the key (never more than it holds; null: all of it). */
   giveBack(accountId: string, keyId: string, amount: bigint | null): Promise<void>
-  /** What every replica holds of the account's funds (the funds endpoint's `reserved`). */
-  leased(accountId: string): Promise<bigint>
 }
 
 /** A charge recorded with `leased: true` found neither its lease nor free room to pay from: nothing was written. */

@@ -22,7 +22,7 @@ export interface AccountDeps {
   readonly authenticate: MgmtAuthenticator
   readonly store: Pick<Store, 'keys' | 'ledger'>
   /** atto-USD held by the account's in-flight requests. */
-  readonly reserved: (accountId: string) => bigint | Promise<bigint>
+  readonly reserved: (accountId: string) => bigint
   readonly now?: () => number
 }
 
@@ -131,7 +131,7 @@ export function createAccount(deps: AccountDeps): AccountSurface {
     const ledger = deps.store.ledger
     const leased = ledger.totalsWithLeases === undefined ? null : await ledger.totalsWithLeases(principal.accountId)
     const t = leased ?? (await ledger.totals(principal.accountId))
-    const reserved = leased !== null ? leased.leased : await deps.reserved(principal.accountId)
+    const reserved = leased !== null ? leased.leased : deps.reserved(principal.accountId)
     const body = {
       deposit: formatUsd(t.deposited),
       credit: formatUsd(t.credited),

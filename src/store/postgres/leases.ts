@@ -166,7 +166,6 @@ export const LEASE_SQL = {
   payAll: 'SELECT svc_lease_pay_all($1, $2::text[], $3::text[], $4::text[], $5::bigint[], $6::numeric[]) AS paid',
   acquire: 'SELECT granted, account_room, key_limit, key_used, key_leased FROM svc_lease_acquire($1, $2, $3, $4, $5, $6)',
   giveBack: 'SELECT svc_lease_return($1, $2, $3, $4)',
-  leased: 'SELECT leased FROM accounts WHERE id = $1',
 } as const
 
 interface GrantRow {
@@ -209,8 +208,4 @@ export class PgLeaseStore implements LeaseStore {
     await this.#pool.query(LEASE_SQL.giveBack, [this.replicaId, accountId, keyId, amount === null ? 'Infinity' : amount.toString()])
   }
 
-  async leased(accountId: string): Promise<bigint> {
-    const { rows } = await this.#pool.query<{ leased: string }>(LEASE_SQL.leased, [accountId])
-    return rows.length === 0 ? 0n : BigInt(rows[0]!.leased)
-  }
 }
