@@ -340,6 +340,8 @@ t.test('the shipped config files load', async (t) => {
   t.strictSame(demo, { ...defaults, dev: { ...defaults.dev, bootstrap: true } })
   const full = loadConfig({ file: join(CONFIG_DIR, 'example.full.yaml') })
   t.strictSame(full, defaults, 'example.full.yaml holds the defaults')
+  const replicas = loadConfig({ file: join(CONFIG_DIR, 'replicas.yaml') })
+  t.match(replicas, { store: { kind: 'postgres' }, redis: { url: /^redis:\/\// }, replicas: defaults.replicas }, 'replicas.yaml: PostgreSQL, Redis, the default replica timings')
 
   // …and it lists every key.
   const raw = parse(readFileSync(join(CONFIG_DIR, 'example.full.yaml'), 'utf8')) as Record<string, Record<string, unknown>>
