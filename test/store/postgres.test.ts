@@ -11,6 +11,7 @@ import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { SchemaTooNewError, StoreConflictError, StoreUnavailableError, type Charge, type NewApiKey, type StoreChange } from '../../src/store/store.js'
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from '../../src/store/postgres/postgres-store.js'
+import { migrate, schemaVersion } from '../../src/store/postgres/migrate.js'
 import { MIGRATIONS } from '../../src/store/postgres/migrations.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
@@ -175,6 +176,19 @@ t.test('migrations: a schema newer than the code is refused, and the database is
   await sql(url, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'from the future', 0)")
   await t.rejects(openPostgresStore({ url }), SchemaTooNewError)
   t.equal((await sql(url, 'SELECT count(*)::int AS n FROM schema_migrations')).rows[0].n, MIGRATIONS.length + 1)
+})
+
+t.test('migrations: a failing migration leaves nothing of itself behind, and the lock is free after', async (t) => {
+  const url = await server.newDatabase()
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  const good = { version: 1, name: 'one', sql: 'CREATE TABLE one (n int)' }
+  const bad = { version: 2, name: 'two', sql: 'CREATE TABLE two (n int); SELECT no_such_function()' }
+  await t.rejects(migrate(client, T0, [good, bad]), /no_such_function/)
+  t.equal(await schemaVersion(client), 1, 'the good one stays applied')
+  t.equal((await client.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'two'")).rows[0].n, 0, 'nothing of the bad one')
+  t.strictSame(await migrate(client, T0, [good, { ...bad, sql: 'CREATE TABLE two (n int)' }]), [2], 'fixed, it applies')
 })
 
 t.test('money: NUMERIC columns only, sums past 64 bits exact, never a float column', async (t) => {
