@@ -353,6 +353,22 @@ t.test('changes: concurrent writers on two handles, every change heard by a thir
   t.equal(reader.changes.lastSeq, Math.max(one.changes.ownSeq, two.changes.ownSeq), 'its mark is the last seq written')
 })
 
+t.test('changes: catchUp() reports what another handle just committed before it resolves, without its notification', async (t) => {
+  const store = await open(t, { changeHeartbeatMs: 60_000 })
+  const other = await open(t)
+  const heard: StoreChange[] = []
+  await t.rejects(store.changes.catchUp(), StoreUnavailableError, 'not before the listener is connected')
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+  for (let i = 0; i < 20; i++) {
+    const account = '0x' + i.toString(16).padStart(40, '0')
+    await other.accounts.ensureAccount(account, T0)
+    const seq = await store.changes.catchUp()
+    t.ok(seq >= other.changes.ownSeq, 'caught up to the write')
+    if (!heard.some((c) => c.kind === 'account' && c.accountId === account)) t.fail(`change ${i} not reported when catchUp resolved`)
+  }
+})
+
 t.test('changes: a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {
   const store = await open(t)
   const url = await databaseOf(t)

@@ -14,6 +14,7 @@
 import pg from 'pg'
 import { log } from '../../log.js'
 import { ChangeListeners, UNKNOWN_CHANGE, type ChangeFeed, type ChangeListener, type StoreChange } from '../changes.js'
+import { StoreUnavailableError } from '../store.js'
 import type { PgConnection } from './connection.js'
 import { CHANGES_KEPT } from './migrations.js'
 
@@ -91,6 +92,24 @@ export class PgChanges implements ChangeFeed {
   /** The highest `changes` seq of a change this handle wrote. */
   get ownSeq(): number {
     return this.#conn.ownSeq
+  }
+
+  /**
+   * Reads what was committed up to now (without waiting for its notification) and resolves to lastSeq once
+   * every change before this call has been reported; rejects when the listener is not connected and caught up.
+   * For a caller that must know it has heard a change another process just made (its seq in hand).
+   */
+  async catchUp(): Promise<number> {
+    const client = this.#client
+    if (client === null || !this.#caughtUp) throw new StoreUnavailableError('the change listener is not connected')
+    // A read already under way may have sent its query before this call: a second one follows it.
+    if (this.#reading !== null) {
+      this.#readAgain = true
+      await this.#reading
+    }
+    await this.#read(client)
+    if (this.#client !== client || !this.#caughtUp) throw new StoreUnavailableError('the change listener lost its connection')
+    return this.#lastSeq
   }
 
   subscribe(listener: ChangeListener): () => void {
