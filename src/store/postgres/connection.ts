@@ -196,7 +196,8 @@ export class PgConnection {
    * transaction PostgreSQL aborted to break a deadlock is run again (up to RETRIES tries): `fn` must not keep
    * state across tries. A COMMIT that fails on a lost connection leaves its outcome unknown: the caller gets
    * StoreUnavailableError and must not report the write as done (a charge retried later is refused as already
-   * billed if it did commit: request ids are unique).
+   * billed if it did commit: request ids are unique). `fn` must not wait on anything but its own statements: a
+   * transaction idle for more than about 2.5 s is ended by the server (idle_in_transaction_session_timeout).
    */
   async transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
