@@ -191,6 +191,19 @@ t.test('migrations: a failing migration leaves nothing of itself behind, and the
   t.strictSame(await migrate(client, T0, [good, { ...bad, sql: 'CREATE TABLE two (n int)' }]), [2], 'fixed, it applies')
 })
 
+t.test("a URL's own session options (a schema of its own) are kept, and commits stay synchronous", async (t) => {
+  const url = await server.newDatabase()
+  await sql(url, 'CREATE SCHEMA svc')
+  const withSchema = new URL(url)
+  withSchema.searchParams.set('options', '-c search_path=svc -c synchronous_commit=off')
+  const store = await openPostgresStore({ url: withSchema.toString() })
+  t.teardown(() => store.close())
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM svc.accounts')).rows[0].n, 1, 'the tables are in the schema')
+  const settings = await store.connection.query<{ s: string; p: string }>("SELECT current_setting('synchronous_commit') AS s, current_setting('search_path') AS p")
+  t.strictSame(settings.rows[0], { s: 'on', p: 'svc' }, 'synchronous_commit is on whatever the URL says')
+})
+
 t.test('money: NUMERIC columns only, sums past 64 bits exact, never a float column', async (t) => {
   const store = await open(t)
   const url = await databaseOf(t)
