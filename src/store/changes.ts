@@ -46,6 +46,8 @@ export interface ChangeFeed {
   readonly current?: boolean
   readonly lastSeq?: number
   readonly ownSeq?: number
+  /** Reads what is committed now and resolves to lastSeq once every change before the call was reported. */
+  catchUp?(): Promise<number>
 }
 
 export const UNKNOWN_CHANGE: StoreChange = Object.freeze({ kind: 'unknown' })

@@ -75,6 +75,8 @@ export async function freePort(): Promise<number> {
 }
 
 const live = new Set<ChildProcess>()
+/** Temp dirs of servers not torn down yet: removed at exit too. */
+const roots = new Set<string>()
 let exitHookInstalled = false
 
 /** Kills every server still running when the test process exits (sync: an exit handler cannot wait). */
@@ -83,6 +85,7 @@ function installExitHook(): void {
   exitHookInstalled = true
   process.on('exit', () => {
     for (const child of live) signalServer(child, 'SIGKILL')
+    for (const root of roots) rmSync(root, { recursive: true, force: true })
   })
   // tap ends a file that ran past its timeout with SIGTERM: without a handler no 'exit' event is emitted.
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
@@ -194,6 +197,7 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
   }
   installExitHook()
   const root = mkdtempSync(join(tmpdir(), 'svc-pg-'))
+  roots.add(root)
   const data = join(root, 'data')
   const sockets = join(root, 'run')
   mkdirSync(data)
@@ -281,6 +285,7 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
     torn = true
     await halt('SIGKILL').catch(() => {})
     rmSync(root, { recursive: true, force: true })
+    roots.delete(root)
   }
   t?.teardown(teardown)
 

@@ -9,6 +9,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { stringify } from 'yaml'
 import { parseUsd } from '../../src/billing/money.js'
+import { MIGRATIONS } from '../../src/store/postgres/migrations.js'
 import { openPostgresStore } from '../../src/store/postgres/postgres-store.js'
 import type { StoreChange } from '../../src/store/store.js'
 import { startPostgres } from '../helpers/postgres.js'
@@ -89,6 +90,20 @@ t.test('accounts, api-keys and mgmt-keys on PostgreSQL, heard at once by a runni
   t.match(mks.stdout, mkId!)
   t.equal((await cli(['mgmt-keys', 'revoke', mkId!], config)).status, 0)
   t.equal((await router.keys.getMgmtKey(WALLET, mkId!))?.revoked, true)
+})
+
+t.test('five CLI processes started at once on an empty database: one migration, every command done', async (t) => {
+  const url = await server.newDatabase()
+  const config = join(t.testdir(), 'cli.yaml')
+  writeFileSync(config, stringify({ store: { kind: 'postgres', url }, log: { level: 'error' } }))
+  const runs = await Promise.all(Array.from({ length: 5 }, () => cli(['accounts', 'deposit', WALLET, '1'], config)))
+  for (const run of runs) t.equal(run.status, 0, run.stderr)
+  const store = await openPostgresStore({ url })
+  t.teardown(() => store.close())
+  t.equal((await store.ledger.totals(WALLET)).deposited, parseUsd('5')!, 'five deposits')
+  t.equal((await store.ledger.journal(WALLET)).length, 5)
+  const applied = await store.connection.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')
+  t.strictSame(applied.rows.map((r) => r.version), MIGRATIONS.map((m) => m.version), 'each migration applied once')
 })
 
 t.test('a PostgreSQL store that cannot be reached: the CLI says so and exits non-zero, without hanging', async (t) => {

@@ -11,6 +11,7 @@ import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { SchemaTooNewError, StoreConflictError, StoreUnavailableError, type Charge, type NewApiKey, type StoreChange } from '../../src/store/store.js'
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from '../../src/store/postgres/postgres-store.js'
+import { migrate, schemaVersion } from '../../src/store/postgres/migrate.js'
 import { MIGRATIONS } from '../../src/store/postgres/migrations.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
@@ -177,6 +178,32 @@ t.test('migrations: a schema newer than the code is refused, and the database is
   t.equal((await sql(url, 'SELECT count(*)::int AS n FROM schema_migrations')).rows[0].n, MIGRATIONS.length + 1)
 })
 
+t.test('migrations: a failing migration leaves nothing of itself behind, and the lock is free after', async (t) => {
+  const url = await server.newDatabase()
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  const good = { version: 1, name: 'one', sql: 'CREATE TABLE one (n int)' }
+  const bad = { version: 2, name: 'two', sql: 'CREATE TABLE two (n int); SELECT no_such_function()' }
+  await t.rejects(migrate(client, T0, [good, bad]), /no_such_function/)
+  t.equal(await schemaVersion(client), 1, 'the good one stays applied')
+  t.equal((await client.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'two'")).rows[0].n, 0, 'nothing of the bad one')
+  t.strictSame(await migrate(client, T0, [good, { ...bad, sql: 'CREATE TABLE two (n int)' }]), [2], 'fixed, it applies')
+})
+
+t.test("a URL's own session options (a schema of its own) are kept, and commits stay synchronous", async (t) => {
+  const url = await server.newDatabase()
+  await sql(url, 'CREATE SCHEMA svc')
+  const withSchema = new URL(url)
+  withSchema.searchParams.set('options', '-c search_path=svc -c synchronous_commit=off')
+  const store = await openPostgresStore({ url: withSchema.toString() })
+  t.teardown(() => store.close())
+  await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM svc.accounts')).rows[0].n, 1, 'the tables are in the schema')
+  const settings = await store.connection.query<{ s: string; p: string }>("SELECT current_setting('synchronous_commit') AS s, current_setting('search_path') AS p")
+  t.strictSame(settings.rows[0], { s: 'on', p: 'svc' }, 'synchronous_commit is on whatever the URL says')
+})
+
 t.test('money: NUMERIC columns only, sums past 64 bits exact, never a float column', async (t) => {
   const store = await open(t)
   const url = await databaseOf(t)
@@ -337,6 +364,22 @@ t.test('changes: concurrent writers on two handles, every change heard by a thir
   await Promise.all(keys.map((k, i) => (i % 2 === 0 ? one : two).keys.createApiKey(k)))
   t.ok(await eventually(() => heard.size === keys.length), `all ${keys.length} heard (${heard.size})`)
   t.equal(reader.changes.lastSeq, Math.max(one.changes.ownSeq, two.changes.ownSeq), 'its mark is the last seq written')
+})
+
+t.test('changes: catchUp() reports what another handle just committed before it resolves, without its notification', async (t) => {
+  const store = await open(t, { changeHeartbeatMs: 60_000 })
+  const other = await open(t)
+  const heard: StoreChange[] = []
+  await t.rejects(store.changes.catchUp(), StoreUnavailableError, 'not before the listener is connected')
+  t.teardown(store.changes.subscribe((c) => heard.push(c)))
+  t.ok(await eventually(() => store.changes.current))
+  for (let i = 0; i < 20; i++) {
+    const account = '0x' + i.toString(16).padStart(40, '0')
+    await other.accounts.ensureAccount(account, T0)
+    const seq = await store.changes.catchUp()
+    t.ok(seq >= other.changes.ownSeq, 'caught up to the write')
+    if (!heard.some((c) => c.kind === 'account' && c.accountId === account)) t.fail(`change ${i} not reported when catchUp resolved`)
+  }
 })
 
 t.test('changes: a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {

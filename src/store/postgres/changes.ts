@@ -14,6 +14,7 @@
 import pg from 'pg'
 import { log } from '../../log.js'
 import { ChangeListeners, UNKNOWN_CHANGE, type ChangeFeed, type ChangeListener, type StoreChange } from '../changes.js'
+import { StoreUnavailableError } from '../store.js'
 import type { PgConnection } from './connection.js'
 import { CHANGES_KEPT } from './migrations.js'
 
@@ -62,7 +63,8 @@ export class PgChanges implements ChangeFeed {
   #marked = false
   /** Changes may have been missed (a lost connection, a first connect that failed): the next catch-up reports `unknown`. */
   #missed = false
-  #reading: Promise<void> | null = null
+  /** The read under way, and the connection it is on (one left from a lost connection never delays the next). */
+  #reading: { readonly client: pg.Client; readonly done: Promise<void> } | null = null
   #readAgain = false
   #heartbeat: NodeJS.Timeout | null = null
   #retry: NodeJS.Timeout | null = null
@@ -109,6 +111,24 @@ export class PgChanges implements ChangeFeed {
 
   settled(): Promise<void> {
     return this.#barrier === null ? Promise.resolve() : this.#barrier()
+  }
+
+  /**
+   * Reads what was committed up to now (without waiting for its notification) and resolves to lastSeq once
+   * every change before this call has been reported; rejects when the listener is not connected and caught up.
+   * For a caller that must know it has heard a change another process just made (its seq in hand).
+   */
+  async catchUp(): Promise<number> {
+    const client = this.#client
+    if (client === null || !this.#caughtUp) throw new StoreUnavailableError('the change listener is not connected')
+    // A read already under way may have sent its query before this call: a second one follows it.
+    if (this.#reading !== null && this.#reading.client === client) {
+      this.#readAgain = true
+      await this.#reading.done
+    }
+    await this.#read(client)
+    if (this.#client !== client || !this.#caughtUp) throw new StoreUnavailableError('the change listener lost its connection')
+    return this.#lastSeq
   }
 
   subscribe(listener: ChangeListener): () => void {
@@ -199,13 +219,19 @@ export class PgChanges implements ChangeFeed {
     this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS)
   }
 
-  /** Reads every row past lastSeq; one read at a time, and one more after it when asked meanwhile. */
+  /**
+   * Reads every row past lastSeq; one read at a time on a connection, and one more after it when asked
+   * meanwhile. A read still hanging on a lost connection is not waited for: what it answers is dropped
+   * (readOnce), and the new connection reads at once.
+   */
   #read(client: pg.Client): Promise<void> {
-    if (this.#reading !== null) {
+    const under = this.#reading
+    if (under !== null && under.client === client) {
       this.#readAgain = true
-      return this.#reading
+      return under.done
     }
-    this.#reading = (async () => {
+    const reading: { client: pg.Client; done: Promise<void> } = { client, done: Promise.resolve() }
+    reading.done = (async () => {
       try {
         do {
           this.#readAgain = false
@@ -214,10 +240,11 @@ export class PgChanges implements ChangeFeed {
       } catch (err) {
         this.#lost(client, err)
       } finally {
-        this.#reading = null
+        if (this.#reading === reading) this.#reading = null
       }
     })()
-    return this.#reading
+    this.#reading = reading
+    return reading.done
   }
 
   async #readOnce(client: pg.Client): Promise<void> {

@@ -48,6 +48,21 @@ const DEFAULTS = {
 export const PG_TYPES = new pg.TypeOverrides()
 PG_TYPES.setTypeParser(pg.types.builtins.INT8, (text: string) => Number(text))
 
+/**
+ * The session settings every connection starts with: synchronous_commit on (a COMMIT answers once flushed),
+ * after whatever the URL's own `options` parameter sets (e.g. `?options=-c search_path=svc` for a schema of its
+ * own). pg lets a URL parameter replace a setting given beside it, so the URL's is moved into ours.
+ */
+export function sessionOptions(url: string): { url: string; options: string } {
+  const ours = '-c synchronous_commit=on'
+  if (!url.includes('options=') || !URL.canParse(url)) return { url, options: ours }
+  const parsed = new URL(url)
+  const theirs = parsed.searchParams.get('options')
+  if (theirs === null) return { url, options: ours }
+  parsed.searchParams.delete('options')
+  return { url: parsed.toString(), options: `${theirs} ${ours}` }
+}
+
 /** SQLSTATE classes and messages of a connection that is gone or never came (the store is unreachable). */
 const CONNECTION_CODES = new Set(['57P01', '57P02', '57P03', '53300', '08000', '08001', '08003', '08004', '08006', '08007', 'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND'])
 const CONNECTION_MESSAGES = ['Query read timeout', 'timeout exceeded when trying to connect', 'Connection terminated', 'Client has encountered a connection error', 'Connection ended', 'connection timeout']
@@ -138,8 +153,9 @@ export class PgConnection {
 
   /** The settings of every connection of this store (the pool's, the listener's, the migration's). */
   clientConfig(applicationName: string, statementTimeoutMs = this.options.queryTimeoutMs): pg.ClientConfig {
+    const { url, options } = sessionOptions(this.options.url)
     return {
-      connectionString: this.options.url,
+      connectionString: url,
       connectionTimeoutMillis: this.options.connectTimeoutMs,
       statement_timeout: statementTimeoutMs,
       // The client-side deadline, a little after the server's: the server's cancels cleanly and keeps the
@@ -153,7 +169,7 @@ export class PgConnection {
       keepAlive: true,
       keepAliveInitialDelayMillis: 5_000,
       types: PG_TYPES,
-      options: '-c synchronous_commit=on',
+      options,
     }
   }
 
@@ -196,7 +212,8 @@ export class PgConnection {
    * transaction PostgreSQL aborted to break a deadlock is run again (up to RETRIES tries): `fn` must not keep
    * state across tries. A COMMIT that fails on a lost connection leaves its outcome unknown: the caller gets
    * StoreUnavailableError and must not report the write as done (a charge retried later is refused as already
-   * billed if it did commit: request ids are unique).
+   * billed if it did commit: request ids are unique). `fn` must not wait on anything but its own statements: a
+   * transaction idle for more than about 2.5 s is ended by the server (idle_in_transaction_session_timeout).
    */
   async transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {

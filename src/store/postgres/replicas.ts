@@ -8,8 +8,8 @@
  *   its heartbeat is older than the fence).
  * - **A replica that may have missed a change does not serve from its cache** (`trusted`): it trusts only
  *   while its change listener is connected and caught up and its last heartbeat is younger than the fence.
- *   Trust is claimed in the database first and checked against the feed's head after, so a write that commits
- *   in between is either seen by the catch-up or waited for by its writer.
+ *   Trust is claimed in the database first and the feed caught up after, so a write that commits in between
+ *   is either read by the catch-up or waited for by its writer.
  *
  * A replica that stops heartbeating for `dead_after_ms` is removed by whichever replica reaps first, and its
  * budget leases go back to the accounts and keys in the same transaction (leases.ts), so a SIGKILL strands
@@ -29,6 +29,8 @@ export interface TrackedFeed {
   readonly ownSeq: number
   /** Called after each change this process applies (after its listeners ran). */
   onApplied(listener: (seq: number) => void): () => void
+  /** Reads and applies every change committed before this call; rejects when the listener is not caught up. */
+  catchUp(): Promise<number>
 }
 
 export interface ReplicaSettings {
@@ -45,8 +47,6 @@ export const REPLICA_SQL = {
       ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), applied_seq = EXCLUDED.applied_seq, trusting = false`,
   /** The row is gone when another replica reaped this one (it was silent too long): rowCount 0 says so. */
   heartbeat: `UPDATE replicas SET heartbeat_at = now(), applied_seq = GREATEST(applied_seq, $2), trusting = $3 WHERE id = $1`,
-  /** The feed's head, read after the heartbeat that claimed trust committed. */
-  head: `SELECT COALESCE(max(seq), 0)::bigint AS head FROM changes`,
   ack: `UPDATE replicas SET applied_seq = GREATEST(applied_seq, $2) WHERE id = $1`,
   /** Replicas a writer must still wait for: they trust their cache, are not silent, and have not applied `seq`. */
   lagging: `SELECT count(*)::int AS n FROM replicas
@@ -86,9 +86,6 @@ export class ReplicaRegistry {
   #timer: NodeJS.Timeout | null = null
   /** performance.now() until which the cache may be trusted (0: not now). */
   #trustedUntil = 0
-  /** Trust claimed, waiting for the feed to reach this seq. */
-  #pendingHead = -1
-  #pendingSince = 0
   #acking = false
   #ackAgain = false
   #beating = false
@@ -125,10 +122,7 @@ export class ReplicaRegistry {
 
   async start(): Promise<void> {
     await this.#pool.query(REPLICA_SQL.register, [this.id, this.#feed.lastSeq, `pid ${process.pid}`])
-    this.#stopFeed = this.#feed.onApplied(() => {
-      this.#ack()
-      this.#checkPending()
-    })
+    this.#stopFeed = this.#feed.onApplied(() => this.#ack())
     await this.#beat()
     this.#timer = setInterval(() => void this.#beat(), this.#s.heartbeatMs)
     this.#timer.unref()
@@ -159,26 +153,11 @@ export class ReplicaRegistry {
         await this.#pool.query(REPLICA_SQL.register, [this.id, this.#feed.lastSeq, `pid ${process.pid}`])
         return
       }
-      if (!claim) return
-      const { rows } = await this.#pool.query<{ head: string }>(REPLICA_SQL.head)
-      const head = Number(rows[0]!.head)
-      if (this.#feed.lastSeq >= head) {
+      if (claim) {
+        // The claim is committed: a change committed from now on is waited for by its writer, and one committed
+        // before is read here. Then, and only then, the cache may answer until this heartbeat's fence runs out.
+        await this.#feed.catchUp()
         this.#trustedUntil = started + this.#s.fenceMs
-        this.#pendingHead = -1
-      } else {
-        // The feed has not applied what the database holds: trusted once it has (#checkPending), for as long as
-        // this heartbeat allows. Still behind by the next heartbeat, it disclaims trust (below).
-        if (this.#pendingHead >= 0 && performance.now() - this.#pendingSince > this.#s.heartbeatMs) {
-          this.#trustedUntil = 0
-          log.warn('replica: the change feed lags the database; serving keys from the store until it catches up', {
-            applied: this.#feed.lastSeq,
-            head,
-          })
-        } else if (this.#pendingHead < 0) {
-          this.#pendingSince = performance.now()
-        }
-        this.#pendingHead = head
-        this.#pendingStarted = started
       }
       const live = await this.#pool.query<{ n: number }>(REPLICA_SQL.live, [this.#s.fenceMs])
       this.#live = Math.max(1, live.rows[0]!.n)
@@ -189,14 +168,6 @@ export class ReplicaRegistry {
     } finally {
       this.#beating = false
     }
-  }
-
-  #pendingStarted = 0
-
-  #checkPending(): void {
-    if (this.#pendingHead < 0 || this.#feed.lastSeq < this.#pendingHead) return
-    this.#pendingHead = -1
-    this.#trustedUntil = this.#pendingStarted + this.#s.fenceMs
   }
 
   /** Tells the database how far this replica applied the feed (coalesced: one update in flight at a time). */
