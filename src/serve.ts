@@ -239,11 +239,13 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const coordination = await coordinate(config, store, writer, book)
   const { ledger, limiter } = coordination
   const stopWatchingRevocations = credentials.onApiKeyRevoked((keyId) => ledger.keyRevoked(keyId))
+  const stopWatchingUpdates = credentials.onApiKeyUpdated((keyId) => ledger.keyChanged?.(keyId))
   const stopWatchingLedger = store.changes.subscribe((change) => {
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
     reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
     // A key another process changed may have been revoked: its requests waiting for room must not be sent. A
     // key with no book here has none waiting, and its next request reads it afresh.
+    if (change.kind === 'key') ledger.keyChanged?.(change.keyId)
     if (change.kind === 'key' && ledger.hasKey(change.keyId)) {
       store.keys.getApiKey(change.accountId, change.keyId).then(
         (key) => key?.revoked === true && ledger.keyRevoked(key.id),
@@ -365,6 +367,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     watcher?.close()
     stopWatchingLedger()
     stopWatchingRevocations()
+    stopWatchingUpdates()
     // Jobs still running are detached (resumed at the next start); what they billed is written just below.
     await jobs.close()
     // Charges settled before the close are written before the store goes; then unused leases go back.

@@ -23,6 +23,7 @@ export class Credentials {
   readonly #cache: KeyCache | null
   readonly #now: () => number
   readonly #revoked = new Set<(keyId: string) => void>()
+  readonly #updated = new Set<(keyId: string) => void>()
 
   constructor(store: CredentialStore, cache: KeyCache | null, now: () => number = Date.now) {
     this.#store = store
@@ -63,9 +64,16 @@ export class Credentials {
     })
     if (record !== null) {
       this.#cache?.invalidate(record.hash)
+      for (const listener of this.#updated) listener(record.id)
       await this.#settled()
     }
     return record
+  }
+
+  /** Calls `listener` with the id of every API key updated through this object (the ledger's leases on it). */
+  onApiKeyUpdated(listener: (keyId: string) => void): () => void {
+    this.#updated.add(listener)
+    return () => this.#updated.delete(listener)
   }
 
   async revokeApiKey(accountId: string, keyId: string): Promise<ApiKeyRecord | null> {

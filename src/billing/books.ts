@@ -16,6 +16,8 @@ export interface Books {
   open(principal: Principal, requestId: string): Budget
   /** The key was revoked: its requests waiting for room, and any later hold, are refused with 401. */
   keyRevoked(keyId: string): void
+  /** The key's terms changed (credit limit, reset period): budget taken under the old ones is not used for new holds. */
+  keyChanged?(keyId: string): void
   /** Whether a book of the key is kept here (keyRevoked has something to mark). */
   hasKey(keyId: string): boolean
   /**

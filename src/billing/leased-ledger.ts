@@ -179,10 +179,22 @@ export class LeasedLedger implements Books {
     for (const book of this.#books.values()) book.lease = 0n
   }
 
-  /** A key changed elsewhere (its limit or period may be new): what this replica does not use goes back now. */
+  /**
+   * A key changed (its credit limit or reset period may be new): the lease this replica holds for it and does
+   * not use is no longer its to spend, so the next hold asks the database, which applies the new terms. Holds
+   * of requests already admitted stay (as a request admitted alone on its store keeps its hold).
+   */
   keyChanged(keyId: string): void {
     const book = this.#books.get(keyId)
-    if (book !== undefined && book.idle) this.#giveBack(book)
+    if (book === undefined) return
+    const free = book.free
+    if (free <= 0n) return
+    book.lease -= free
+    this.#leases.giveBack(book.accountId, book.keyId, free).catch((err: unknown) => {
+      // Still leased in the database: it goes back with the next whole give-back, or when this replica leaves.
+      book.lease += free
+      log.warn('billing: giving back the lease of a changed key failed', { account: book.accountId, err: String(err) })
+    })
   }
 
   refresh(): Promise<void> {
