@@ -44,6 +44,7 @@ function defaultsWithPathsIn(dir: string): Config {
     ops: { metrics: true, separate_port: false, host: '127.0.0.1', port: 9464 },
     tracing: { otlp_endpoint: '', service_name: 'svc-router' },
     jobs: { result_ttl_ms: 1800000, max_running: 32, spool_dir: '' },
+    responses: { retention_ms: 2592000000, sweep_interval_ms: 3600000 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }
 }
