@@ -34,7 +34,10 @@ export interface StoredResponse {
 export interface ResponseStore {
   /** Stores a response durably; a second put of one id is refused (StoreConflictError). */
   putResponse(response: StoredResponse): Promise<void>
-  /** The account's response `id`, or null when it is unknown, another account's or expired at `now`. */
+  /**
+   * The account's response `id`, or null when it is unknown, another account's or expired at `now`. Its
+   * `items` are not read back (an empty array): getItems() finds items by id.
+   */
   getResponse(accountId: string, id: string, now: number): Promise<StoredResponse | null>
   /**
    * The account's stored output items of these ids that have not expired at `now`, as item id → item JSON
