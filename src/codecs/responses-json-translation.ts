@@ -115,6 +115,11 @@ export class ResponsesTranslatedJsonCodec implements ResponseCodec, ResponsesCod
     return this.#usage
   }
 
+  /** The usage the answer is billed by when another codec measured it (responses-via-anthropic.ts). */
+  bill(usage: ChatUsage): void {
+    this.#usage = usage
+  }
+
   kept(): KeptAnswer {
     if (this.#answer !== null) return this.#answer
     const completion = this.#parsed!

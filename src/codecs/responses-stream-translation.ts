@@ -327,6 +327,11 @@ export class ResponsesTranslatedStreamCodec implements ResponseCodec, ResponsesC
     return this.#usage
   }
 
+  /** The usage the answer is billed by when another codec measured it (responses-via-anthropic.ts). */
+  bill(usage: ChatUsage): void {
+    this.#usage = usage
+  }
+
   #responsesUsage(): Json | null {
     return this.#usage === null ? null : responsesUsage(this.#usage, this.translator.usage)
   }

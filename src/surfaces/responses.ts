@@ -11,6 +11,8 @@ import { ResponsesTranslatedJsonCodec } from '../codecs/responses-json-translati
 import { ResponsesNativeJsonCodec, ResponsesNativeStreamCodec } from '../codecs/responses-native.js'
 import { toChatCompletions, toNativeResponses } from '../codecs/responses-request-translation.js'
 import { ResponsesTranslatedStreamCodec } from '../codecs/responses-stream-translation.js'
+import { ResponsesViaAnthropicJsonCodec, ResponsesViaAnthropicStreamCodec } from '../codecs/responses-via-anthropic.js'
+import { toAnthropicMessages } from '../codecs/chat-request-translation.js'
 import { newId, type ResponseMeta } from '../codecs/responses-wire.js'
 import { renderError, RouterError } from '../errors.js'
 import type { Offer } from '../routing/offers.js'
@@ -42,9 +44,12 @@ export interface ResponsesRequest extends SurfaceRequest {
   accountId: string
   chat: BufferBody | null
   native: BufferBody | null
+  /** For a model that speaks only Anthropic's format: the chat translation, translated again. */
+  anthropic: BufferBody | null
 }
 
 const CHAT_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
+const ANTHROPIC_HEADERS = [...CHAT_HEADERS, 'anthropic-version', '2023-06-01']
 
 /** Item types the router reads; the others (built-in tool calls and their outputs) it cannot send to a chat model. */
 const ITEM_TYPES = new Set(['message', 'function_call', 'function_call_output', 'reasoning', 'item_reference'])
@@ -268,6 +273,7 @@ export function parseResponses(json: JsonBody): ResponsesRequest | RouterError {
     accountId: '',
     chat: null,
     native: null,
+    anthropic: null,
   }
 }
 
@@ -301,6 +307,16 @@ export function planResponses(req: ResponsesRequest, offer: Offer): AttemptPlan 
     }
   }
   req.chat ??= new BufferBody(toChatCompletions(req.body, req.items))
+  if (!offer.model.formats.includes('openai')) {
+    // Anthropic only: the chat translation, translated on as the chat surface does for such a model.
+    req.anthropic ??= new BufferBody(toAnthropicMessages(JSON.parse(req.chat.bytes.toString('utf8'))))
+    return {
+      path: '/v1/messages',
+      headers: ANTHROPIC_HEADERS,
+      body: req.anthropic,
+      codec: req.stream ? new ResponsesViaAnthropicStreamCodec(req.meta) : new ResponsesViaAnthropicJsonCodec(req.meta),
+    }
+  }
   return {
     path: '/v1/chat/completions',
     headers: CHAT_HEADERS,

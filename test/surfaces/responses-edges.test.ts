@@ -1,0 +1,277 @@
+/**
+ * POST /v1/responses at its edges: hostile bodies (wrong item types, built-in tools, bad ids, huge inputs)
+ * answered with clear 400s before any provider is tried; failover across formats; streams that break end with
+ * response.failed (never response.completed) and bill what was relayed; require-parameters and the output
+ * bound; an Anthropic-only provider reached through two translations; item_reference resolution.
+ */
+import OpenAI from 'openai'
+import t from 'tap'
+import { request } from 'undici'
+import { parseUsd } from '../../src/billing/money.js'
+import { addr, startStack, type Stack } from '../helpers/stack.js'
+
+const MODEL = 'm-resp'
+const N = addr('a') // native: formats [openai, responses]
+const O = addr('b') // openai only
+const C = addr('c') // anthropic only
+
+function stackOf(t: Parameters<typeof startStack>[0], which: 'native' | 'openai' | 'both', simN = {}, simO = {}, config = {}): Promise<Stack> {
+  const providers = []
+  if (which !== 'openai') providers.push({ address: N, models: [{ id: MODEL, formats: ['openai', 'responses'], price: { prompt: 0.1, completion: 0.2 } }], sim: simN })
+  if (which !== 'native') providers.push({ address: O, models: [{ id: MODEL, formats: ['openai'], price: { prompt: 0.5, completion: 1.5 } }], sim: simO })
+  return startStack(t, providers, config)
+}
+
+async function post(stack: Stack, body: unknown, headers: Record<string, string> = stack.auth) {
+  const res = await request(stack.url + '/v1/responses', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+  const text = await res.body.text()
+  return { status: res.statusCode, headers: res.headers, text, json: () => JSON.parse(text) }
+}
+
+function events(text: string): { event: string; data: any }[] {
+  return text
+    .split('\n\n')
+    .filter((e) => e.trim() !== '')
+    .map((e) => {
+      const name = /^event: (.*)$/m.exec(e)?.[1] ?? ''
+      const data = /^data: (.*)$/m.exec(e)?.[1]
+      return { event: name, data: data === undefined ? undefined : JSON.parse(data) }
+    })
+}
+
+t.test('hostile bodies get a 400 naming what is wrong, and no provider is asked', async (t) => {
+  const stack = await stackOf(t, 'both')
+  const cases: [unknown, RegExp][] = [
+    [{ input: 'hi' }, /model is required/],
+    [{ model: MODEL }, /input is required/],
+    [{ model: MODEL, input: 42 }, /input is required/],
+    [{ model: MODEL, input: [] }, /input must not be empty/],
+    [{ model: MODEL, input: ['hi'] }, /input\[0\] must be an object/],
+    [{ model: MODEL, input: [{ type: 'web_search_call', id: 'ws_1' }] }, /input\[0\]\.type "web_search_call" is not supported/],
+    [{ model: MODEL, input: [{ type: 'computer_call_output', call_id: 'x' }] }, /"computer_call_output" is not supported/],
+    [{ model: MODEL, input: [{ role: 'robot', content: 'x' }] }, /input\[0\]\.role must be one of/],
+    [{ model: MODEL, input: [{ role: 'user', content: [{ type: 'output_audio' }] }] }, /"output_audio" is not a content part of a user message/],
+    [{ model: MODEL, input: [{ role: 'user', content: [{ type: 'input_image', file_id: 'file-1' }] }] }, /file_id is not supported/],
+    [{ model: MODEL, input: [{ role: 'user', content: [{ type: 'input_text' }] }] }, /input\[0\]\.content\[0\]\.text must be a string/],
+    [{ model: MODEL, input: [{ type: 'function_call', call_id: 'c', name: 'f', arguments: { a: 1 } }] }, /arguments must be a string/],
+    [{ model: MODEL, input: [{ type: 'function_call_output', output: 'x' }] }, /call_id must be a non-empty string/],
+    [{ model: MODEL, input: [{ type: 'item_reference', id: 'bad id!' }] }, /item_reference|must be the id/],
+    [{ model: MODEL, input: 'hi', tools: [{ type: 'web_search' }] }, /built-in tool "web_search" is not available/],
+    [{ model: MODEL, input: 'hi', tools: [{ type: 'file_search', vector_store_ids: ['v'] }] }, /"file_search"/],
+    [{ model: MODEL, input: 'hi', tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] }, /"code_interpreter"/],
+    [{ model: MODEL, input: 'hi', tools: [{ type: 'computer_use_preview' }] }, /"computer_use_preview"/],
+    [{ model: MODEL, input: 'hi', tools: [{ type: 'function' }] }, /tools\[0\]\.name must be a non-empty string/],
+    [{ model: MODEL, input: 'hi', tool_choice: { type: 'web_search_preview' } }, /tool_choice: "web_search_preview" is not available/],
+    [{ model: MODEL, input: 'hi', tool_choice: 'sometimes' }, /tool_choice must be/],
+    [{ model: MODEL, input: 'hi', previous_response_id: 'chatcmpl-1' }, /previous_response_id must be the id of a stored response/],
+    [{ model: MODEL, input: 'hi', previous_response_id: 'resp_' + 'x'.repeat(300) }, /previous_response_id/],
+    [{ model: MODEL, input: 'hi', previous_response_id: 7 }, /previous_response_id/],
+    [{ model: MODEL, input: 'hi', max_output_tokens: 0 }, /max_output_tokens must be a positive integer/],
+    [{ model: MODEL, input: 'hi', max_output_tokens: 1.5 }, /max_output_tokens/],
+    [{ model: MODEL, input: 'hi', temperature: 'hot' }, /temperature must be a number/],
+    [{ model: MODEL, input: 'hi', stream: 'yes' }, /stream must be a boolean/],
+    [{ model: MODEL, input: 'hi', store: 1 }, /store must be a boolean/],
+    [{ model: MODEL, input: 'hi', text: { format: { type: 'json_schema' } } }, /text\.format\.name is required/],
+    [{ model: MODEL, input: 'hi', text: { format: { type: 'xml' } } }, /text\.format\.type must be/],
+    [{ model: MODEL, input: 'hi', metadata: { a: 1 } }, /metadata/],
+    [{ model: MODEL, input: 'hi', background: true }, /background responses are not supported/],
+    [{ model: MODEL, input: 'hi', conversation: 'conv_1' }, /conversations are not supported/],
+    [{ model: MODEL, input: 'hi', instructions: ['x'] }, /instructions must be a string/],
+    [{ model: MODEL, input: 'hi', reasoning: 'high' }, /reasoning must be an object/],
+    [[1, 2], /object/],
+  ]
+  for (const [body, message] of cases) {
+    const res = await post(stack, body)
+    t.equal(res.status, 400, JSON.stringify(body).slice(0, 80))
+    const err = res.json().error
+    t.equal(err.code, 'invalid_request')
+    t.equal(err.type, 'invalid_request_error')
+    t.match(err.message, message)
+    t.ok(res.json().request_id)
+  }
+  const bad = await post(stack, '{"model":')
+  t.equal(bad.status, 400)
+  t.equal(stack.sims.get(N)!.stats.requests + stack.sims.get(O)!.stats.requests, 0, 'no provider was asked')
+
+  const unknownModel = await post(stack, { model: 'nope', input: 'hi' })
+  t.equal(unknownModel.status, 404)
+  t.equal(unknownModel.json().error.code, 'model_not_found')
+  const unknownPrev = await post(stack, { model: MODEL, input: 'hi', previous_response_id: 'resp_' + 'f'.repeat(48) })
+  t.equal(unknownPrev.status, 404)
+  t.equal(unknownPrev.json().error.code, 'response_not_found')
+  const unknownRef = await post(stack, { model: MODEL, input: [{ type: 'item_reference', id: 'msg_nothing' }] })
+  t.equal(unknownRef.status, 400)
+  t.match(unknownRef.json().error.message, /item_reference msg_nothing names no stored item/)
+  t.ok(unknownRef.headers['x-ratelimit-limit-requests'])
+})
+
+t.test('huge inputs: past the body limit 413, and a history that grows past it 413 too', async (t) => {
+  const stack = await stackOf(t, 'openai', {}, {}, { server: { max_json_body_bytes: 20_000 } })
+  const tooBig = await post(stack, { model: MODEL, input: 'x'.repeat(30_000) })
+  t.equal(tooBig.status, 413)
+  t.equal(tooBig.json().error.code, 'request_too_large')
+  const many = await post(stack, { model: MODEL, input: Array.from({ length: 10_001 }, () => ({ type: 'reasoning' })) })
+  t.equal(many.status, 413, 'ten thousand items are past this limit already')
+  const first = await post(stack, { model: MODEL, input: 'y'.repeat(12_000) })
+  t.equal(first.status, 200)
+  const next = await post(stack, { model: MODEL, input: 'z'.repeat(9_000), previous_response_id: first.json().id })
+  t.equal(next.status, 413)
+  t.match(next.json().error.message, /with its stored history/)
+})
+
+t.test('failover from a native provider that answers 500 to a translated one, JSON and stream', async (t) => {
+  const stack = await stackOf(t, 'both', { fault: 'status-500' })
+  const price = { ...stack.auth, 'x-svc-provider-sort': 'price' }
+  const res = await post(stack, { model: MODEL, input: 'hello' }, price)
+  t.equal(res.status, 200)
+  const body = res.json()
+  t.equal(body.status, 'completed')
+  t.same(body.x_svc_trace.attempts.map((a: any) => [a.provider, a.status]), [[N, 500], [O, 200]])
+  t.equal(stack.sims.get(O)!.stats.lastPath, '/v1/chat/completions')
+  t.equal(stack.sims.get(N)!.stats.lastPath, '/v1/responses')
+  const stream = await post(stack, { model: MODEL, input: 'hello', stream: true }, price)
+  const evs = events(stream.text)
+  t.equal(evs.at(-1)!.event, 'response.completed')
+  t.equal(evs.at(-1)!.data.response.x_svc_trace.provider, O)
+
+  // The other way: translated first (a 429), native second.
+  stack.sims.get(N)!.setOptions({ fault: 'none' })
+  stack.sims.get(O)!.setOptions({ fault: 'status-429' })
+  const back = await post(stack, { model: MODEL, input: 'hello' }, { ...stack.auth, 'x-svc-provider-max-price-usd-prompt': '1', 'x-svc-provider-sort': 'latency' })
+  t.equal(back.status, 200)
+  t.ok(back.json().x_svc_trace.attempts.some((a: any) => a.provider === N && a.status === 200))
+})
+
+for (const which of ['native', 'openai'] as const) {
+  t.test(`a ${which} stream that breaks midway ends with response.failed, billed for what was relayed`, async (t) => {
+    const stack = await stackOf(t, which, { fault: 'reset-mid-stream' }, { fault: 'reset-mid-stream' })
+    const raw = await post(stack, { model: MODEL, input: 'hello', stream: true })
+    t.equal(raw.status, 200)
+    const evs = events(raw.text)
+    t.equal(evs[0]!.event, 'response.created')
+    t.notOk(evs.some((e) => e.event === 'response.completed'), 'never a fake response.completed')
+    const last = evs.at(-1)!
+    t.equal(last.event, 'response.failed')
+    t.equal(last.data.response.status, 'failed')
+    t.equal(last.data.response.error.code, 'provider_error')
+    t.equal(last.data.sequence_number, evs.length - 1, 'numbered after the last relayed event')
+    const trace = last.data.response.x_svc_trace
+    t.ok(parseUsd(trace.billing.total_cost)! > 0n, 'what was relayed is billed')
+    t.equal(trace.usage.estimated, true)
+    t.ok(evs.some((e) => e.event === 'response.output_text.delta'))
+    const id = evs[0]!.data.response.id
+    const get = await request(stack.url + '/v1/responses/' + id, { headers: stack.auth })
+    t.equal(get.statusCode, 404, 'a failed response is not stored')
+    await get.body.dump()
+
+    const client = new OpenAI({ baseURL: stack.url + '/v1', apiKey: stack.key, maxRetries: 0 })
+    const seen: string[] = []
+    const stream = await client.responses.create({ model: MODEL, input: 'hello', stream: true })
+    for await (const ev of stream) seen.push(ev.type)
+    t.equal(seen.at(-1), 'response.failed', 'the client sees the failure as the last event')
+  })
+}
+
+t.test('max_output_tokens: the output bound for require-parameters and the reservation; a cut answer is incomplete', async (t) => {
+  const stack = await startStack(t, [
+    { address: O, models: [{ id: MODEL, formats: ['openai'], max_completion_tokens: 100, supported_parameters: ['temperature'] }] },
+  ])
+  const strict = { ...stack.auth, 'x-svc-provider-require-parameters': 'true' }
+  const over = await post(stack, { model: MODEL, input: 'hi', max_output_tokens: 1000 }, strict)
+  t.equal(over.status, 400)
+  t.equal(over.json().error.code, 'no_provider_within_max_tokens')
+  const tools = await post(stack, { model: MODEL, input: 'hi', tools: [{ type: 'function', name: 'f' }] }, strict)
+  t.equal(tools.status, 400)
+  t.equal(tools.json().error.code, 'model_not_capable')
+  const cut = await post(stack, { model: MODEL, input: 'hi', max_output_tokens: 5, temperature: 0.2 }, strict)
+  t.equal(cut.status, 200)
+  const body = cut.json()
+  t.equal(body.status, 'incomplete')
+  t.same(body.incomplete_details, { reason: 'max_output_tokens' })
+  t.equal(body.usage.output_tokens, 5)
+  t.equal(stack.sims.get(O)!.stats.lastBody.max_tokens, 5)
+  t.equal(stack.sims.get(O)!.stats.lastBody.temperature, 0.2)
+  const streamed = events((await post(stack, { model: MODEL, input: 'hi', max_output_tokens: 5, stream: true })).text)
+  t.equal(streamed.at(-1)!.event, 'response.incomplete')
+  t.equal(streamed.at(-1)!.data.response.incomplete_details.reason, 'max_output_tokens')
+})
+
+t.test('text.format, reasoning.effort, tool_choice and parallel_tool_calls reach a chat provider translated', async (t) => {
+  const stack = await stackOf(t, 'openai')
+  const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false }
+  const res = await post(stack, {
+    model: MODEL,
+    input: [
+      { role: 'developer', content: 'answer in JSON' },
+      { role: 'user', content: [{ type: 'input_text', text: 'look' }, { type: 'input_image', image_url: 'data:image/png;base64,AAAA', detail: 'low' }] },
+    ],
+    text: { format: { type: 'json_schema', name: 'thing', schema, strict: true } },
+    reasoning: { effort: 'low' },
+    tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }],
+    tool_choice: { type: 'function', name: 'f' },
+    parallel_tool_calls: false,
+    metadata: { job: '42' },
+    user: 'u-1',
+  })
+  t.equal(res.status, 200)
+  const sent = stack.sims.get(O)!.stats.lastBody
+  t.same(sent.messages, [
+    { role: 'system', content: 'answer in JSON' },
+    { role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA', detail: 'low' } }] },
+  ])
+  t.same(sent.response_format, { type: 'json_schema', json_schema: { name: 'thing', schema, strict: true } })
+  t.equal(sent.reasoning_effort, 'low')
+  t.same(sent.tool_choice, { type: 'function', function: { name: 'f' } })
+  t.equal(sent.parallel_tool_calls, false)
+  t.equal(sent.user, 'u-1')
+  t.equal(sent.metadata, undefined, 'metadata stays with the router')
+  const body = res.json()
+  t.same(body.metadata, { job: '42' })
+  t.equal(body.parallel_tool_calls, false)
+  t.same(body.text.format.name, 'thing')
+  t.equal((await post(stack, { model: MODEL, input: 'x', text: { format: { type: 'json_object' } } })).status, 200)
+  t.same(stack.sims.get(O)!.stats.lastBody.response_format, { type: 'json_object' })
+})
+
+t.test('item_reference: a stored output item is resolved by id, for its account only', async (t) => {
+  const stack = await stackOf(t, 'openai')
+  const first = (await post(stack, { model: MODEL, input: 'hi', tools: [{ type: 'function', name: 'f' }] })).json()
+  const call = first.output[0]
+  t.equal(call.type, 'function_call')
+  const next = await post(stack, {
+    model: MODEL,
+    input: [{ role: 'user', content: 'hi' }, { type: 'item_reference', id: call.id }, { type: 'function_call_output', call_id: call.call_id, output: 'ok' }],
+  })
+  t.equal(next.status, 200)
+  const sent = stack.sims.get(O)!.stats.lastBody.messages
+  t.same(sent[1].tool_calls[0], { id: call.call_id, type: 'function', function: { name: 'f', arguments: call.arguments } })
+  const other = await stack.newApiKey({ account: await stack.newAccount() })
+  const refused = await post(stack, { model: MODEL, input: [{ type: 'item_reference', id: call.id }] }, other.auth)
+  t.equal(refused.status, 400, "another account's item is unknown to it")
+})
+
+t.test('an Anthropic-only provider answers through two translations (responses → chat → messages and back)', async (t) => {
+  const stack = await startStack(t, [{ address: C, models: [{ id: MODEL, formats: ['anthropic'] }] }])
+  const client = new OpenAI({ baseURL: stack.url + '/v1', apiKey: stack.key, maxRetries: 0 })
+  const resp = await client.responses.create({ model: MODEL, input: 'hello', instructions: 'short' })
+  t.equal(resp.status, 'completed')
+  t.match(resp.output_text, /^ The quick brown fox/)
+  t.equal(resp.usage!.output_tokens, 16)
+  t.equal(stack.sims.get(C)!.stats.lastPath, '/v1/messages')
+  t.equal(stack.sims.get(C)!.stats.lastBody.system, 'short')
+  const seen: any[] = []
+  for await (const ev of await client.responses.create({ model: MODEL, input: 'hello', stream: true })) seen.push(ev)
+  t.equal(seen.at(-1).type, 'response.completed')
+  t.same(seen.map((e) => e.sequence_number), seen.map((_, i) => i))
+  t.equal(seen.at(-1).response.output[0].content[0].text, resp.output_text)
+  t.equal(seen.at(-1).response.usage.output_tokens, 16)
+  const tool = await client.responses.create({ model: MODEL, input: 'w?', tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: false }] })
+  const call = tool.output[0] as OpenAI.Responses.ResponseFunctionToolCall
+  t.equal(call.type, 'function_call')
+  const done = await client.responses.create({ model: MODEL, previous_response_id: tool.id, input: [{ type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] })
+  t.equal(done.output[0]!.type, 'message', 'the Anthropic simulator answers a tool result in text')
+})
