@@ -246,3 +246,28 @@ t.test('stored responses: owner-only GET and DELETE, 404 response_not_found othe
   t.equal(none.statusCode, 401)
   await none.body.dump()
 })
+
+t.test('billing by hand: each answer, native or translated, JSON or stream, is charged once at its own prices', async (t) => {
+  const stack = await stackOf(t, 'both')
+  const account = await stack.newAccount('5')
+  const key = await stack.newApiKey({ account })
+  const expected = new Map<string, bigint>()
+  for (const [pin, price] of [[N, PRICE_N], [O, PRICE_O]] as const) {
+    for (const stream of [false, true]) {
+      const res = await post(stack, { model: MODEL, input: 'count me', stream }, { ...key.auth, 'x-svc-provider-address': pin })
+      t.equal(res.status, 200)
+      const response = stream ? events(res.text).at(-1)!.data.response : JSON.parse(res.text)
+      const usage = response.usage
+      t.equal(response.x_svc_trace.provider, pin)
+      t.equal(usage.output_tokens, 16)
+      const cost = costOf(price, usage.input_tokens, usage.output_tokens)
+      t.equal(parseUsd(response.x_svc_trace.billing.total_cost), cost, `${pin.slice(0, 4)} stream=${stream}: the trace's cost`)
+      expected.set(res.headers['x-request-id'] as string, cost)
+    }
+  }
+  const charges = (await stack.router.store.ledger.journal(account)).filter((e) => e.kind === 'charge')
+  t.equal(charges.length, 4, 'one charge per answer')
+  for (const c of charges) t.equal(c.amount, expected.get(c.requestId!), `charge of ${c.requestId}`)
+  const totals = await stack.router.store.ledger.totals(account)
+  t.equal(totals.spent, [...expected.values()].reduce((a, b) => a + b, 0n))
+})
