@@ -95,3 +95,18 @@ for (const which of ['native', 'openai'] as const) {
     })
   }
 }
+
+t.test('ai sdk streamText with tools over two steps against a native and a translated provider', async (t) => {
+  for (const which of ['native', 'openai'] as const) {
+    const stack = await stackOf(t, which)
+    const result = streamText({ model: provider(stack)(MODEL), prompt: 'weather in Paris?', tools: { get_weather: weather }, stopWhen: stepCountIs(2), maxRetries: 0 })
+    const parts: string[] = []
+    for await (const part of result.fullStream) parts.push(part.type)
+    t.ok(parts.includes('tool-call'), `${which}: a tool call streamed`)
+    t.ok(parts.includes('tool-result'), `${which}: and its result`)
+    t.notOk(parts.includes('error'), `${which}: no error part`)
+    const steps = await result.steps
+    t.equal(steps.length, 2)
+    t.same(steps[0]!.toolCalls[0]!.input, { city: 'sample' })
+  }
+})

@@ -275,3 +275,84 @@ t.test('an Anthropic-only provider answers through two translations (responses â
   const done = await client.responses.create({ model: MODEL, previous_response_id: tool.id, input: [{ type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] })
   t.equal(done.output[0]!.type, 'message', 'the Anthropic simulator answers a tool result in text')
 })
+
+t.test('a chat provider that interleaves parallel tool calls: the client gets one whole item at a time', async (t) => {
+  const { createServer } = await import('node:http')
+  const head = { id: 'chatcmpl-p', object: 'chat.completion.chunk', created: 1, model: MODEL }
+  const c = (delta: object, finish: string | null = null) => `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`
+  const body =
+    c({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_a', type: 'function', function: { name: 'f', arguments: '' } }] }) +
+    c({ tool_calls: [{ index: 1, id: 'call_b', type: 'function', function: { name: 'g', arguments: '' } }] }) +
+    c({ tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] }) +
+    c({ tool_calls: [{ index: 1, function: { arguments: '{"b":' } }] }) +
+    c({ tool_calls: [{ index: 0, function: { arguments: '1}' } }] }) +
+    c({ tool_calls: [{ index: 1, function: { arguments: '2}' } }] }) +
+    c({}, 'tool_calls') +
+    `data: ${JSON.stringify({ ...head, choices: [], usage: { prompt_tokens: 9, completion_tokens: 6, total_tokens: 15 } })}\n\ndata: [DONE]\n\n`
+  let last: any = null
+  const server = createServer((req, res) => {
+    let text = ''
+    req.on('data', (chunk) => (text += chunk))
+    req.on('end', () => {
+      last = JSON.parse(text)
+      res.writeHead(200, { 'content-type': 'text/event-stream' }).end(body)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`
+  const stack = await startStack(t, [{ address: O, url, models: [{ id: MODEL, formats: ['openai'] }] }])
+  const client = new OpenAI({ baseURL: stack.url + '/v1', apiKey: stack.key, maxRetries: 0 })
+  const seen: any[] = []
+  const tools = [{ type: 'function' as const, name: 'f', parameters: null, strict: false }, { type: 'function' as const, name: 'g', parameters: null, strict: false }]
+  for await (const ev of await client.responses.create({ model: MODEL, input: 'both', tools, stream: true })) seen.push(ev)
+  t.same(seen.map((e) => e.sequence_number), seen.map((_, i) => i))
+  const order = seen.filter((e) => e.type.startsWith('response.output_item') || e.type.startsWith('response.function_call')).map((e) => `${e.type.slice(9)}@${e.output_index}`)
+  t.same(order, [
+    'output_item.added@0', 'function_call_arguments.delta@0', 'function_call_arguments.delta@0', 'function_call_arguments.done@0', 'output_item.done@0',
+    'output_item.added@1', 'function_call_arguments.delta@1', 'function_call_arguments.done@1', 'output_item.done@1',
+  ])
+  const done = seen.at(-1)
+  t.equal(done.type, 'response.completed')
+  t.same(done.response.output.map((i: any) => [i.call_id, i.name, i.arguments]), [['call_a', 'f', '{"a":1}'], ['call_b', 'g', '{"b":2}']])
+  t.equal(done.response.usage.output_tokens, 6)
+  // The stored response continues with both calls, each answered: one assistant message with both calls.
+  const next = await post(stack, {
+    model: MODEL,
+    stream: true,
+    previous_response_id: done.response.id,
+    input: [{ type: 'function_call_output', call_id: 'call_a', output: 'A' }, { type: 'function_call_output', call_id: 'call_b', output: 'B' }],
+  })
+  t.equal(next.status, 200)
+  t.same(last.messages.slice(1), [
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }, { id: 'call_b', type: 'function', function: { name: 'g', arguments: '{"b":2}' } }] },
+    { role: 'tool', tool_call_id: 'call_a', content: 'A' },
+    { role: 'tool', tool_call_id: 'call_b', content: 'B' },
+  ])
+})
+
+t.test('a stored response expires after responses.retention_ms, and the sweep deletes it', async (t) => {
+  const stack = await stackOf(t, 'openai', {}, {}, { responses: { retention_ms: 1, sweep_interval_ms: 10 } })
+  const made = (await post(stack, { model: MODEL, input: 'short-lived' })).json()
+  await new Promise((resolve) => setTimeout(resolve, 20))
+  const get = await request(stack.url + '/v1/responses/' + made.id, { headers: stack.auth })
+  t.equal(get.statusCode, 404)
+  t.equal(((await get.body.json()) as any).error.code, 'response_not_found')
+  const next = await post(stack, { model: MODEL, input: 'x', previous_response_id: made.id })
+  t.equal(next.status, 404)
+  // Swept: not even a read as of its creation time finds it.
+  const store = stack.router.store.responses
+  while ((await store.getResponse(stack.account, made.id, 0)) !== null) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.pass('deleted by the sweep')
+})
+
+t.test("a native provider's own 4xx reaches the client in the OpenAI envelope, status kept, nothing billed", async (t) => {
+  const stack = await stackOf(t, 'native', { fault: 'status-400' })
+  const res = await post(stack, { model: MODEL, input: 'hi' })
+  t.equal(res.status, 400)
+  const body = res.json()
+  t.equal(body.error.message, 'Invalid request (simulated).')
+  t.ok(body.request_id)
+  const charges = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+  t.equal(charges.length, 0)
+})
