@@ -16,6 +16,9 @@ import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
 
+const EMPTY_TEXT_PART = '{"type":"output_text","text":"","annotations":[]}'
+const EMPTY_REASONING_PART = '{"type":"reasoning_text","text":""}'
+
 const NONE = 0
 const TEXT = 1
 const REASONING = 2
@@ -65,6 +68,7 @@ export class ResponsesStreamTranslator {
   #kind = NONE
   /** The open item: its output index, id, and text or arguments so far. */
   #item: Json | null = null
+  #whereText = ''
   #text = ''
   /** The OpenAI index of the tool call whose item is open. */
   #tool = -1
@@ -159,18 +163,19 @@ export class ResponsesStreamTranslator {
     this.#kind = kind
     this.#item = item
     this.#text = ''
+    this.#whereText = `"item_id":${JSON.stringify(item.id)},"output_index":${this.output.length}`
     return out + this.#event('response.output_item.added', `"output_index":${this.output.length},"item":${JSON.stringify(item)}`)
   }
 
   #textDelta(kind: number, text: string): string {
     let out = ''
-    const part = kind === TEXT ? textPart('') : { type: 'reasoning_text', text: '' }
     if (this.#kind !== kind) {
       const item = kind === TEXT
         ? { id: newId('msg_'), type: 'message', status: 'in_progress', role: 'assistant', content: [] }
         : { id: newId('rs_'), type: 'reasoning', summary: [], content: [] }
+      const part = kind === TEXT ? EMPTY_TEXT_PART : EMPTY_REASONING_PART
       out += this.#open(kind, item)
-      out += this.#event('response.content_part.added', `${this.#where()},"content_index":0,"part":${JSON.stringify(part)}`)
+      out += this.#event('response.content_part.added', `${this.#where()},"content_index":0,"part":${part}`)
     }
     this.contentChunks++
     this.#text += text
@@ -179,8 +184,9 @@ export class ResponsesStreamTranslator {
     return out + this.#event(type, `${this.#where()},"content_index":0,"delta":${JSON.stringify(text)}${logprobs}`)
   }
 
+  /** The open item's `item_id` and `output_index` members, made once per item (every delta repeats them). */
   #where(): string {
-    return `"item_id":${JSON.stringify(this.#item!.id)},"output_index":${this.output.length}`
+    return this.#whereText
   }
 
   /** Finishes the open item, then writes the held tool calls, each a whole item. */
@@ -195,10 +201,9 @@ export class ResponsesStreamTranslator {
       item.status = 'completed'
       out += this.#event('response.function_call_arguments.done', `${where},"name":${JSON.stringify(item.name)},"arguments":${JSON.stringify(text)}`)
     } else {
-      const text_ = JSON.stringify(text)
       const part = this.#kind === TEXT ? textPart(text) : { type: 'reasoning_text', text }
       const done = this.#kind === TEXT ? 'response.output_text.done' : 'response.reasoning_text.done'
-      out += this.#event(done, `${where},"content_index":0,"text":${text_}${this.#kind === TEXT ? ',"logprobs":[]' : ''}`)
+      out += this.#event(done, `${where},"content_index":0,"text":${JSON.stringify(text)}${this.#kind === TEXT ? ',"logprobs":[]' : ''}`)
       out += this.#event('response.content_part.done', `${where},"content_index":0,"part":${JSON.stringify(part)}`)
       item.content = [part]
       if (this.#kind === TEXT) item.status = 'completed'
