@@ -124,12 +124,14 @@ const NOT_NATIVE = new Set(['provider', 'previous_response_id', 'store', 'input'
 /**
  * The body a native candidate gets: the client's request with the whole resolved input in place of
  * `previous_response_id` and item references, `store: false` (the router keeps the state; the provider need
- * not), and without the deprecated `provider` object.
+ * not), and without the deprecated `provider` object. A reasoning item without `encrypted_content` is left out:
+ * with `store: false` a provider can only look it up by id, which it refuses ("Items are not persisted when
+ * `store` is set to false"), as the AI SDK itself leaves such items out.
  */
 export function toNativeResponses(body: Json, items: readonly Json[]): Buffer {
   const out: Json = {}
   for (const key of Object.keys(body)) if (!NOT_NATIVE.has(key)) out[key] = body[key]
-  out.input = items
+  out.input = items.filter((item) => item.type !== 'reasoning' || typeof item.encrypted_content === 'string')
   out.store = false
   return Buffer.from(JSON.stringify(out))
 }

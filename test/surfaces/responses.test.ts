@@ -145,6 +145,7 @@ for (const which of ['native', 'openai'] as const) {
     const raw = await post(stack, { model: MODEL, input: 'hi', stream: true })
     t.equal(raw.status, 200)
     t.match(raw.headers['content-type'], /text\/event-stream/)
+    t.match(raw.headers['svc-res-key'], which === 'native' ? /^resp_/ : /^chatcmpl-/, "the provider's id, on a stream too")
     const evs = events(raw.text)
     t.equal(evs.at(-1)!.event, 'response.completed')
     t.ok(evs.every((e) => e.event === e.data.type), 'every event line names its data\'s type')
