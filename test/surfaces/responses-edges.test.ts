@@ -356,3 +356,32 @@ t.test("a native provider's own 4xx reaches the client in the OpenAI envelope, s
   const charges = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
   t.equal(charges.length, 0)
 })
+
+t.test('a client that leaves a stream midway pays for what it read; nothing is stored, nothing held', async (t) => {
+  const { connect } = await import('node:net')
+  const { eventually } = await import('../helpers/wait.js')
+  for (const which of ['native', 'openai'] as const) {
+    // Paced: the client leaves long before the provider would finish (16 tokens at 20/s).
+    const stack = await stackOf(t, which, { tokensPerS: 20 }, { tokensPerS: 20 })
+    const payload = JSON.stringify({ model: MODEL, input: 'hello', stream: true })
+    const sock = connect(Number(new URL(stack.url).port), '127.0.0.1')
+    sock.write(
+      `POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${stack.key}\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`,
+    )
+    let seen = ''
+    await new Promise<void>((resolve) => {
+      sock.on('data', (chunk: Buffer) => {
+        seen += chunk.toString('latin1')
+        if (seen.split('response.output_text.delta').length > 3) resolve()
+      })
+    })
+    sock.destroy()
+    const id = /"id":"(resp_[0-9a-f]{48})"/.exec(seen)![1]!
+    const charges = async () => (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+    t.ok(await eventually(async () => (await charges()).length === 1), `${which}: the abandoned stream is billed`)
+    t.ok((await charges())[0]!.amount > 0n)
+    t.ok(await eventually(() => stack.router.ledger.reserved(stack.account) === 0n), `${which}: no reservation left behind`)
+    t.equal(await stack.router.store.responses.getResponse(stack.account, id, Date.now()), null, `${which}: an unfinished response is not stored`)
+  }
+})
