@@ -242,8 +242,17 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         else this.sink.send(a.status, this.#answerHeaders(a), out)
         this.#publishEnd(a.status, a, null)
       }
-      // The surface may keep the answer first (stored responses): the client's last byte waits for it too.
-      const kept = req.surface.keep?.(req.request, codec as ResponseCodec<U>, trace) ?? null
+      // The surface may keep the answer first (stored responses): the client's last byte waits for it too. The
+      // answer is billed already, so whatever keeping it does, it is delivered.
+      const notKept = (err: unknown): void => {
+        log.error('keeping an answer failed; it is sent all the same', { request_id: req.requestId, err: String(err) })
+      }
+      let kept: Promise<void> | null = null
+      try {
+        kept = req.surface.keep?.(req.request, codec as ResponseCodec<U>, trace) ?? null
+      } catch (err) {
+        notKept(err)
+      }
       if (kept === null) return finish()
       const guarded = (): void => {
         try {
@@ -253,7 +262,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         }
       }
       kept.then(guarded, (err: unknown) => {
-        log.error('keeping an answer failed; it is sent all the same', { request_id: req.requestId, err: String(err) })
+        notKept(err)
         guarded()
       })
     })

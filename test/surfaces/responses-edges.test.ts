@@ -385,3 +385,21 @@ t.test('a client that leaves a stream midway pays for what it read; nothing is s
     t.equal(await stack.router.store.responses.getResponse(stack.account, id, Date.now()), null, `${which}: an unfinished response is not stored`)
   }
 })
+
+t.test('a store that fails to keep a response: the billed answer is delivered all the same, JSON and stream', async (t) => {
+  const stack = await stackOf(t, 'openai')
+  const responses = stack.router.store.responses as { putResponse: (...args: unknown[]) => Promise<void> }
+  responses.putResponse = async () => {
+    throw new Error('disk full (injected)')
+  }
+  const json = await post(stack, { model: MODEL, input: 'hi' })
+  t.equal(json.status, 200)
+  t.equal(json.json().status, 'completed')
+  const stream = events((await post(stack, { model: MODEL, input: 'hi', stream: true })).text)
+  t.equal(stream.at(-1)!.event, 'response.completed')
+  const charges = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+  t.equal(charges.length, 2, 'both billed')
+  const get = await request(stack.url + '/v1/responses/' + json.json().id, { headers: stack.auth })
+  t.equal(get.statusCode, 404, 'not kept')
+  await get.body.dump()
+})
