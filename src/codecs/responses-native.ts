@@ -111,7 +111,10 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
   readonly responseHeaders = SSE_HEADERS
   #id = ''
   #events = 0
-  /** The sequence number the next event of ours gets: one past the provider's last. */
+  /**
+   * The sequence number the next event of ours gets: one past the provider's last. Deltas are relayed unread, so
+   * they are counted on from the last number read (a lifecycle event's): the provider numbers every event.
+   */
   #seq = 0
   /** The last event, held: its type and data. */
   #last: { type: string; data: Json } | null = null
