@@ -272,3 +272,20 @@ t.test('billing by hand: each answer, native or translated, JSON or stream, is c
   const totals = await stack.router.store.ledger.totals(account)
   t.equal(totals.spent, [...expected.values()].reduce((a, b) => a + b, 0n))
 })
+
+t.test("the client's responses.stream() helper assembles the same response from either path", async (t) => {
+  for (const which of ['native', 'openai'] as const) {
+    const stack = await stackOf(t, which)
+    const openai = client(stack)
+    let text = ''
+    const stream = openai.responses.stream({ model: MODEL, input: 'hello there' })
+    stream.on('response.output_text.delta', (e) => (text += e.delta))
+    const final = await stream.finalResponse()
+    t.equal(final.status, 'completed')
+    t.equal(final.output_text, text, `${which}: the deltas make the final text`)
+    t.match(text, /^ The quick brown fox/)
+    const tools = await openai.responses.stream({ model: MODEL, input: 'weather?', tools: [WEATHER], tool_choice: 'required' }).finalResponse()
+    const call = tools.output.find((i) => i.type === 'function_call') as OpenAI.Responses.ResponseFunctionToolCall
+    t.same(JSON.parse(call.arguments), { city: 'sample' }, `${which}: a streamed function call`)
+  }
+})
