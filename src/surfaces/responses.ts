@@ -140,6 +140,7 @@ function checkTools(tools: unknown): RouterError | null {
   for (let i = 0; i < tools.length; i++) {
     const t = tools[i]
     if (!isObject(t) || typeof t.type !== 'string') return invalid(`tools[${i}] must be an object with a type`)
+    if (t.type === 'custom') return invalid(`tools[${i}]: custom (free-form) tools are not available through this router (only function tools are)`)
     if (t.type !== 'function') {
       return invalid(`tools[${i}]: the built-in tool ${JSON.stringify(t.type)} is not available through this router (only function tools are)`)
     }

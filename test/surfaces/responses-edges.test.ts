@@ -65,6 +65,7 @@ t.test('hostile bodies get a 400 naming what is wrong, and no provider is asked'
     [{ model: MODEL, input: 'hi', tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] }, /"code_interpreter"/],
     [{ model: MODEL, input: 'hi', tools: [{ type: 'computer_use_preview' }] }, /"computer_use_preview"/],
     [{ model: MODEL, input: 'hi', tools: [{ type: 'function' }] }, /tools\[0\]\.name must be a non-empty string/],
+    [{ model: MODEL, input: 'hi', tools: [{ type: 'function', name: 'f' }, { type: 'custom', name: 'apply_patch' }] }, /tools\[1\]: custom \(free-form\) tools are not available/],
     [{ model: MODEL, input: 'hi', tool_choice: { type: 'web_search_preview' } }, /tool_choice: "web_search_preview" is not available/],
     [{ model: MODEL, input: 'hi', tool_choice: 'sometimes' }, /tool_choice must be/],
     [{ model: MODEL, input: 'hi', previous_response_id: 'chatcmpl-1' }, /previous_response_id must be the id of a stored response/],
