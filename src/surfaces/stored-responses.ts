@@ -60,9 +60,12 @@ export function createResponsesSurface(o: StoredResponsesOptions): Surface<Respo
     let bytes = req.rawBytes
     const items: Json[] = []
     if (previous !== null) {
-      bytes += previous.input.length + previous.output.length
+      // Bytes, not characters: the reservation counts every byte of the prompt as a token (billing/cost.ts).
+      bytes += Buffer.byteLength(previous.input) + Buffer.byteLength(previous.output)
       if (bytes > o.maxInputBytes) return tooLarge(bytes)
-      items.push(...(JSON.parse(previous.input) as Json[]), ...(JSON.parse(previous.output) as Json[]))
+      // A loop, not push(...items): a long history would pass more arguments than a call can take.
+      for (const item of JSON.parse(previous.input) as Json[]) items.push(item)
+      for (const item of JSON.parse(previous.output) as Json[]) items.push(item)
     }
     for (let i = 0; i < req.input.length; i++) {
       const item = req.input[i]!
@@ -72,7 +75,7 @@ export function createResponsesSurface(o: StoredResponsesOptions): Surface<Respo
       }
       const text = found.get(item.id)
       if (text === undefined) return new RouterError('invalid_request', `input[${i}]: item_reference ${item.id} names no stored item of this account`)
-      bytes += text.length
+      bytes += Buffer.byteLength(text)
       if (bytes > o.maxInputBytes) return tooLarge(bytes)
       items.push(JSON.parse(text) as Json)
     }
