@@ -122,6 +122,11 @@ t.test('huge inputs: past the body limit 413, and a history that grows past it 4
   const next = await post(stack, { model: MODEL, input: 'z'.repeat(9_000), previous_response_id: first.json().id })
   t.equal(next.status, 413)
   t.match(next.json().error.message, /with its stored history/)
+  // Counted in bytes: 7000 'é' are 14000 bytes of history (7000 characters would leave room for the next one).
+  const accented = await post(stack, { model: MODEL, input: 'é'.repeat(7000) })
+  t.equal(accented.status, 200)
+  const after = await post(stack, { model: MODEL, input: 'z'.repeat(6500), previous_response_id: accented.json().id })
+  t.equal(after.status, 413, 'the history is measured in bytes')
 })
 
 t.test('failover from a native provider that answers 500 to a translated one, JSON and stream', async (t) => {
