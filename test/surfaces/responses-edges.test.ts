@@ -409,3 +409,43 @@ t.test('a store that fails to keep a response: the billed answer is delivered al
   t.equal(get.statusCode, 404, 'not kept')
   await get.body.dump()
 })
+
+t.test('fuzzed Responses bodies: every answer is a success or an enveloped error, nothing held, and the router still serves', async (t) => {
+  const { seeded } = await import('../helpers/seeded.js')
+  const stack = await stackOf(t, 'both')
+  const random = seeded(32)
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!
+  const VALUES: unknown[] = [null, true, 0, -1, 1.5, '', 'x', 'resp_x', [], {}, [{}], [null], { type: 'function' }, { type: 'item_reference', id: 'msg_x' }, 'é'.repeat(50)]
+  const KEYS = ['input', 'tools', 'tool_choice', 'instructions', 'text', 'reasoning', 'metadata', 'max_output_tokens', 'store', 'previous_response_id', 'stream', 'temperature', 'parallel_tool_calls', 'provider']
+  const ITEM_KEYS = ['type', 'role', 'content', 'call_id', 'name', 'arguments', 'output', 'id']
+  const base = (): any => ({
+    model: MODEL,
+    input: [
+      { role: 'user', content: [{ type: 'input_text', text: 'hi' }] },
+      { type: 'function_call', call_id: 'c', name: 'f', arguments: '{}' },
+      { type: 'function_call_output', call_id: 'c', output: 'ok' },
+    ],
+    tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }],
+  })
+  const statuses = new Map<number, number>()
+  for (let i = 0; i < 150; i++) {
+    const body = base()
+    for (let e = 0; e < 1 + Math.floor(random() * 3); e++) {
+      if (random() < 0.5) body[pick(KEYS)] = pick(VALUES)
+      else if (Array.isArray(body.input) && body.input.length > 0) {
+        const item = body.input[Math.floor(random() * body.input.length)]
+        if (item !== null && typeof item === 'object') item[pick(ITEM_KEYS)] = pick(VALUES)
+      }
+    }
+    const res = await post(stack, body)
+    statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1)
+    t.ok([200, 400, 404, 413].includes(res.status), `status ${res.status} for ${JSON.stringify(body).slice(0, 120)}`)
+    if (res.status !== 200) {
+      const err = JSON.parse(res.text)
+      t.ok(typeof err.error?.code === 'string' && typeof err.request_id === 'string', 'an enveloped error')
+    }
+  }
+  t.ok((statuses.get(400) ?? 0) > 0 && (statuses.get(200) ?? 0) > 0, `both kinds of answer (${JSON.stringify([...statuses])})`)
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
+  t.equal((await post(stack, { model: MODEL, input: 'still there?' })).status, 200)
+})
