@@ -449,3 +449,19 @@ t.test('fuzzed Responses bodies: every answer is a success or an enveloped error
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
   t.equal((await post(stack, { model: MODEL, input: 'still there?' })).status, 200)
 })
+
+t.test('the reservation counts the stored history: a continuation the balance cannot cover is 402, before any provider', async (t) => {
+  const stack = await stackOf(t, 'openai')
+  // 0.5 USD per 1M prompt tokens: a 12 kB history reserves about 0.006 USD, a bare request almost nothing.
+  const account = await stack.newAccount('0.007')
+  const key = await stack.newApiKey({ account })
+  const first = await post(stack, { model: MODEL, input: 'y'.repeat(12_000), max_output_tokens: 10 }, key.auth)
+  t.equal(first.status, 200, 'the first request fits the balance')
+  const asked = stack.sims.get(O)!.stats.requests
+  const bare = await post(stack, { model: MODEL, input: 'short', max_output_tokens: 10 }, key.auth)
+  t.equal(bare.status, 200, 'a request without the history still fits')
+  const next = await post(stack, { model: MODEL, input: 'short', max_output_tokens: 10, previous_response_id: first.json().id }, key.auth)
+  t.equal(next.status, 402)
+  t.equal(next.json().error.code, 'insufficient_balance')
+  t.equal(stack.sims.get(O)!.stats.requests, asked + 1, 'the refused continuation reached no provider')
+})
