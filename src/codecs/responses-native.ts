@@ -13,7 +13,7 @@ import { JSON_HEADERS, SSE_HEADERS } from './anthropic-native.js'
 import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
 import type { KeptAnswer, ResponsesCodec } from './responses-json-translation.js'
-import { chatUsageOfResponses, errorEvent, failedEvent, sseEvent, type ResponseMeta } from './responses-wire.js'
+import { chatUsageOfResponses, failureEvents, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
@@ -193,8 +193,7 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
   }
 
   fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
-    if (this.#response === null) return errorEvent(err, this.#seq, requestId, trace)
-    return failedEvent(ours(this.#response, this.#meta), this.#seq, { code: err.code, message: err.message }, trace)
+    return failureEvents(this.#response === null ? null : ours(this.#response, this.#meta), this.#seq, streamError(err), requestId, trace)
   }
 
   errorBody(status: number, body: Buffer, requestId: string): string | Buffer {

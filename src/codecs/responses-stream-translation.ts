@@ -11,7 +11,7 @@ import { SSE_HEADERS } from './anthropic-native.js'
 import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
 import { outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
-import { errorEvent, failedEvent, newId, responseObject, responsesUsage, sseEvent, type ResponseMeta } from './responses-wire.js'
+import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
@@ -123,12 +123,19 @@ export class ResponsesStreamTranslator {
     return responseObject(this.#meta, outcome, this.output, usage)
   }
 
-  /** The last events of a whole stream: the open item closed, then response.completed (or .incomplete) with `trace`. */
+  /**
+   * The last events of a whole stream: the open item closed, then response.completed (or .incomplete) with
+   * `trace`; or, when the provider reported an error mid-stream, the failure events (the trace names the request).
+   */
   end(usage: Json, trace: Record<string, unknown>): string {
     if (this.error !== null) {
       const e = this.error
       const message = typeof e.message === 'string' ? e.message : 'the provider reported an error mid-stream'
-      return (this.started ? '' : this.#start({})) + failedEvent(this.response(usage), this.#next(), { code: 'provider_error', message }, trace)
+      const out = this.started ? '' : this.#start({})
+      const requestId = typeof trace.request_id === 'string' ? trace.request_id : ''
+      const failure = failureEvents(this.response(usage), this.#seq, { code: 'provider_error', type: 'provider_error', message }, requestId, trace)
+      this.#seq += 2
+      return out + failure
     }
     let out = this.started ? '' : this.#start({})
     out += this.#close()
@@ -137,10 +144,12 @@ export class ResponsesStreamTranslator {
     return out + sseEvent(type, JSON.stringify({ type, sequence_number: this.#next(), response: { ...response, x_svc_trace: trace } }))
   }
 
-  /** The events that end a stream that broke: response.failed once the response began, else an error event. */
+  /** The events that end a stream that broke: response.failed once the response began, then an error event. */
   fail(err: RouterError, requestId: string, usage: Json | null, trace: Record<string, unknown>): string {
-    if (!this.started) return errorEvent(err, this.#next(), requestId, trace)
-    return failedEvent(this.response(usage), this.#next(), { code: err.code, message: err.message }, trace)
+    const response = this.started ? this.response(usage) : null
+    const out = failureEvents(response, this.#seq, streamError(err), requestId, trace)
+    this.#seq += response === null ? 1 : 2
+    return out
   }
 
   #next(): number {

@@ -85,17 +85,31 @@ export function sseEvent(type: string, data: string): string {
   return `event: ${type}\ndata: ${data}\n\n`
 }
 
-/**
- * The `error` event that ends a stream before any response event went out (nothing to mark failed yet): the
- * Responses stream's own error event, our code in it, with the request id and trace.
- */
-export function errorEvent(err: RouterError, sequence: number, requestId: string, trace: Record<string, unknown>): string {
-  const data = { type: 'error', sequence_number: sequence, code: err.code, message: err.message, param: null, request_id: requestId, x_svc_trace: trace }
-  return sseEvent('error', JSON.stringify(data))
+/** The error a stream ended with: our code and envelope type, and a message. */
+export interface StreamError {
+  readonly code: string
+  readonly type: string
+  readonly message: string
 }
 
-/** `response.failed`: the stream broke after the response began; never a response.completed. */
-export function failedEvent(response: Json, sequence: number, err: { code: string; message: string }, trace: Record<string, unknown>): string {
-  const failed = { ...response, status: 'failed', error: err, x_svc_trace: trace }
-  return sseEvent('response.failed', JSON.stringify({ type: 'response.failed', sequence_number: sequence, response: failed }))
+/** A RouterError as the error a stream ends with. */
+export function streamError(err: RouterError): StreamError {
+  return { code: err.code, type: err.type, message: err.message }
+}
+
+/**
+ * The events that end a stream that failed, never a response.completed: `response.failed` with the response
+ * as it stood (when one had begun), then an `error` event. The error event holds the error both flat (OpenAI's
+ * documented event: code, message, param) and as an `error` object, which is what the openai client raises
+ * (an APIError) and the AI SDK reports (an error part); both carry the request id and the trace.
+ */
+export function failureEvents(response: Json | null, sequence: number, err: StreamError, requestId: string, trace: Record<string, unknown>): string {
+  let out = ''
+  if (response !== null) {
+    const failed = { ...response, status: 'failed', error: { code: err.code, message: err.message }, x_svc_trace: trace }
+    out += sseEvent('response.failed', JSON.stringify({ type: 'response.failed', sequence_number: sequence++, response: failed }))
+  }
+  const error = { type: err.type, code: err.code, message: err.message, param: null }
+  const data = { type: 'error', sequence_number: sequence, code: err.code, message: err.message, param: null, error, request_id: requestId, x_svc_trace: trace }
+  return out + sseEvent('error', JSON.stringify(data))
 }

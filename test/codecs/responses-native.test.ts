@@ -57,7 +57,7 @@ t.test("the provider's own failure events end the stream in its place, with the 
   t.match(JSON.parse(/^data: (.*)$/m.exec(error.codec.complete({ t: 3 }))![1]!), { type: 'error', code: 'overloaded', x_svc_trace: { t: 3 } })
 })
 
-t.test('a break: response.failed numbered after the last event once it began, an error event before; junk is a stream error', async (t) => {
+t.test('a break: response.failed numbered after the last event once it began, then an error event; junk is a stream error', async (t) => {
   // Deltas are relayed unread: they are counted from the last number read (the provider numbers each event).
   const begun = run(event('response.created', 0, { response: RESPONSE }) + event('response.in_progress', 1, { response: RESPONSE }) + DELTA)
   t.equal(begun.codec.ended, false)

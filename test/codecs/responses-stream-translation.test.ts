@@ -144,13 +144,16 @@ t.test('a cut answer ends in response.incomplete; a provider error chunk in resp
   const failed = run([sse([chunk({ content: 'a' }), { error: { message: 'overloaded', type: 'server_error' } }], false)])
   t.equal(failed.codec.ended, true, 'a provider that reports its error has ended its answer')
   t.equal(failed.kept, null, 'nothing is stored of it')
-  const last = failed.events.at(-1)!
-  t.equal(last.name, 'response.failed')
-  t.same(last.data.response.error, { code: 'provider_error', message: 'overloaded' })
+  const [before, last] = failed.events.slice(-2)
+  t.equal(before!.name, 'response.failed')
+  t.same(before!.data.response.error, { code: 'provider_error', message: 'overloaded' })
+  t.equal(last!.name, 'error', 'then the error event clients raise')
+  t.match(last!.data, { code: 'provider_error', message: 'overloaded', error: { type: 'provider_error', code: 'provider_error', message: 'overloaded' } })
+  t.ok(failed.events.every((e, i) => e.data.sequence_number === i))
   t.notOk(failed.events.some((e) => e.name === 'response.completed'))
 })
 
-t.test('a break: response.failed once the response began, an error event before', async (t) => {
+t.test('a break: response.failed once the response began, then an error event; the error event alone before', async (t) => {
   const codec = new ResponsesTranslatedStreamCodec(META)
   const out: string[] = []
   codec.push(sse([chunk({ content: 'a' })], false), (b) => out.push(b.toString()))
@@ -161,6 +164,9 @@ t.test('a break: response.failed once the response began, an error event before'
   t.equal(data.sequence_number, out.join('').split('\n\n').filter((e) => e !== '').length)
   t.equal(data.response.status, 'failed')
   t.same(data.response.x_svc_trace, { t: 1 })
+  const error = JSON.parse(/^data: (.*)$/m.exec(failed.split('\n\n')[1]!)![1]!)
+  t.match(error, { type: 'error', sequence_number: data.sequence_number + 1, code: 'provider_error', error: { type: 'provider_error', code: 'provider_error', message: 'broke' }, request_id: 'req_1', x_svc_trace: { t: 1 } })
+  t.equal(failed.split('\n\n').filter((e) => e !== '').length, 2)
 
   const early = new ResponsesTranslatedStreamCodec(META).fail(new RouterError('provider_timeout', 'slow'), 'req_2', { t: 2 })
   t.match(early, /^event: error\n/)

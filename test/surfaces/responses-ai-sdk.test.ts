@@ -110,3 +110,18 @@ t.test('ai sdk streamText with tools over two steps against a native and a trans
     t.same(steps[0]!.toolCalls[0]!.input, { city: 'sample' })
   }
 })
+
+t.test('ai sdk streamText over a stream that breaks midway reports an error, never a clean finish', async (t) => {
+  for (const which of ['native', 'openai'] as const) {
+    const formats = which === 'native' ? ['openai', 'responses'] : ['openai']
+    const stack = await startStack(t, [{ address: which === 'native' ? N : O, models: [{ id: MODEL, formats }], sim: { fault: 'reset-mid-stream' } }])
+    const errors: unknown[] = []
+    const result = streamText({ model: provider(stack)(MODEL), prompt: 'hello', maxRetries: 0, onError: ({ error }) => void errors.push(error) })
+    const parts: string[] = []
+    for await (const part of result.fullStream) parts.push(part.type)
+    t.ok(parts.includes('text-delta'), `${which}: what was produced arrived`)
+    t.ok(parts.includes('error'), `${which}: then an error part`)
+    t.equal(errors.length, 1)
+    t.not(await result.finishReason, 'stop', `${which}: not a clean finish`)
+  }
+})

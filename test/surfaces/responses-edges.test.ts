@@ -160,12 +160,15 @@ for (const which of ['native', 'openai'] as const) {
     const evs = events(raw.text)
     t.equal(evs[0]!.event, 'response.created')
     t.notOk(evs.some((e) => e.event === 'response.completed'), 'never a fake response.completed')
-    const last = evs.at(-1)!
-    t.equal(last.event, 'response.failed')
-    t.equal(last.data.response.status, 'failed')
-    t.equal(last.data.response.error.code, 'provider_error')
-    t.equal(last.data.sequence_number, evs.length - 1, 'numbered after the last relayed event')
-    const trace = last.data.response.x_svc_trace
+    const [failed, last] = evs.slice(-2)
+    t.equal(failed!.event, 'response.failed')
+    t.equal(failed!.data.response.status, 'failed')
+    t.equal(failed!.data.response.error.code, 'provider_error')
+    t.equal(last!.event, 'error', 'then the error event that clients raise')
+    t.equal(last!.data.error.code, 'provider_error')
+    t.same(evs.map((e) => e.data.sequence_number), evs.map((_, i) => i), 'numbered on from the last relayed event')
+    const trace = failed!.data.response.x_svc_trace
+    t.same(last!.data.x_svc_trace, trace)
     t.ok(parseUsd(trace.billing.total_cost)! > 0n, 'what was relayed is billed')
     t.equal(trace.usage.estimated, true)
     t.ok(evs.some((e) => e.event === 'response.output_text.delta'))
@@ -177,8 +180,11 @@ for (const which of ['native', 'openai'] as const) {
     const client = new OpenAI({ baseURL: stack.url + '/v1', apiKey: stack.key, maxRetries: 0 })
     const seen: string[] = []
     const stream = await client.responses.create({ model: MODEL, input: 'hello', stream: true })
-    for await (const ev of stream) seen.push(ev.type)
-    t.equal(seen.at(-1), 'response.failed', 'the client sees the failure as the last event')
+    const err = await (async () => {
+      for await (const ev of stream) seen.push(ev.type)
+    })().catch((e: any) => e)
+    t.equal(seen.at(-1), 'response.failed', 'the client reads response.failed')
+    t.equal(err?.code, 'provider_error', 'then raises the error event')
   })
 }
 
