@@ -289,3 +289,25 @@ t.test("the client's responses.stream() helper assembles the same response from 
     t.same(JSON.parse(call.arguments), { city: 'sample' }, `${which}: a streamed function call`)
   }
 })
+
+t.test('one stored response continued twice at once: two branches, each with the same history', async (t) => {
+  const stack = await stackOf(t, 'both')
+  const openai = client(stack)
+  const root = await openai.responses.create({ model: MODEL, input: 'root', provider: { address: N } } as any)
+  t.equal((root as any).x_svc_trace.provider, N, 'the body provider object pins, as on chat')
+  t.notOk('provider' in stack.sims.get(N)!.stats.lastBody, 'and is not sent on')
+  const [a, b] = await Promise.all([
+    openai.responses.create({ model: MODEL, previous_response_id: root.id, input: 'branch a', store: true }),
+    openai.responses.create({ model: MODEL, previous_response_id: root.id, input: 'branch b', store: true }),
+  ])
+  t.not(a.id, b.id)
+  for (const branch of [a, b]) {
+    t.equal(branch.previous_response_id, root.id)
+    t.equal((await openai.responses.retrieve(branch.id)).id, branch.id)
+  }
+  const deeper = await openai.responses.create({ model: MODEL, previous_response_id: a.id, input: 'deeper', provider: { address: O } } as any)
+  const sent = stack.sims.get(O)!.stats.lastBody.messages.map((m: any) => m.content)
+  t.same([sent[0], sent[2], sent[4]], ['root', 'branch a', 'deeper'], 'a branch carries its own history only')
+  t.equal(sent.length, 5)
+  t.equal(deeper.previous_response_id, a.id)
+})
