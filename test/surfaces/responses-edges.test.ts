@@ -471,3 +471,44 @@ t.test('the reservation counts the stored history: a continuation the balance ca
   t.equal(next.json().error.code, 'insufficient_balance')
   t.equal(stack.sims.get(O)!.stats.requests, asked + 1, 'the refused continuation reached no provider')
 })
+
+t.test('providers that misbehave: an error object with a 200, junk mid-stream, an error chunk mid-stream', async (t) => {
+  const { fakeProvider } = await import('../helpers/fake-provider.js')
+  const sse = (events: string[]) => (res: import('node:http').ServerResponse) => res.writeHead(200, { 'content-type': 'text/event-stream' }).end(events.join(''))
+  const created = (seq: number) => `event: response.created\ndata: ${JSON.stringify({ type: 'response.created', sequence_number: seq, response: { id: 'resp_p', object: 'response', status: 'in_progress', output: [] } })}\n\n`
+  const delta = (seq: number) => `event: response.output_text.delta\ndata: ${JSON.stringify({ type: 'response.output_text.delta', sequence_number: seq, item_id: 'msg_p', output_index: 0, content_index: 0, delta: 'x' })}\n\n`
+  const chat = (obj: object) => `data: ${JSON.stringify(obj)}\n\n`
+  const head = { id: 'chatcmpl-x', object: 'chat.completion.chunk', created: 1, model: MODEL }
+
+  // Native JSON: an error object with a 200 is no answer: the next candidate (translated) serves it.
+  const bad = await fakeProvider(t, (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"error":{"message":"nope"}}'))
+  const ok = await startStack(t, [
+    { address: N, url: bad.url, models: [{ id: MODEL, formats: ['openai', 'responses'], price: { prompt: 0.01, completion: 0.01 } }] },
+    { address: O, models: [{ id: MODEL, formats: ['openai'], price: { prompt: 5, completion: 5 } }] },
+  ])
+  const failedOver = await post(ok, { model: MODEL, input: 'hi' }, { ...ok.auth, 'x-svc-provider-sort': 'price' })
+  t.equal(failedOver.status, 200)
+  t.same(failedOver.json().x_svc_trace.attempts.map((a: any) => [a.provider, a.status, a.error ?? null]), [[N, 200, 'invalid_json'], [O, 200, null]])
+
+  // Native stream with junk after its first event: the response fails, never completes.
+  const junk = await fakeProvider(t, (_req, res) => sse([created(0), delta(1), 'data: {oops\n\n', delta(3)])(res))
+  const s1 = await startStack(t, [{ address: N, url: junk.url, models: [{ id: MODEL, formats: ['openai', 'responses'] }] }])
+  const j = events((await post(s1, { model: MODEL, input: 'hi', stream: true })).text)
+  t.equal(j[0]!.data.response.id.startsWith('resp_') && j[0]!.data.response.id !== 'resp_p', true, 'our id, not the provider’s')
+  t.same(j.slice(-2).map((e) => e.event), ['response.failed', 'error'])
+  t.notOk(j.some((e) => e.event === 'response.completed'))
+
+  // Translated stream whose provider reports an error mid-stream: what it produced is billed, then it fails.
+  const erring = await fakeProvider(t, (_req, res) =>
+    sse([chat({ ...head, choices: [{ index: 0, delta: { content: 'par' }, finish_reason: null }] }), chat({ error: { message: 'overloaded', type: 'server_error' } }), 'data: [DONE]\n\n'])(res),
+  )
+  const s2 = await startStack(t, [{ address: O, url: erring.url, models: [{ id: MODEL, formats: ['openai'] }] }])
+  const e = events((await post(s2, { model: MODEL, input: 'hi', stream: true })).text)
+  t.same(e.slice(-2).map((x) => x.event), ['response.failed', 'error'])
+  t.equal(e.at(-2)!.data.response.error.message, 'overloaded')
+  t.ok(e.some((x) => x.event === 'response.output_text.delta' && x.data.delta === 'par'))
+  t.same(e.map((x) => x.data.sequence_number), e.map((_, i) => i))
+  const charges = (await s2.router.store.ledger.journal(s2.account)).filter((c) => c.kind === 'charge')
+  t.equal(charges.length, 1, 'what was relayed is billed')
+  t.equal(await s2.router.store.responses.getResponse(s2.account, e[0]!.data.response.id, Date.now()), null, 'and nothing is stored')
+})
