@@ -512,3 +512,19 @@ t.test('providers that misbehave: an error object with a 200, junk mid-stream, a
   t.equal(charges.length, 1, 'what was relayed is billed')
   t.equal(await s2.router.store.responses.getResponse(s2.account, e[0]!.data.response.id, Date.now()), null, 'and nothing is stored')
 })
+
+t.test('a native provider that keeps its stream open after response.completed: the answer ends at that event', async (t) => {
+  const { fakeProvider } = await import('../helpers/fake-provider.js')
+  const response = { id: 'resp_p', object: 'response', status: 'completed', output: [], usage: { input_tokens: 2, output_tokens: 1, total_tokens: 3 } }
+  const open = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write(`event: response.created\ndata: ${JSON.stringify({ type: 'response.created', sequence_number: 0, response: { ...response, status: 'in_progress', usage: null } })}\n\n`)
+    res.write(`event: response.completed\ndata: ${JSON.stringify({ type: 'response.completed', sequence_number: 1, response })}\n\n`)
+    // …and never ends the body.
+  })
+  const stack = await startStack(t, [{ address: N, url: open.url, models: [{ id: MODEL, formats: ['openai', 'responses'] }] }])
+  const evs = events((await post(stack, { model: MODEL, input: 'hi', stream: true })).text)
+  t.same(evs.map((e) => e.event), ['response.created', 'response.completed'])
+  t.equal(evs[1]!.data.response.usage.output_tokens, 1)
+  t.ok(evs[1]!.data.response.x_svc_trace)
+})
