@@ -48,6 +48,8 @@ const TABLE = {
   model_not_found: [404, 'not_found_error'],
   provider_not_found: [404, 'not_found_error'],
   job_not_found: [404, 'not_found_error'],
+  /** /v1/responses: a previous_response_id or path id that is unknown, expired, deleted or another account's. */
+  response_not_found: [404, 'not_found_error'],
   // 405
   method_not_allowed: [405, 'invalid_request_error'],
   // 413

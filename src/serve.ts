@@ -36,6 +36,7 @@ import { createManagementKeys } from './surfaces/management-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
 import { messages } from './surfaces/messages.js'
+import { createResponsesSurface, createStoredResponsesRoutes } from './surfaces/stored-responses.js'
 import { imageGenerations } from './surfaces/images.js'
 import { imageEdits } from './surfaces/image-edits.js'
 import { transcriptions } from './surfaces/transcriptions.js'
@@ -302,6 +303,10 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   let consoleOrigins = config.server.public_origins.length > 0 ? ConsoleOrigins.of(config.server.public_origins) : null
   const signIn = createAuthSession({ sessions, store, origins: () => consoleOrigins! })
   const consoleFiles = createConsoleFiles()
+  // POST /v1/responses and its stored state (GET/DELETE), in the store beside everything else.
+  const responsesState = { store: store.responses, retentionMs: config.responses.retention_ms, maxInputBytes: config.server.max_json_body_bytes }
+  const responses = createResponsesSurface(responsesState)
+  const storedResponses = createStoredResponsesRoutes({ ...responsesState, authenticate: auth.inference, limiter, sweepIntervalMs: config.responses.sweep_interval_ms })
   const routes: Route[] = [
     { method: 'post', pattern: '/v1/chat/completions', handler: inFlight.track(createInferenceRoute(deps, chatCompletions), chatCompletions.name) },
     {
@@ -310,6 +315,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       handler: inFlight.track(createInferenceRoute(deps, messages), messages.name),
       renderError: messages.renderError,
     },
+    { method: 'post', pattern: '/v1/responses', handler: inFlight.track(createInferenceRoute(deps, responses), responses.name) },
+    { method: 'get', pattern: '/v1/responses/:id', handler: storedResponses.get },
+    { method: 'del', pattern: '/v1/responses/:id', handler: storedResponses.remove },
     { method: 'post', pattern: '/v1/images/generations', handler: inFlight.track(createInferenceRoute(deps, imageGenerations), imageGenerations.name) },
     { method: 'post', pattern: '/v1/images/edits', handler: inFlight.track(createMultipartRoute(multipartDeps, imageEdits), imageEdits.name) },
     { method: 'post', pattern: '/v1/audio/transcriptions', handler: inFlight.track(createMultipartRoute(multipartDeps, transcriptions), transcriptions.name) },
@@ -360,6 +368,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
     stopProbes?.()
+    storedResponses.close()
     metrics?.close()
     stopAccessLog?.()
     stopPromptLog?.()

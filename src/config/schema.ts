@@ -200,6 +200,14 @@ const ReplicasSchema = z.strictObject({
   lease_linger_ms: z.int().nonnegative().max(MAX_TIMER_MS).default(200),
 })
 
+/** Stored Responses-API state (src/surfaces/responses.ts, src/store/responses.ts). */
+const ResponsesSchema = z.strictObject({
+  /** How long a response stored with `store: true` can be continued from and fetched (not a timer: 30 days). */
+  retention_ms: z.int().positive().default(30 * 86_400_000),
+  /** How often expired responses are deleted from the store. */
+  sweep_interval_ms: timeoutMs(3_600_000),
+})
+
 // `prefault({})` (not `default({})`): an absent section is parsed as `{}`, so its keys get their defaults.
 export const ConfigSchema = z.strictObject({
   server: ServerSchema.prefault({}),
@@ -215,6 +223,7 @@ export const ConfigSchema = z.strictObject({
   tracing: TracingSchema.prefault({}),
   jobs: JobsSchema.prefault({}),
   replicas: ReplicasSchema.prefault({}),
+  responses: ResponsesSchema.prefault({}),
   dev: DevSchema.prefault({}),
 })
 

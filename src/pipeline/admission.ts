@@ -66,7 +66,18 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
     if (body instanceof RouterError) return fail(body)
     const req = surface.parse(body, head)
     if (req instanceof RouterError) return fail(req)
-    admitRequest(deps, surface, head, reply, admitted, req, launcher)
+    const prepared = surface.prepare?.(req, admitted.principal) ?? null
+    if (prepared === null) return admitRequest(deps, surface, head, reply, admitted, req, launcher)
+    if (prepared instanceof RouterError) return fail(prepared)
+    const admit = (err: RouterError | null): void => {
+      if (reply.aborted) return
+      if (err !== null) return fail(err)
+      admitRequest(deps, surface, head, reply, admitted, req, launcher)
+    }
+    prepared.then(guard(head, reply, admitted.headers, render, admit), (err: unknown) => {
+      log.error('preparing a request failed', { request_id: head.requestId, err: String(err) })
+      fail(toRouterError(err))
+    })
   }
 
   return function admitInference(head: RequestHead, reply: Reply): void {

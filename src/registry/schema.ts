@@ -97,7 +97,7 @@ const ModelSchema = z
   .strictObject({
     id: z.string().min(1),
     type: z.enum(['chatbot', 'text-to-image', 'speech-to-text']).default('chatbot'),
-    formats: z.array(z.enum(['openai', 'anthropic'])).optional(),
+    formats: z.array(z.enum(['openai', 'anthropic', 'responses'])).optional(),
     context_length: positiveIntOrNull,
     max_completion_tokens: positiveIntOrNull,
     supported_parameters: z.array(z.string().min(1)).default([]),
@@ -126,8 +126,9 @@ const ModelSchema = z
     if (model.formats !== undefined) {
       if (model.type !== 'chatbot' && model.formats.length > 0) {
         ctx.addIssue({ code: 'custom', path: ['formats'], message: `only chatbot models have formats (this is ${model.type})` })
-      } else if (model.type === 'chatbot' && model.formats.length === 0) {
-        ctx.addIssue({ code: 'custom', path: ['formats'], message: 'a chatbot needs at least one of openai, anthropic' })
+      } else if (model.type === 'chatbot' && !model.formats.includes('openai') && !model.formats.includes('anthropic')) {
+        // responses is spoken besides one of them: chat and messages requests reach the model through those.
+        ctx.addIssue({ code: 'custom', path: ['formats'], message: 'a chatbot needs at least one of openai, anthropic (responses is in addition to them)' })
       }
       const seen = new Set<string>()
       for (const [i, format] of model.formats.entries()) {

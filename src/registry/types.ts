@@ -5,7 +5,8 @@
 import type { TrustMode } from '../vocabulary/trust.js'
 
 export type ModelType = 'chatbot' | 'text-to-image' | 'speech-to-text'
-export type ChatFormat = 'openai' | 'anthropic'
+/** openai: /v1/chat/completions; anthropic: /v1/messages; responses: /v1/responses (besides one of the others). */
+export type ChatFormat = 'openai' | 'anthropic' | 'responses'
 export type Verifiability = 'TeeML' | 'TeeTLS' | ''
 
 /** Prices exactly as written in the registry, as decimal strings (never floats). */

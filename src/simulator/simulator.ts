@@ -39,6 +39,23 @@ import {
   type MessagesRequest,
 } from './messages.js'
 
+import {
+  argumentsDelta,
+  deltasFrom,
+  estimateResponsesPromptTokens,
+  functionCallItem,
+  messageItem,
+  openMessageItem,
+  outputTextDelta,
+  parseResponsesRequest,
+  responseBody,
+  responseStreamEnd,
+  responseStreamStart,
+  responsesUsageJson,
+  type ResponsesRequest,
+} from './responses.js'
+import { fillerText } from './completion.js'
+
 import { audioSeconds } from '../codecs/audio-duration.js'
 import { TRANSCRIPTION_FORMATS, transcript } from './audio.js'
 import { readForm, type Form } from './form.js'
@@ -167,6 +184,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const path = query === -1 ? url : url.slice(0, query)
     if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
     if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
+    if (path === '/v1/responses' && req.method === 'POST') return handlePost(req, res, respondResponses)
     if (path === '/v1/images/generations' && req.method === 'POST') return handlePost(req, res, respondImages)
     if (path === '/v1/images/edits' && req.method === 'POST') return handleForm(req, res, respondEdits)
     if (path === '/v1/audio/transcriptions' && req.method === 'POST') return handleForm(req, res, respondTranscription)
@@ -415,6 +433,54 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const pieces = splitArguments(tool.arguments)
     const block = `{"type":"tool_use","id":"${toolId}","name":${JSON.stringify(tool.name)},"input":{}}`
     stream(ex, streamStart(id, modelJson, input, block), pieces.length, (i) => inputJsonDelta(pieces[i]!), end, reset)
+  }
+
+  function respondResponses(ex: Exchange, fault: SimulatorFault, text: string): void {
+    const { res, s } = ex
+    const body = readRequest(ex, fault, text)
+    if (body === undefined) return
+    const request = parseResponsesRequest(body)
+    if ('error' in request) return sendError(res, 400, s.name, request.error, 'invalid_request_error', 'invalid_request')
+    if (s.models !== undefined && !s.models.has(request.model)) {
+      return sendError(res, 404, s.name, `model '${request.model}' not found`, 'invalid_request_error', 'model_not_found')
+    }
+    later(ex, fault === 'slow-headers' ? s.slowHeadersMs : 0, function startResponse() {
+      completeResponse(ex, request, fault)
+    })
+  }
+
+  /** The native Responses answer: text (max_output_tokens caps it) or one function_call item, as JSON or SSE. */
+  function completeResponse(ex: Exchange, request: ResponsesRequest, fault: SimulatorFault): void {
+    const { s } = ex
+    const id = nextId('resp_')
+    const created = Math.floor(Date.now() / 1000)
+    const modelJson = JSON.stringify(request.model)
+    const reset = fault === 'reset-mid-stream'
+    const tool = request.tool
+    let tokens = s.completionTokens
+    let status = 'completed'
+    if (tool !== undefined) tokens = toolCallTokens(tool)
+    else if (request.maxOutputTokens !== undefined && request.maxOutputTokens < tokens) {
+      tokens = request.maxOutputTokens
+      status = 'incomplete'
+    }
+    const usage = fault === 'no-usage' ? undefined : responsesUsageJson(estimateResponsesPromptTokens(request), tokens)
+    const itemId = nextId(tool === undefined ? 'msg_' : 'fc_')
+    const callId = tool === undefined ? '' : nextId('call_')
+    const item = tool === undefined ? messageItem(itemId, tokens) : functionCallItem(itemId, callId, tool)
+    if (!request.stream) {
+      const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
+      return sendCompletion(ex, responseBody(id, created, modelJson, status, item, usage), units, reset)
+    }
+    const text = tool === undefined
+    const open = text ? openMessageItem(itemId) : functionCallItem(itemId, callId, tool!, '', 'in_progress')
+    const start = responseStreamStart(responseBody(id, created, modelJson, 'in_progress', '', undefined), open, text)
+    const first = deltasFrom(text)
+    const pieces = text ? [] : splitArguments(tool!.arguments)
+    const units = text ? tokens : pieces.length
+    const end = responseStreamEnd(first + units, itemId, item, text ? fillerText(tokens) : null, text ? null : tool!.arguments, responseBody(id, created, modelJson, status, item, usage), status)
+    const unit = text ? (i: number) => outputTextDelta(itemId, first + i, i) : (i: number) => argumentsDelta(itemId, first + i, pieces[i]!)
+    stream(ex, start, units, unit, end, reset)
   }
 
   function sendCompletion(ex: Exchange, body: string, units: number, reset: boolean): void {

@@ -1,8 +1,8 @@
 /**
  * The durable state of the router behind one interface (DESIGN.md §1), split by concern so that an
  * implementation can provide one part at a time (SQLite in sqlite/, PostgreSQL in postgres/): accounts
- * (accounts.ts), `sk-`/`mk-` keys (keys.ts), the ledger (ledger.ts), async jobs (jobs.ts) and what other
- * writers changed (changes.ts). SQLite is the embedded implementation (sqlite/); every implementation must pass the one
+ * (accounts.ts), `sk-`/`mk-` keys (keys.ts), the ledger (ledger.ts), async jobs (jobs.ts), stored responses
+ * (responses.ts) and what other writers changed (changes.ts). SQLite is the embedded implementation (sqlite/); every implementation must pass the one
  * contract suite (test/store/contract.ts).
  *
  * Every method returns a Promise so that a networked store fits; callers on the hot path never await one on a
@@ -16,6 +16,7 @@ import type { JobStore } from './jobs.js'
 import type { KeyStore } from './keys.js'
 import type { LeaseStore } from './leases.js'
 import type { LedgerStore } from './ledger.js'
+import type { ResponseStore } from './responses.js'
 
 export * from './accounts.js'
 export * from './changes.js'
@@ -23,6 +24,7 @@ export * from './jobs.js'
 export * from './keys.js'
 export * from './leases.js'
 export * from './ledger.js'
+export * from './responses.js'
 
 export interface Store {
   readonly accounts: AccountStore
@@ -32,6 +34,8 @@ export interface Store {
   readonly changes: ChangeFeed
   /** Async image jobs (DESIGN.md §4: stored, resumed after a restart, billed once). */
   readonly jobs: JobStore
+  /** Stored Responses-API conversation state (issue 32: `store`, `previous_response_id`), kept a configured time. */
+  readonly responses: ResponseStore
   /**
    * Budget leases, on a store that several replicas share (PostgreSQL): then the billing ledger takes budget in
    * leases (billing/leased-ledger.ts) instead of holding the whole of it in memory.

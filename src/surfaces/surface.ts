@@ -3,7 +3,9 @@
  * attempt to one candidate is planned, what it may cost, how its answers and errors look. Admission and the
  * failover loop are the same for every surface; a new API is a new record, never a copy of the engine.
  */
+import type { Principal } from '../auth/principal.js'
 import type { ChatUsage, Cost, Usage } from '../billing/cost.js'
+import type { ResponseCodec } from '../codecs/codec.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import type { FormHead, RequiredParts } from '../codecs/multipart.js'
 import type { RequestBody } from '../upstream/request-body.js'
@@ -60,12 +62,23 @@ export interface EngineSurface<R extends SurfaceRequest, U extends Usage = ChatU
    * Absent: at once.
    */
   answerWhen?(req: R, go: () => void): boolean
+  /**
+   * Optional: runs once a whole answer's charge is durable, before its last bytes (which carry `trace`) go out;
+   * the Responses surface stores the answer here, so a client that continues from it at once finds it. The loop
+   * waits for the promise; a failure is logged and the answer goes out all the same (it is billed).
+   */
+  keep?(req: R, codec: ResponseCodec<U>, trace: Record<string, unknown>): Promise<void> | null
 }
 
 /** A JSON surface: its request is the whole body, parsed here. */
 export interface Surface<R extends SurfaceRequest, U extends Usage = ChatUsage> extends EngineSurface<R, U> {
   /** Validates the body; the RouterError says what is wrong. `head`: the request's copied headers. */
   parse(body: JsonBody, head: RequestHead): R | RouterError
+  /**
+   * Optional: what the request needs of the store before it is routed (the Responses surface reads the
+   * conversation it continues). Null when there is nothing to wait for; a RouterError refuses the request.
+   */
+  prepare?(req: R, principal: Principal): Promise<RouterError | null> | RouterError | null
 }
 
 /**

@@ -12,6 +12,7 @@
  * and every other request carries on.
  */
 import type { Budget } from '../billing/budget.js'
+import type { ResponseCodec } from '../codecs/codec.js'
 import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
 import type { BilledCost } from '../billing/ledger.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
@@ -280,10 +281,36 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         else this.sink.send(err.status, [...JSON_TYPE, ...req.baseHeaders], req.surface.renderError(err, req.requestId, trace))
         return this.#publishEnd(err.status, a, err.code)
       }
-      const out = codec.complete(this.#trace(a, usage, billed))
-      if (streaming) this.sink.end(out)
-      else this.sink.send(a.status, this.#answerHeaders(a), out)
-      this.#publishEnd(a.status, a, null)
+      const trace = this.#trace(a, usage, billed)
+      const finish = (): void => {
+        const out = codec.complete(trace)
+        if (streaming) this.sink.end(out)
+        else this.sink.send(a.status, this.#answerHeaders(a), out)
+        this.#publishEnd(a.status, a, null)
+      }
+      // The surface may keep the answer first (stored responses): the client's last byte waits for it too. The
+      // answer is billed already, so whatever keeping it does, it is delivered.
+      const notKept = (err: unknown): void => {
+        log.error('keeping an answer failed; it is sent all the same', { request_id: req.requestId, err: String(err) })
+      }
+      let kept: Promise<void> | null = null
+      try {
+        kept = req.surface.keep?.(req.request, codec as ResponseCodec<U>, trace) ?? null
+      } catch (err) {
+        notKept(err)
+      }
+      if (kept === null) return finish()
+      const guarded = (): void => {
+        try {
+          finish()
+        } catch (thrown) {
+          this.#crash(a, thrown)
+        }
+      }
+      kept.then(guarded, (err: unknown) => {
+        notKept(err)
+        guarded()
+      })
     })
   }
 

@@ -43,6 +43,7 @@ export async function countingStore(): Promise<CountingStore> {
     ledger: inner.ledger,
     changes: inner.changes,
     jobs: inner.jobs,
+    responses: inner.responses,
     close: () => inner.close(),
     calls,
     get gate() {

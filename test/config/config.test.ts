@@ -46,6 +46,7 @@ function defaultsWithPathsIn(dir: string): Config {
     tracing: { otlp_endpoint: '', service_name: 'svc-router' },
     jobs: { result_ttl_ms: 1800000, max_running: 32, spool_dir: '' },
     replicas: { heartbeat_ms: 500, fence_ms: 2000, dead_after_ms: 15000, lease_linger_ms: 200 },
+    responses: { retention_ms: 2592000000, sweep_interval_ms: 3600000 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
   }
 }

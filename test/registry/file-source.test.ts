@@ -67,6 +67,8 @@ t.test('the demo providers.yaml parses', async (t) => {
   const llama = snapshot.providers.flatMap((p) => p.models.filter((m) => m.id === 'llama-3.3-70b-instruct'))
   t.equal(llama.length, 2)
   t.ok(llama.some((m) => m.formats.includes('anthropic')))
+  t.ok(llama.some((m) => m.formats.includes('responses')), 'npm start shows /v1/responses native and translated')
+  t.ok(llama.some((m) => !m.formats.includes('responses')))
   const types = snapshot.providers.flatMap((p) => p.models.map((m) => `${m.id}:${m.type}`))
   t.ok(types.includes('flux-schnell:text-to-image'))
   t.ok(types.includes('whisper-large-v3:speech-to-text'))
@@ -268,8 +270,13 @@ t.test('validation', async (t) => {
       'providers[0].models[0].formats: only chatbot models have formats (this is text-to-image)',
     ])
     t.strictSame(problemsOf(t, oneModel('{ id: m, formats: [openai, grpc], price: { prompt: 1, completion: 1 } }')), [
-      'providers[0].models[0].formats[1]: must be one of "openai" | "anthropic" (got "grpc")',
+      'providers[0].models[0].formats[1]: must be one of "openai" | "anthropic" | "responses" (got "grpc")',
     ])
+    t.strictSame(problemsOf(t, oneModel('{ id: m, formats: [responses], price: { prompt: 1, completion: 1 } }')), [
+      'providers[0].models[0].formats: a chatbot needs at least one of openai, anthropic (responses is in addition to them)',
+    ])
+    const both = parseRegistry(oneModel('{ id: m, formats: [anthropic, responses], price: { prompt: 1, completion: 1 } }'), 1, 'test.yaml')
+    t.strictSame(both.providers[0]!.models[0]!.formats, ['anthropic', 'responses'])
   })
 
   t.test('counts are positive integers', async (t) => {

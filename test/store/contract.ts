@@ -521,6 +521,58 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     t.equal((await store.jobs.getJob(two))?.status, 'pending', 'unfinished jobs are never removed')
   })
 
+  t.test('responses: stored whole, read by owner only, never once expired or deleted; an id is never reused', async (t) => {
+    const store = await factory(t)
+    const response = (id: string, accountId: string, createdAt: number, items: { id: string; item: string }[] = []) => ({
+      id,
+      accountId,
+      model: 'm1',
+      createdAt,
+      expiresAt: createdAt + DAY,
+      input: '[{"type":"message","role":"user","content":"hi ☃"}]',
+      output: JSON.stringify(items.map((i) => JSON.parse(i.item))),
+      response: '{"id":"' + id + '","object":"response"}',
+      items,
+    })
+    const msg = { id: 'msg_1', item: '{"id":"msg_1","type":"message","content":[]}' }
+    const fc = { id: 'fc_1', item: '{"id":"fc_1","type":"function_call","call_id":"c1"}' }
+    const one = response('resp_one', A, T0, [msg, fc])
+    await store.responses.putResponse(one)
+    await t.rejects(store.responses.putResponse({ ...one, accountId: B }), StoreConflictError, 'an id is never reused, whatever the account')
+    const got = await store.responses.getResponse(A, 'resp_one', T0 + 1)
+    t.match(got, { id: 'resp_one', accountId: A, model: 'm1', createdAt: T0, expiresAt: T0 + DAY, input: one.input, output: one.output, response: one.response })
+    t.equal(await store.responses.getResponse(B, 'resp_one', T0 + 1), null, "another account's response is unknown to it")
+    t.equal(await store.responses.getResponse(A, 'resp_none', T0 + 1), null)
+    t.equal(await store.responses.getResponse(A, 'resp_one', T0 + DAY), null, 'expired at expiresAt')
+
+    t.same(await store.responses.getItems(A, ['fc_1', 'msg_1', 'nope', 'fc_1'], T0 + 1), new Map([['msg_1', msg.item], ['fc_1', fc.item]]))
+    t.same(await store.responses.getItems(B, ['fc_1'], T0 + 1), new Map(), "another account's items are unknown to it")
+    t.same(await store.responses.getItems(A, ['fc_1'], T0 + DAY), new Map(), 'items expire with their response')
+    t.same(await store.responses.getItems(A, [], T0 + 1), new Map())
+    const many = Array.from({ length: 1200 }, (_, i) => `x_${i}`)
+    t.same(await store.responses.getItems(A, [...many, 'msg_1'], T0 + 1), new Map([['msg_1', msg.item]]), 'a long list of ids')
+
+    // A provider that reuses an item id: the newest response's item is the one a reference names.
+    const again = { id: 'msg_1', item: '{"id":"msg_1","type":"message","content":[{"type":"output_text","text":"2"}]}' }
+    await store.responses.putResponse(response('resp_two', A, T0 + 5, [again]))
+    t.equal((await store.responses.getItems(A, ['msg_1'], T0 + 6)).get('msg_1'), again.item)
+    await store.responses.putResponse(response('resp_b', B, T0, [msg]))
+    t.equal((await store.responses.getItems(B, ['msg_1'], T0 + 1)).get('msg_1'), msg.item, 'item ids are per account')
+
+    t.equal(await store.responses.deleteResponse(B, 'resp_one', T0 + 1), false, "another account cannot delete it")
+    t.equal(await store.responses.deleteResponse(A, 'resp_one', T0 + 1), true)
+    t.equal(await store.responses.deleteResponse(A, 'resp_one', T0 + 1), false, 'deleted once')
+    t.equal(await store.responses.getResponse(A, 'resp_one', T0 + 1), null)
+    t.same(await store.responses.getItems(A, ['fc_1'], T0 + 1), new Map(), 'its items go with it')
+    t.ok(await store.responses.getResponse(A, 'resp_two', T0 + 6), 'the others stay')
+
+    t.equal(await store.responses.removeExpiredResponses(T0 + DAY - 1), 0)
+    t.equal(await store.responses.removeExpiredResponses(T0 + DAY), 1, 'resp_b expired (resp_two has 5 ms left)')
+    t.equal(await store.responses.removeExpiredResponses(T0 + DAY + 5), 1)
+    t.equal(await store.responses.getResponse(A, 'resp_two', T0), null, 'removed, whatever time is asked')
+    t.equal(await store.responses.deleteResponse(A, 'resp_two', T0), false)
+  })
+
   t.test('a closed store refuses calls', async (t) => {
     const store = await factory(t)
     await store.close()

@@ -9,6 +9,7 @@
  */
 
 import { CLUSTER_MIGRATION } from './leases.js'
+import { RESPONSES_MIGRATION } from './responses.js'
 
 export interface Migration {
   readonly version: number
@@ -189,5 +190,10 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 2,
     name: 'replicas: the registry, budget leases and what they lease',
     sql: CLUSTER_MIGRATION,
+  },
+  {
+    version: 3,
+    name: 'stored responses (POST /v1/responses)',
+    sql: RESPONSES_MIGRATION,
   },
 ]

@@ -15,6 +15,7 @@ import { PgJobs } from './jobs.js'
 import { PgKeys } from './keys.js'
 import { PgLedger } from './ledger.js'
 import { PgLeaseStore } from './leases.js'
+import { PgResponses } from './responses.js'
 import { migrate } from './migrate.js'
 import { ReplicaRegistry, replicasApplied, type ReplicaSettings } from './replicas.js'
 
@@ -37,6 +38,7 @@ export class PostgresStore implements Store {
   readonly ledger: PgLedger
   readonly changes: PgChanges
   readonly jobs: PgJobs
+  readonly responses: PgResponses
   /** Present when opened as a replica that serves (OpenPostgresOptions.replica). */
   leases?: PgLeaseStore
   replica?: ReplicaRegistry
@@ -51,6 +53,7 @@ export class PostgresStore implements Store {
     this.ledger = new PgLedger(conn)
     this.changes = new PgChanges(conn)
     this.jobs = new PgJobs(conn)
+    this.responses = new PgResponses(conn)
     this.changes.settleWith(() => replicasApplied(conn, null, this.changes.ownSeq, CLI_FENCE_MS))
   }
 

@@ -251,4 +251,33 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX jobs_ended ON jobs (updated_at) WHERE status IN ('completed', 'failed');
     `,
   },
+  {
+    version: 5,
+    name: 'stored responses',
+    // The Responses surface's conversation state (src/store/responses.ts). Reads always name the account and
+    // the time, so the (id) and (account_id, id) keys answer them; expires_at drives the sweep.
+    sql: `
+      CREATE TABLE responses (
+        id          TEXT PRIMARY KEY,
+        account_id  TEXT NOT NULL,
+        model       TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL,
+        input       TEXT NOT NULL,
+        output      TEXT NOT NULL,
+        response    TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX responses_expiry ON responses (expires_at);
+
+      -- Output items by id, for item_reference inputs; deleted with their response.
+      CREATE TABLE response_items (
+        account_id   TEXT NOT NULL,
+        id           TEXT NOT NULL,
+        response_id  TEXT NOT NULL,
+        item         TEXT NOT NULL,
+        PRIMARY KEY (account_id, id)
+      ) STRICT;
+      CREATE INDEX response_items_by_response ON response_items (response_id);
+    `,
+  },
 ]

@@ -1,6 +1,6 @@
 /**
  * The embedded Store: one better-sqlite3 connection in WAL mode (connection.ts) shared by one part per concern
- * (accounts.ts, keys.ts, ledger.ts, jobs.ts, changes.ts).
+ * (accounts.ts, keys.ts, ledger.ts, jobs.ts, responses.ts, changes.ts).
  */
 import type { Store } from '../store.js'
 import { SqliteAccounts } from './accounts.js'
@@ -9,6 +9,7 @@ import { SqliteConnection, type SqliteStoreOptions } from './connection.js'
 import { SqliteJobs } from './jobs.js'
 import { SqliteKeys } from './keys.js'
 import { SqliteLedger } from './ledger.js'
+import { SqliteResponses } from './responses.js'
 
 export type { SqliteStoreOptions }
 
@@ -18,6 +19,7 @@ export class SqliteStore implements Store {
   readonly ledger: SqliteLedger
   readonly changes: SqliteChanges
   readonly jobs: SqliteJobs
+  readonly responses: SqliteResponses
   readonly #conn: SqliteConnection
   #closing: Promise<void> | null = null
 
@@ -29,6 +31,7 @@ export class SqliteStore implements Store {
       this.ledger = new SqliteLedger(this.#conn)
       this.changes = new SqliteChanges(this.#conn, options.changePollMs)
       this.jobs = new SqliteJobs(this.#conn)
+      this.responses = new SqliteResponses(this.#conn)
     } catch (err) {
       this.#conn.close()
       throw err

@@ -1,0 +1,262 @@
+/**
+ * Answers of a provider that speaks the Responses API itself (its model lists `responses` in `formats`),
+ * relayed (issue 32). The router keeps the conversation state, so the provider's response is made ours: its
+ * `id` (kept as SVC-Res-Key) is replaced by the router's, and `store` / `previous_response_id` say what the
+ * client asked. On a stream only the lifecycle events that carry the response object are re-written
+ * (response.created, .in_progress, .queued); every delta is relayed byte for byte. The last event
+ * (response.completed, .incomplete, .failed, or an error event) is held and sent by complete() with the
+ * trace, so it waits for the durable charge.
+ */
+import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import { renderError, type RouterError } from '../errors.js'
+import { JSON_HEADERS, SSE_HEADERS } from './anthropic-native.js'
+import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { openAiErrorOf } from './openai-error.js'
+import type { KeptAnswer, ResponsesCodec } from './responses-json-translation.js'
+import { chatUsageOfResponses, failureEvents, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
+import { payloadKind, SseFramer } from './sse-framing.js'
+
+type Json = Record<string, any>
+
+/** The provider's response object made the router's: our id, the client's own store and previous_response_id. */
+function ours(response: Json, meta: ResponseMeta): Json {
+  return { ...response, id: meta.id, store: meta.echo.store, previous_response_id: meta.echo.previous_response_id }
+}
+
+function bytesOfOutput(output: unknown): number {
+  if (!Array.isArray(output)) return 0
+  let bytes = 0
+  for (const item of output) {
+    try {
+      bytes += JSON.stringify(item ?? null).length
+    } catch {
+      // An absurdly nested item of a provider is not worth a crash: it is billed as estimated already.
+    }
+  }
+  return bytes
+}
+
+/** A native JSON response, held whole, its id made ours and the trace added. */
+export class ResponsesNativeJsonCodec implements ResponseCodec, ResponsesCodec {
+  readonly streaming = false
+  readonly responseHeaders = JSON_HEADERS
+  readonly pendingBytes = 0
+  readonly ended = true
+  #parsed: Json | null = null
+  readonly #meta: ResponseMeta
+
+  constructor(meta: ResponseMeta) {
+    this.#meta = meta
+  }
+
+  accepts(): boolean {
+    return true
+  }
+
+  push(): void {}
+
+  finish(): void {}
+
+  read(body: Buffer): boolean {
+    try {
+      const value: unknown = JSON.parse(body.toString('utf8'))
+      // No output array: not a response (an error object sent with a 200, say), so nothing to relay and bill.
+      if (value === null || typeof value !== 'object' || Array.isArray(value) || !Array.isArray((value as Json).output)) return false
+      this.#parsed = value as Json
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  get id(): string {
+    const id = this.#parsed?.id
+    return isHeaderSafeId(id) ? id : ''
+  }
+
+  get produced(): boolean {
+    return this.#parsed !== null
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    return meteredUsage(chatUsageOfResponses(this.#parsed?.usage), promptBytes, Math.ceil(bytesOfOutput(this.#parsed?.output) / 4))
+  }
+
+  kept(): KeptAnswer | null {
+    const response = ours(this.#parsed!, this.#meta)
+    return response.status === 'failed' ? null : { response, output: response.output }
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    return JSON.stringify({ ...ours(this.#parsed!, this.#meta), x_svc_trace: trace })
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return renderError(err, requestId, trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
+    return openAiErrorOf(status, body, requestId)
+  }
+}
+
+/** Events that carry the response object at the start: re-written with our id. */
+const LIFECYCLE = new Set(['response.created', 'response.in_progress', 'response.queued'])
+/** Events that end the answer: held, and sent by complete() with the trace. */
+const LAST = new Set(['response.completed', 'response.incomplete', 'response.failed', 'error'])
+
+/** A native Responses SSE stream. */
+export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec {
+  readonly streaming = true
+  readonly responseHeaders = SSE_HEADERS
+  #id = ''
+  #events = 0
+  /**
+   * The sequence number the next event of ours gets: one past the provider's last. Deltas are relayed unread, so
+   * they are counted on from the last number read (a lifecycle event's): the provider numbers every event.
+   */
+  #seq = 0
+  /** The last event, held: its type and data. */
+  #last: { type: string; data: Json } | null = null
+  /** The response as the lifecycle events last showed it (what response.failed of ours starts from). */
+  #response: Json | null = null
+  #malformed = false
+  #emit: Emit | null = null
+  readonly #meta: ResponseMeta
+  readonly #framer: SseFramer
+
+  constructor(meta: ResponseMeta) {
+    this.#meta = meta
+    this.#framer = new SseFramer((source, start, end) => this.#onEvent(source, start, end))
+  }
+
+  accepts(contentType: string): boolean {
+    return isEventStream(contentType)
+  }
+
+  push(chunk: Buffer, emit: Emit): void {
+    this.#emit = emit
+    this.#framer.push(chunk)
+  }
+
+  get pendingBytes(): number {
+    return this.#framer.pendingBytes
+  }
+
+  finish(emit: Emit): void {
+    this.#emit = emit
+    this.#framer.finish()
+  }
+
+  get ended(): boolean {
+    return !this.#malformed && this.#last !== null
+  }
+
+  get streamError(): boolean {
+    return this.#malformed
+  }
+
+  get terminated(): boolean {
+    return this.#last !== null
+  }
+
+  read(): boolean {
+    return false
+  }
+
+  get id(): string {
+    return this.#id
+  }
+
+  get produced(): boolean {
+    return this.#events > 0
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    const reported = chatUsageOfResponses(this.#last?.data.response?.usage)
+    // Cut short: one token per relayed delta event (the 2 lifecycle events and the item frames aside).
+    return meteredUsage(reported, promptBytes, Math.max(0, this.#events - 2))
+  }
+
+  kept(): KeptAnswer | null {
+    const last = this.#last
+    if (last === null || (last.type !== 'response.completed' && last.type !== 'response.incomplete')) return null
+    const response = ours(last.data.response ?? {}, this.#meta)
+    return { response, output: Array.isArray(response.output) ? response.output : [] }
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    const last = this.#last!
+    if (last.type === 'error') return sseEvent('error', JSON.stringify({ ...last.data, x_svc_trace: trace }))
+    const response = { ...ours(last.data.response ?? {}, this.#meta), x_svc_trace: trace }
+    return sseEvent(last.type, JSON.stringify({ ...last.data, response }))
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return failureEvents(this.#response === null ? null : ours(this.#response, this.#meta), this.#seq, streamError(err), requestId, trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
+    return openAiErrorOf(status, body, requestId)
+  }
+
+  #onEvent(source: Buffer, start: number, end: number): void {
+    const f = this.#framer
+    if (f.continuation) {
+      this.#emit!(source.subarray(start, end))
+      return
+    }
+    if (f.dataLines === 0) {
+      if (f.nameStart < 0) this.#emit!(source.subarray(start, end)) // comments and blank lines
+      return
+    }
+    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
+    if (kind !== 'object') {
+      if (kind === 'other') this.#malformed = true
+      return
+    }
+    let name = f.eventName()
+    let data: Json | null = null
+    if (name === '') {
+      // No `event:` line: the type is read from the data (OpenAI always names its events; others may not).
+      data = this.#parse()
+      if (data === null) return
+      name = typeof data.type === 'string' ? data.type : ''
+    }
+    if (!LIFECYCLE.has(name) && !LAST.has(name)) {
+      this.#events++
+      this.#seq++
+      // A copy: the receiver may hold a slice of the provider's chunk.
+      this.#emit!(Buffer.from(source.subarray(start, end)))
+      return
+    }
+    data ??= this.#parse()
+    if (data === null) return
+    if (typeof data.sequence_number === 'number' && Number.isSafeInteger(data.sequence_number)) this.#seq = data.sequence_number + 1
+    else this.#seq++
+    if (LAST.has(name)) {
+      this.#last = { type: name, data }
+      return
+    }
+    const response = data.response
+    if (response === null || typeof response !== 'object') {
+      this.#malformed = true
+      return
+    }
+    if (this.#id === '' && isHeaderSafeId(response.id)) this.#id = response.id
+    this.#response = response
+    this.#events++
+    this.#emit!(Buffer.from(sseEvent(name, JSON.stringify({ ...data, response: ours(response, this.#meta) }))))
+  }
+
+  /** The current event's data as an object; null (the stream marked malformed) when it is not one. */
+  #parse(): Json | null {
+    const f = this.#framer
+    try {
+      const value: unknown = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
+      if (value !== null && typeof value === 'object' && !Array.isArray(value)) return value as Json
+    } catch {}
+    this.#malformed = true
+    return null
+  }
+}

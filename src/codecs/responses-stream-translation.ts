@@ -1,0 +1,404 @@
+/**
+ * An OpenAI chat stream translated, chunk by chunk, into the Responses stream (issue 32): response.created and
+ * response.in_progress, then one output item at a time (output_item.added, its content_part / deltas / .done
+ * events, output_item.done), then response.completed (or response.incomplete), every event numbered by
+ * `sequence_number`. The provider's usage comes after its finish chunk, so the last event is written by
+ * end(), which is where the trace and the durable charge wait.
+ */
+import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import type { RouterError } from '../errors.js'
+import { SSE_HEADERS } from './anthropic-native.js'
+import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { openAiErrorOf } from './openai-error.js'
+import { outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
+import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
+import { payloadKind, SseFramer } from './sse-framing.js'
+
+type Json = Record<string, any>
+
+const EMPTY_TEXT_PART = '{"type":"output_text","text":"","annotations":[]}'
+const EMPTY_REASONING_PART = '{"type":"reasoning_text","text":""}'
+
+const NONE = 0
+const TEXT = 1
+const REASONING = 2
+const TOOL = 3
+
+/** A tool call held back while another item is open: its call id, name and arguments as they came. */
+interface HeldCall {
+  callId: string
+  name: string
+  args: string
+}
+
+/** Whether `args` is a whole JSON value: a call whose arguments are complete can take no more of them. */
+function whole(args: string): boolean {
+  if (args === '') return false
+  try {
+    JSON.parse(args)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * The translator's state; pure: OpenAI chunk objects in, Responses event text out.
+ *
+ * Parallel tool calls: OpenAI may interleave their chunks (index 0, 1, 0, 1 …), but a Responses stream adds,
+ * fills and finishes one output item before the next. The first call streams live; a chunk of another call
+ * while it is open is held (call id, name, arguments as they came) unless the open call's arguments already
+ * form a whole JSON value, in which case its item is done and the new call streams live in turn. Held calls
+ * are written, in the order they first appeared, as whole items (added, one arguments delta, done) when the
+ * open item closes: at the finish chunk, or when text follows.
+ */
+export class ResponsesStreamTranslator {
+  /** The provider's id of the completion (SVC-Res-Key). */
+  id = ''
+  started = false
+  /** Chunks that carried content (the usage estimate when the provider reports none). */
+  contentChunks = 0
+  usage: Json | null = null
+  /** An OpenAI-style `{"error":…}` chunk the provider sent mid-stream: the stream ends in response.failed. */
+  error: Json | null = null
+  /** Output items done so far. */
+  readonly output: Json[] = []
+  #finish: unknown = null
+  #seq = 0
+  #kind = NONE
+  /** The open item: its output index, id, and text or arguments so far. */
+  #item: Json | null = null
+  #whereText = ''
+  #text = ''
+  /** The OpenAI index of the tool call whose item is open. */
+  #tool = -1
+  #held: Map<number, HeldCall> | null = null
+  readonly #meta: ResponseMeta
+
+  constructor(meta: ResponseMeta) {
+    this.#meta = meta
+  }
+
+  /** The sequence number the next event gets. */
+  get sequence(): number {
+    return this.#seq
+  }
+
+  /** A finish_reason arrived: the answer is whole. */
+  get finished(): boolean {
+    return this.#finish !== null
+  }
+
+  /** Responses events for one parsed OpenAI chunk. */
+  chunk(c: Json): string {
+    let out = ''
+    if (!this.started) out += this.#start(c)
+    if (c.usage !== null && typeof c.usage === 'object') this.usage = c.usage
+    const choice = Array.isArray(c.choices) ? c.choices[0] : undefined
+    if (choice === undefined || choice === null) return out
+    const delta = choice.delta
+    if (delta !== null && typeof delta === 'object') {
+      const reasoning = typeof delta.reasoning_content === 'string' ? delta.reasoning_content : delta.reasoning
+      if (typeof reasoning === 'string' && reasoning !== '') out += this.#textDelta(REASONING, reasoning)
+      let text = typeof delta.content === 'string' ? delta.content : ''
+      if (typeof delta.refusal === 'string') text += delta.refusal
+      if (text !== '') out += this.#textDelta(TEXT, text)
+      if (Array.isArray(delta.tool_calls)) for (const call of delta.tool_calls) out += this.#toolCall(call)
+    }
+    if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
+      this.#finish = choice.finish_reason
+      out += this.#close()
+    }
+    return out
+  }
+
+  /** Finishes the open item (and writes the held calls): the output is whole after it. */
+  closeOpen(): string {
+    return this.#close()
+  }
+
+  /** The response object as it stands, with `usage` (null while in progress). */
+  response(usage: Json | null, status: 'in_progress' | null = null): Json {
+    const outcome = status === 'in_progress' ? { status } : outcomeOf(this.#finish)
+    return responseObject(this.#meta, outcome, this.output, usage)
+  }
+
+  /**
+   * The last events of a whole stream: the open item closed, then response.completed (or .incomplete) with
+   * `trace`; or, when the provider reported an error mid-stream, the failure events (the trace names the request).
+   */
+  end(usage: Json, trace: Record<string, unknown>): string {
+    if (this.error !== null) {
+      const e = this.error
+      const message = typeof e.message === 'string' ? e.message : 'the provider reported an error mid-stream'
+      const out = this.started ? '' : this.#start({})
+      const requestId = typeof trace.request_id === 'string' ? trace.request_id : ''
+      const failure = failureEvents(this.response(usage), this.#seq, { code: 'provider_error', type: 'provider_error', message }, requestId, trace)
+      this.#seq += 2
+      return out + failure
+    }
+    let out = this.started ? '' : this.#start({})
+    out += this.#close()
+    const response = this.response(usage)
+    const type = response.status === 'incomplete' ? 'response.incomplete' : 'response.completed'
+    return out + sseEvent(type, JSON.stringify({ type, sequence_number: this.#next(), response: { ...response, x_svc_trace: trace } }))
+  }
+
+  /** The events that end a stream that broke: response.failed once the response began, then an error event. */
+  fail(err: RouterError, requestId: string, usage: Json | null, trace: Record<string, unknown>): string {
+    const response = this.started ? this.response(usage) : null
+    const out = failureEvents(response, this.#seq, streamError(err), requestId, trace)
+    this.#seq += response === null ? 1 : 2
+    return out
+  }
+
+  #next(): number {
+    return this.#seq++
+  }
+
+  #event(type: string, body: string): string {
+    return sseEvent(type, `{"type":"${type}","sequence_number":${this.#next()},${body}}`)
+  }
+
+  #start(c: Json): string {
+    this.started = true
+    if (typeof c.id === 'string') this.id = c.id
+    const response = JSON.stringify(this.response(null, 'in_progress'))
+    return this.#event('response.created', `"response":${response}`) + this.#event('response.in_progress', `"response":${response}`)
+  }
+
+  #open(kind: number, item: Json): string {
+    const out = this.#close()
+    this.#kind = kind
+    this.#item = item
+    this.#text = ''
+    this.#whereText = `"item_id":${JSON.stringify(item.id)},"output_index":${this.output.length}`
+    return out + this.#event('response.output_item.added', `"output_index":${this.output.length},"item":${JSON.stringify(item)}`)
+  }
+
+  #textDelta(kind: number, text: string): string {
+    let out = ''
+    if (this.#kind !== kind) {
+      const item = kind === TEXT
+        ? { id: newId('msg_'), type: 'message', status: 'in_progress', role: 'assistant', content: [] }
+        : { id: newId('rs_'), type: 'reasoning', summary: [], content: [] }
+      const part = kind === TEXT ? EMPTY_TEXT_PART : EMPTY_REASONING_PART
+      out += this.#open(kind, item)
+      out += this.#event('response.content_part.added', `${this.#where()},"content_index":0,"part":${part}`)
+    }
+    this.contentChunks++
+    this.#text += text
+    const type = kind === TEXT ? 'response.output_text.delta' : 'response.reasoning_text.delta'
+    const logprobs = kind === TEXT ? ',"logprobs":[]' : ''
+    return out + this.#event(type, `${this.#where()},"content_index":0,"delta":${JSON.stringify(text)}${logprobs}`)
+  }
+
+  /** The open item's `item_id` and `output_index` members, made once per item (every delta repeats them). */
+  #where(): string {
+    return this.#whereText
+  }
+
+  /** Finishes the open item, then writes the held tool calls, each a whole item. */
+  #close(): string {
+    if (this.#kind === NONE) return ''
+    const item = this.#item!
+    const text = this.#text
+    const where = this.#where()
+    let out = ''
+    if (this.#kind === TOOL) {
+      item.arguments = text
+      item.status = 'completed'
+      out += this.#event('response.function_call_arguments.done', `${where},"name":${JSON.stringify(item.name)},"arguments":${JSON.stringify(text)}`)
+    } else {
+      const part = this.#kind === TEXT ? textPart(text) : { type: 'reasoning_text', text }
+      const done = this.#kind === TEXT ? 'response.output_text.done' : 'response.reasoning_text.done'
+      out += this.#event(done, `${where},"content_index":0,"text":${JSON.stringify(text)}${this.#kind === TEXT ? ',"logprobs":[]' : ''}`)
+      out += this.#event('response.content_part.done', `${where},"content_index":0,"part":${JSON.stringify(part)}`)
+      item.content = [part]
+      if (this.#kind === TEXT) item.status = 'completed'
+    }
+    out += this.#event('response.output_item.done', `"output_index":${this.output.length},"item":${JSON.stringify(item)}`)
+    this.output.push(item)
+    this.#kind = NONE
+    this.#item = null
+    this.#text = ''
+    this.#tool = -1
+    const held = this.#held
+    if (held === null) return out
+    this.#held = null
+    for (const [index, call] of held) {
+      out += this.#openTool(call.callId === '' ? `call_${index}` : call.callId, call.name)
+      if (call.args !== '') out += this.#argsDelta(call.args)
+      out += this.#close()
+    }
+    return out
+  }
+
+  #openTool(callId: string, name: string): string {
+    return this.#open(TOOL, { id: newId('fc_'), type: 'function_call', status: 'in_progress', call_id: callId, name, arguments: '' })
+  }
+
+  #argsDelta(args: string): string {
+    this.contentChunks++
+    this.#text += args
+    return this.#event('response.function_call_arguments.delta', `${this.#where()},"delta":${JSON.stringify(args)}`)
+  }
+
+  #toolCall(call: Json): string {
+    const index = typeof call?.index === 'number' ? call.index : 0
+    const fn = call?.function ?? {}
+    const args = typeof fn.arguments === 'string' ? fn.arguments : ''
+    if (this.#kind === TOOL && this.#tool !== index) {
+      const held = this.#held?.get(index)
+      if (held !== undefined) {
+        // A later chunk of a held call: its id or name may come late too.
+        if (held.callId === '' && typeof call.id === 'string') held.callId = call.id
+        if (typeof fn.name === 'string') held.name += fn.name
+        held.args += args
+        return ''
+      }
+      if (this.#held !== null || !whole(this.#text)) {
+        this.#held ??= new Map()
+        this.#held.set(index, { callId: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
+        return ''
+      }
+    }
+    let out = ''
+    if (this.#kind !== TOOL || this.#tool !== index) {
+      out += this.#openTool(typeof call.id === 'string' && call.id !== '' ? call.id : `call_${index}`, typeof fn.name === 'string' ? fn.name : '')
+      this.#tool = index
+    } else if (typeof fn.name === 'string' && fn.name !== '' && this.#item!.name === '') {
+      this.#item!.name = fn.name
+    }
+    if (args !== '') out += this.#argsDelta(args)
+    return out
+  }
+}
+
+/** An OpenAI SSE answer to a translated `stream: true` Responses request, relayed as Responses SSE. */
+export class ResponsesTranslatedStreamCodec implements ResponseCodec, ResponsesCodec {
+  readonly streaming = true
+  readonly responseHeaders = SSE_HEADERS
+  readonly translator: ResponsesStreamTranslator
+  #out = ''
+  /** Events of the item kept() finished, sent by complete(). */
+  #closing = ''
+  #sawDone = false
+  #usage: ChatUsage | null = null
+  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
+  #malformed = false
+  readonly #framer: SseFramer
+
+  constructor(meta: ResponseMeta) {
+    this.translator = new ResponsesStreamTranslator(meta)
+    this.#framer = new SseFramer(() => this.#onEvent())
+  }
+
+  accepts(contentType: string): boolean {
+    return isEventStream(contentType)
+  }
+
+  push(chunk: Buffer, emit: Emit): void {
+    this.#framer.push(chunk)
+    this.#flush(emit)
+  }
+
+  get pendingBytes(): number {
+    return this.#framer.pendingBytes
+  }
+
+  finish(emit: Emit): void {
+    this.#framer.finish()
+    this.#flush(emit)
+  }
+
+  get ended(): boolean {
+    return !this.#malformed && (this.#sawDone || this.translator.finished || this.translator.error !== null)
+  }
+
+  get streamError(): boolean {
+    return this.#malformed
+  }
+
+  get terminated(): boolean {
+    return this.#sawDone
+  }
+
+  read(): boolean {
+    return false
+  }
+
+  get id(): string {
+    return isHeaderSafeId(this.translator.id) ? this.translator.id : ''
+  }
+
+  get produced(): boolean {
+    return this.translator.started
+  }
+
+  usage(promptBytes: number): ChatUsage {
+    this.#usage = meteredUsage(this.translator.usage, promptBytes, this.translator.contentChunks)
+    return this.#usage
+  }
+
+  /** The usage the answer is billed by when another codec measured it (responses-via-anthropic.ts). */
+  bill(usage: ChatUsage): void {
+    this.#usage = usage
+  }
+
+  #responsesUsage(): Json | null {
+    return this.#usage === null ? null : responsesUsage(this.#usage, this.translator.usage)
+  }
+
+  kept(): KeptAnswer | null {
+    if (this.translator.error !== null) return null
+    // Asked before complete(): the open item is finished here, its events sent by complete().
+    this.#closing += this.translator.closeOpen()
+    const response = this.translator.response(this.#responsesUsage())
+    return { response, output: this.translator.output }
+  }
+
+  complete(trace: Record<string, unknown>): string {
+    const closing = this.#closing
+    this.#closing = ''
+    return closing + this.translator.end(this.#responsesUsage() ?? responsesUsage(meteredUsage(this.translator.usage, 0, 0), this.translator.usage), trace)
+  }
+
+  fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string {
+    return this.translator.fail(err, requestId, this.#responsesUsage(), trace)
+  }
+
+  errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
+    return openAiErrorOf(status, body, requestId)
+  }
+
+  #flush(emit: Emit): void {
+    if (this.#out === '') return
+    emit(Buffer.from(this.#out))
+    this.#out = ''
+  }
+
+  #onEvent(): void {
+    const f = this.#framer
+    if (f.continuation || f.dataLines === 0) return
+    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
+    if (kind === 'blank') return
+    const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
+    if (kind === 'other') {
+      if (data.trim() === '[DONE]') this.#sawDone = true
+      else this.#malformed = true
+      return
+    }
+    let chunk: Json
+    try {
+      chunk = JSON.parse(data) as Json
+    } catch {
+      this.#malformed = true
+      return
+    }
+    const error = chunk.error
+    if (error !== null && typeof error === 'object') this.translator.error = error
+    else this.#out += this.translator.chunk(chunk)
+  }
+}
+
