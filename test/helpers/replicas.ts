@@ -127,6 +127,14 @@ export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fle
   }
 }
 
+/** Funds `wallet` with 100 USD and issues it an mk- key (all scopes) and an sk- key, with the operator CLI. */
+export function provision(fleet: Fleet, wallet: string): { mk: string; sk: string } {
+  fleet.cli('accounts', 'deposit', wallet, '100')
+  const mk = /(mk-[A-Za-z0-9_-]{43})/.exec(fleet.cli('mgmt-keys', 'create', wallet, '--scopes', 'all', '--name', 'ops'))![1]!
+  const sk = /(sk-[A-Za-z0-9_-]{43})/.exec(fleet.cli('api-keys', 'create', wallet, '--name', 'app'))![1]!
+  return { mk, sk }
+}
+
 /** A chat completion; the status, the body and the trace's request id and cost when it has one. */
 export async function chat(
   url: string,

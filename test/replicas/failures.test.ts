@@ -12,19 +12,13 @@ import { parseUsd } from '../../src/billing/money.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { startRedis } from '../helpers/redis.js'
-import { chat, getJson, sendJson, startFleet, type Fleet } from '../helpers/replicas.js'
+import { chat, getJson, provision, sendJson, startFleet } from '../helpers/replicas.js'
 import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
 import { eventually } from '../helpers/wait.js'
 
 const WALLET = '0x' + 'e'.repeat(40)
 const P = addr('e')
 
-function provision(fleet: Fleet): { mk: string; sk: string } {
-  fleet.cli('accounts', 'deposit', WALLET, '100')
-  const mk = /(mk-[A-Za-z0-9_-]{43})/.exec(fleet.cli('mgmt-keys', 'create', WALLET, '--scopes', 'all', '--name', 'ops'))![1]!
-  const sk = /(sk-[A-Za-z0-9_-]{43})/.exec(fleet.cli('api-keys', 'create', WALLET, '--name', 'app'))![1]!
-  return { mk, sk }
-}
 
 interface Delivered {
   requestId: string
@@ -52,6 +46,9 @@ async function charges(url: string): Promise<Map<string, bigint>> {
   }
 }
 
+// Real processes, a real database: slower than the default per-file budget on a loaded machine.
+t.setTimeout(400_000)
+
 t.test('failures of a fleet', async (t) => {
   const postgres = await startPostgres(t)
   const redis = await startRedis(t)
@@ -62,7 +59,7 @@ t.test('failures of a fleet', async (t) => {
   t.test('a replica SIGKILLed under load: the others carry on, delivered answers billed once, its holds released', async (t) => {
     const db = await postgres.newDatabase()
     const fleet = await startFleet(t, { n: 3, pgUrl: db, redisUrl: redis.url, providers })
-    const { mk, sk } = provision(fleet)
+    const { mk, sk } = provision(fleet, WALLET)
     const [a, b, victim] = fleet.replicas as [typeof fleet.replicas[0], typeof fleet.replicas[0], typeof fleet.replicas[0]]
     const delivered: Delivered[] = []
     const survivorsFailed: string[] = []
@@ -109,7 +106,7 @@ t.test('failures of a fleet', async (t) => {
     if (!postgres.controllable) return t.pass('skipped: an outside PostgreSQL cannot be stopped')
     const db = await postgres.newDatabase()
     const fleet = await startFleet(t, { n: 2, pgUrl: db, redisUrl: redis.url, providers })
-    const { sk } = provision(fleet)
+    const { sk } = provision(fleet, WALLET)
     for (const r of fleet.replicas) t.equal((await chat(r.url, sk)).status, 200)
     await postgres.stop()
     try {
@@ -142,7 +139,7 @@ t.test('failures of a fleet', async (t) => {
     if (!postgres.controllable) return t.pass('skipped: an outside PostgreSQL cannot be frozen')
     const db = await postgres.newDatabase()
     const fleet = await startFleet(t, { n: 1, pgUrl: db, redisUrl: redis.url, providers })
-    const { sk } = provision(fleet)
+    const { sk } = provision(fleet, WALLET)
     const r = fleet.replicas[0]!
     t.equal((await chat(r.url, sk)).status, 200)
     postgres.pause()
@@ -161,7 +158,7 @@ t.test('failures of a fleet', async (t) => {
     if (!redis.controllable) return t.pass('skipped: an outside Redis cannot be stopped')
     const db = await postgres.newDatabase()
     const fleet = await startFleet(t, { n: 2, pgUrl: db, redisUrl: redis.url, providers })
-    const { mk } = provision(fleet)
+    const { mk } = provision(fleet, WALLET)
     const created = await sendJson(fleet.replicas[0]!.url, 'POST', '/v1/api-keys', mk, { name: 'r' })
     const key = created.body.key as string
     await redis.kill()

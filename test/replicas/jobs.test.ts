@@ -55,6 +55,9 @@ async function chargesOf(url: string, id: string): Promise<number> {
   }
 }
 
+// Real processes, a real database: slower than the default per-file budget on a loaded machine.
+t.setTimeout(400_000)
+
 t.test('async jobs across replicas', async (t) => {
   const postgres = await startPostgres(t)
 
