@@ -15,6 +15,7 @@ import { requestMask } from '../routing/params.js'
 import { DIMENSION_CHAT } from '../routing/select.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
+import type { RequestHead } from '../server/request-head.js'
 import type { Surface, SurfaceRequest } from './surface.js'
 
 export interface ChatRequest extends SurfaceRequest {
@@ -45,7 +46,7 @@ function invalid(message: string): RouterError {
 }
 
 /** Checks the fields the router relies on; the rest is the provider's to judge. */
-export function parseChat(json: JsonBody): ChatRequest | RouterError {
+export function parseChat(json: JsonBody, head?: RequestHead): ChatRequest | RouterError {
   const body = json.value
   const model = body.model
   if (typeof model !== 'string' || model.length === 0) return invalid('model is required and must be a non-empty string')
@@ -72,6 +73,8 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
   }
   const n = body.n
   if (n !== undefined && n !== null && !(isPositiveInteger(n) && n <= MAX_CHOICES)) return invalid(`n must be an integer from 1 to ${MAX_CHOICES}`)
+  const verifyTee = verifyTeeOf(json, head)
+  if (verifyTee instanceof RouterError) return verifyTee
   const stream = body.stream === true
   const clientWantsUsage = stream && (so as { include_usage?: unknown } | null | undefined)?.include_usage === true
   const upstream = new BufferBody(upstreamBody(json, stream, clientWantsUsage))
@@ -87,7 +90,26 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
     body,
     anthropic: null,
     choices: typeof n === 'number' ? n : 1,
+    verifyTee,
   }
+}
+
+/**
+ * Whether the client asks for the answer's TEE signature to be checked: `X-SVC-Verify-TEE: true|false` (any
+ * case; blank is unset) or `"verify_tee": true|false` in the body (never forwarded); the header wins.
+ */
+function verifyTeeOf(json: JsonBody, head: RequestHead | undefined): boolean | RouterError {
+  const header = head?.verifyTee?.trim() ?? ''
+  if (header !== '') {
+    const lower = header.toLowerCase()
+    if (lower === 'true') return true
+    if (lower === 'false') return false
+    return invalid(`X-SVC-Verify-TEE must be true or false (got ${JSON.stringify(header.slice(0, 40))})`)
+  }
+  const v = json.value.verify_tee
+  if (v === undefined || v === null) return false
+  if (typeof v !== 'boolean') return invalid('verify_tee must be a boolean')
+  return v
 }
 
 /**
@@ -98,14 +120,16 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
 function upstreamBody(json: JsonBody, stream: boolean, clientWantsUsage: boolean): Buffer {
   const body = json.value
   const hasProvider = body.provider !== undefined
+  const hasVerify = body.verify_tee !== undefined
   const addUsage = stream && !clientWantsUsage
-  if (!hasProvider && !addUsage) return json.raw
+  if (!hasProvider && !hasVerify && !addUsage) return json.raw
   const set: Record<string, string> = {}
   if (addUsage) {
     const so = body.stream_options
     set.stream_options = so === undefined || so === null ? '{"include_usage":true}' : JSON.stringify({ ...(so as object), include_usage: true })
   }
-  return spliceMembers(json, hasProvider ? ['provider'] : [], set)
+  const removed = hasProvider ? (hasVerify ? ['provider', 'verify_tee'] : ['provider']) : hasVerify ? ['verify_tee'] : []
+  return spliceMembers(json, removed, set)
 }
 
 export const chatCompletions: Surface<ChatRequest> = {

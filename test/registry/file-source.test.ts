@@ -105,10 +105,12 @@ t.test('defaults are applied and values normalised', async (t) => {
   t.strictSame(p1, {
     address: '0xabcdefabcdef0000000000000000000000000001',
     url: 'https://provider.example/api',
+    api_path: '/v1',
     trust_mode: 'standard',
     verifiability: '',
     tee_type: '',
     tee_verifier: '',
+    tee_signer: '',
     models: [
       {
         id: 'chat',
