@@ -199,7 +199,9 @@ export function createChainSource(settings: ChainSourceSettings): RegistrySource
   let again = false
   let closed = false
   let timer: NodeJS.Timeout | null = null
-  let unwatch: (() => void) | null = null
+  let eventTimer: NodeJS.Timeout | null = null
+  /** The last block whose logs were looked at; -1 before the first look. */
+  let seenBlock = -1n
 
   async function readSnapshot(): Promise<RegistrySnapshot | null> {
     const overrides = overridesFile === null ? NO_OVERRIDES : await overridesFile.read((err) => handlers?.onError(err))
@@ -247,6 +249,33 @@ export function createChainSource(settings: ChainSourceSettings): RegistrySource
     if (registryRefresh.hasSubscribers) registryRefresh.publish({ source: 'chain', outcome, providers })
   }
 
+  /**
+   * Events only hasten a sweep: any log of the contract since the last look (ServiceUpdated, ServiceRemoved,
+   * ProviderTEESignerAcknowledged, a stake) asks for one. Not viem's watchContractEvent: its stop waits for the
+   * RPC to uninstall a filter, and with the RPC gone it polls on forever.
+   */
+  async function lookForEvents(): Promise<void> {
+    const block = await client.getBlockNumber({ cacheTime: 0 })
+    if (seenBlock < 0n || block < seenBlock) {
+      seenBlock = block
+      return
+    }
+    if (block === seenBlock) return
+    const logs = await client.getLogs({ address: settings.contract, fromBlock: seenBlock + 1n, toBlock: block })
+    seenBlock = block
+    if (logs.length > 0 && !closed) await sweep()
+  }
+
+  function watchEvents(intervalMs: number): void {
+    if (closed) return
+    eventTimer = setTimeout(() => {
+      lookForEvents()
+        .catch(() => {})
+        .finally(() => watchEvents(intervalMs))
+    }, intervalMs)
+    eventTimer.unref()
+  }
+
   function schedule(): void {
     if (closed) return
     timer = setTimeout(() => {
@@ -271,14 +300,7 @@ export function createChainSource(settings: ChainSourceSettings): RegistrySource
       }
       handlers = h
       schedule()
-      // Events only hasten a sweep; a filter the RPC loses is found again by the periodic sweep.
-      unwatch = client.watchContractEvent({
-        address: settings.contract,
-        abi: INFERENCE_SERVING_ABI,
-        pollingInterval: Math.max(250, Math.min(1000, Math.floor(settings.refreshMs / 4))),
-        onLogs: () => void sweep().catch(() => {}),
-        onError: () => {},
-      })
+      watchEvents(Math.max(250, Math.min(1000, Math.floor(settings.refreshMs / 4))))
       return first
     },
     notReadyReason() {
@@ -287,7 +309,7 @@ export function createChainSource(settings: ChainSourceSettings): RegistrySource
     close() {
       closed = true
       if (timer !== null) clearTimeout(timer)
-      unwatch?.()
+      if (eventTimer !== null) clearTimeout(eventTimer)
     },
   }
 }
