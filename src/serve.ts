@@ -353,6 +353,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     // Charges settled before the close are written before the store goes.
     await writer.close()
     await table.close()
+    await tee.close()
     await pools.close()
     await Promise.all([...simulators.values()].map((s) => s.close()))
     simulators.clear()

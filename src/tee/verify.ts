@@ -11,11 +11,12 @@
  * `tee.verify_timeout_ms`. Sampled answers are checked the same way after they were delivered.
  */
 import { createHash, type Hash } from 'node:crypto'
-import { recoverMessageAddress } from 'viem'
+import { Piscina } from 'piscina'
 import type { RegistryProvider } from '../registry/types.js'
 import { teeVerify } from '../telemetry/events.js'
 import type { UpstreamPools } from '../upstream/pools.js'
 import { basePath } from '../upstream/pools.js'
+import type { RecoverInput } from './recover-worker.js'
 import type { TeeStanding } from './standing.js'
 
 /** Why an answer was not verified. */
@@ -75,6 +76,8 @@ export class TeeVerifier {
   readonly #settings: TeeSettings
   /** Background checks under way: at most one per provider (a sample needs no company). */
   readonly #sampling = new Set<string>()
+  /** Started on the first check: a router whose clients never ask, and that samples nothing, never starts it. */
+  #pool: Piscina<RecoverInput, string> | null = null
 
   constructor(pools: UpstreamPools, standing: TeeStanding, settings: TeeSettings) {
     this.#pools = pools
@@ -110,6 +113,21 @@ export class TeeVerifier {
     return outcome
   }
 
+  #recover(input: RecoverInput): Promise<string> {
+    this.#pool ??= new Piscina({
+      filename: new URL('./recover-worker.js', import.meta.url).href,
+      minThreads: 0,
+      maxThreads: 1,
+      idleTimeout: 60_000,
+    })
+    return this.#pool.run(input)
+  }
+
+  async close(): Promise<void> {
+    await this.#pool?.close({ force: true })
+    this.#pool = null
+  }
+
   async #check(provider: RegistryProvider, model: string, chatId: string, recorder: TeeRecorder): Promise<TeeOutcome> {
     if (provider.tee_signer === '') return { verified: false, reason: 'not_a_tee_provider' }
     if (chatId === '') return { verified: false, reason: 'no_chat_id' }
@@ -143,13 +161,9 @@ export class TeeVerifier {
     if (typeof text !== 'string' || typeof signature !== 'string' || !/^(0x)?[0-9a-fA-F]{130}$/.test(signature)) {
       return { verified: false, reason: 'malformed_signature' }
     }
-    let signer: string
-    try {
-      signer = await recoverMessageAddress({ message: text, signature: (signature.startsWith('0x') ? signature : `0x${signature}`) as `0x${string}` })
-    } catch {
-      return { verified: false, reason: 'bad_signature' }
-    }
-    if (signer.toLowerCase() !== provider.tee_signer) return { verified: false, reason: 'wrong_signer' }
+    const signer = await this.#recover({ text, signature: (signature.startsWith('0x') ? signature : `0x${signature}`) as `0x${string}` })
+    if (signer === '') return { verified: false, reason: 'bad_signature' }
+    if (signer !== provider.tee_signer) return { verified: false, reason: 'wrong_signer' }
     if (text !== expected) return { verified: false, reason: 'hash_mismatch' }
     return { verified: true }
   }

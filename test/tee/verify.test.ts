@@ -77,11 +77,12 @@ t.test('an honest signer verifies, on JSON and streams; the flag is never forwar
   t.equal(badBody.status, 400)
 })
 
-const FAULTS: [TeeFault, string][] = [
-  ['wrong-signer', 'wrong_signer'],
-  ['forged-signature', 'wrong_signer'],
-  ['hash-mismatch', 'hash_mismatch'],
-  ['no-signature', 'no_signature'],
+/** A forged signature recovers to some other address, or (r not on the curve) to none at all. */
+const FAULTS: [TeeFault, RegExp][] = [
+  ['wrong-signer', /^wrong_signer$/],
+  ['forged-signature', /^(wrong_signer|bad_signature)$/],
+  ['hash-mismatch', /^hash_mismatch$/],
+  ['no-signature', /^no_signature$/],
 ]
 
 t.test('a wrong signer, a forged signature, mismatched hashes or no signature: false, and the tier goes', async (t) => {
@@ -94,7 +95,8 @@ t.test('a wrong signer, a forged signature, mismatched hashes or no signature: f
     for (const stream of [false, true]) {
       const r = await chat(stack.url, pin, { stream })
       t.equal(r.status, 200, 'the answer itself is delivered')
-      t.same([r.trace?.tee_verified, r.trace?.tee_reason], [false, reason], `${fault} (${stream ? 'stream' : 'json'})`)
+      t.equal(r.trace?.tee_verified, false)
+      t.match(r.trace?.tee_reason, reason, `${fault} (${stream ? 'stream' : 'json'})`)
     }
   }
   // Failed: routed as standard, so a private floor has no provider, until a check passes again.
@@ -110,7 +112,7 @@ t.test('a wrong signer, a forged signature, mismatched hashes or no signature: f
   t.equal(served.trace?.provider, tee.address)
   // Counted by outcome.
   const metrics = await (await request(`${stack.router.opsUrl}/metrics`)).body.text()
-  t.match(metrics, new RegExp(`svc_tee_verifications_total\\{provider="${tee.address}",outcome="wrong_signer",kind="requested"\\} 4`))
+  t.match(metrics, new RegExp(`svc_tee_verifications_total\\{provider="${tee.address}",outcome="wrong_signer",kind="requested"\\} [2-4]\n`))
   t.match(metrics, new RegExp(`svc_tee_verifications_total\\{provider="${tee.address}",outcome="verified",kind="requested"\\} 1`))
 })
 
