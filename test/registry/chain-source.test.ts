@@ -4,7 +4,11 @@
  * by the router through viem. The catalog, routing and billing follow the chain; a dead RPC changes nothing.
  */
 import t from 'tap'
+import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { fileURLToPath } from 'node:url'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { request } from 'undici'
@@ -20,6 +24,7 @@ import { eventually } from '../helpers/wait.js'
 import { startChain, startChainStack, type ChainProvider } from '../helpers/chain-stack.js'
 
 const SIGNER = '0x00000000000000000000000000000000000051a1' as const
+const PLAIN_CONTRACT = '0x5FbDB2315678afecb367f032d93F642f64180aa3'
 const PLAIN: ServiceParams = {
   serviceType: 'chatbot',
   url: '',
@@ -331,4 +336,63 @@ t.test('a router started while the RPC is down serves nothing, is not ready, and
   const readyNow = await request(`${stack.router.opsUrl}/readyz`)
   t.equal(readyNow.statusCode, 200)
   await readyNow.body.dump()
+})
+
+t.test('an RPC that answers garbage, or never answers, keeps the last snapshot', async (t) => {
+  const { chain, contract } = await startChain(t, FLEET.slice(2, 3))
+  // A JSON-RPC proxy in front of anvil that can be told to answer junk or to hold requests forever.
+  let mode: 'pass' | 'garbage' | 'hang' = 'pass'
+  const held = new Set<import('node:http').ServerResponse>()
+  const proxy = createServer((req, res) => {
+    const parts: Buffer[] = []
+    req.on('data', (c: Buffer) => parts.push(c))
+    req.on('end', () => {
+      if (mode === 'hang') return void held.add(res)
+      if (mode === 'garbage') {
+        const body = '{"jsonrpc":"2.0","id":1,"result":"0xdeadbeef"}'
+        return void res.writeHead(200, { 'content-type': 'application/json' }).end(body)
+      }
+      request(chain.rpcUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(parts) }).then(
+        async (up) => res.writeHead(up.statusCode, { 'content-type': 'application/json' }).end(Buffer.from(await up.body.arrayBuffer())),
+        () => res.destroy(),
+      )
+    })
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    for (const res of held) res.destroy()
+    return new Promise<void>((resolve) => proxy.close(() => resolve()))
+  })
+  const port = (proxy.address() as AddressInfo).port
+  const stack = await startStack(t, [], {
+    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: contract.address, refresh_ms: 200, usd_per_0g: '1' } },
+  })
+  const registry = async () => (await providersOf(stack.url, 'qwen'))?.map((r) => [r.address, r.trust_mode, r.pricing])
+  const before = await registry()
+  t.equal(before?.length, 1)
+  const errors = async () => {
+    const text = await (await request(`${stack.router.opsUrl}/metrics`)).body.text()
+    return Number(/svc_registry_refreshes_total\{source="chain",outcome="error"\} (\d+)/.exec(text)?.[1] ?? 0)
+  }
+  for (const m of ['garbage', 'hang'] as const) {
+    mode = m
+    const start = await errors()
+    t.ok(await eventually(async () => (await errors()) > start, 8000), `${m}: failed sweeps are counted`)
+    t.same(await registry(), before, `${m}: the last snapshot stays`)
+    const r = await chat(stack.url, stack.auth)
+    t.equal(r.status, 200, `${m}: clients are served`)
+  }
+  mode = 'pass'
+})
+
+t.test('registry.source chain needs a contract and a USD rate; the committed contract artifact is built from its source', async (t) => {
+  const { loadConfig } = await import('../../src/config/index.js')
+  t.throws(() => loadConfig({ env: { SVC_REGISTRY_SOURCE: 'chain' } }), /registry\.chain\.contract[\s\S]*required[\s\S]*usd_per_0g/)
+  t.throws(() => loadConfig({ env: { SVC_REGISTRY_SOURCE: 'chain', SVC_REGISTRY_CHAIN_CONTRACT: '0x12', SVC_REGISTRY_CHAIN_USD_PER_0G: '1' } }), /contract/)
+  t.throws(() => loadConfig({ env: { SVC_REGISTRY_SOURCE: 'chain', SVC_REGISTRY_CHAIN_CONTRACT: PLAIN_CONTRACT, SVC_REGISTRY_CHAIN_USD_PER_0G: '-1' } }), /usd_per_0g/)
+  const ok = loadConfig({ env: { SVC_REGISTRY_SOURCE: 'chain', SVC_REGISTRY_CHAIN_CONTRACT: PLAIN_CONTRACT, SVC_REGISTRY_CHAIN_USD_PER_0G: '0.5' } })
+  t.equal(ok.registry.path, '', 'no overrides file unless one is named')
+  const script = fileURLToPath(new URL('../../../scripts/compile-contract.mjs', import.meta.url))
+  const out = execFileSync(process.execPath, [script, '--check'], { encoding: 'utf8' })
+  t.match(out, /matches its source/)
 })
