@@ -16,6 +16,7 @@ import { DIMENSION_CHAT } from '../routing/select.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
 import type { RequestHead } from '../server/request-head.js'
+import { verifyTeeOf } from '../tee/flag.js'
 import type { Surface, SurfaceRequest } from './surface.js'
 
 export interface ChatRequest extends SurfaceRequest {
@@ -92,24 +93,6 @@ export function parseChat(json: JsonBody, head?: RequestHead): ChatRequest | Rou
     choices: typeof n === 'number' ? n : 1,
     verifyTee,
   }
-}
-
-/**
- * Whether the client asks for the answer's TEE signature to be checked: `X-SVC-Verify-TEE: true|false` (any
- * case; blank is unset) or `"verify_tee": true|false` in the body (never forwarded); the header wins.
- */
-function verifyTeeOf(json: JsonBody, head: RequestHead | undefined): boolean | RouterError {
-  const header = head?.verifyTee?.trim() ?? ''
-  if (header !== '') {
-    const lower = header.toLowerCase()
-    if (lower === 'true') return true
-    if (lower === 'false') return false
-    return invalid(`X-SVC-Verify-TEE must be true or false (got ${JSON.stringify(header.slice(0, 40))})`)
-  }
-  const v = json.value.verify_tee
-  if (v === undefined || v === null) return false
-  if (typeof v !== 'boolean') return invalid('verify_tee must be a boolean')
-  return v
 }
 
 /**

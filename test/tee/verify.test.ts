@@ -170,3 +170,21 @@ t.test('the openai client reads tee_verified, JSON and streamed', async (t) => {
   }
   t.equal(verdict, true)
 })
+
+t.test('the messages surface verifies too (translated to the broker\'s chat), JSON and streamed', async (t) => {
+  const { stack, providers } = await startChainStack(t, [TEE], { extra: { tee: { sample_rate: 0 } } })
+  for (const stream of [false, true]) {
+    const res = await request(`${stack.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': stack.key, 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: 'qwen', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }], stream, verify_tee: true }),
+    })
+    const text = await res.body.text()
+    t.equal(res.statusCode, 200)
+    const trace = stream
+      ? JSON.parse(text.split('\n\n').find((e) => e.startsWith('event: message_stop'))!.split('\ndata: ')[1]!).x_svc_trace
+      : JSON.parse(text).x_svc_trace
+    t.equal(trace.tee_verified, true, stream ? 'stream' : 'json')
+    t.notOk('verify_tee' in providers[0]!.sim!.stats.lastBody, 'not forwarded')
+  }
+})
