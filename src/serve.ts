@@ -21,8 +21,11 @@ import type { Config } from './config/index.js'
 import { HealthBook, type HealthSettings } from './health/health.js'
 import { startProbes } from './health/probes.js'
 import { log, setLogLevel } from './log.js'
-import { loadRegistryFile, watchRegistryFile, type RegistryWatcher } from './registry/file-source.js'
-import type { RegistrySnapshot } from './registry/types.js'
+import { createChainSource } from './registry/chain-source.js'
+import { createFileSource } from './registry/file-source.js'
+import type { RegistrySnapshot, RegistrySource } from './registry/types.js'
+import { TeeStanding } from './tee/standing.js'
+import { TeeVerifier } from './tee/verify.js'
 import { RoutingTable } from './routing/table.js'
 import { listen, type Route } from './server/app.js'
 import { startSimulator, type SimulatorHandle } from './simulator/simulator.js'
@@ -84,6 +87,19 @@ export interface RunningRouter {
    */
   drain(deadlineMs: number): Promise<number>
   close(): Promise<void>
+}
+
+/** Registry sources by `registry.source` (DESIGN.md §7): the one place a source is picked. */
+const REGISTRY_SOURCES: Readonly<Record<Config['registry']['source'], (registry: Config['registry']) => RegistrySource>> = {
+  file: (r) => createFileSource(r.path, r.watch),
+  chain: (r) =>
+    createChainSource({
+      rpcUrl: r.chain.rpc_url,
+      contract: r.chain.contract as `0x${string}`,
+      refreshMs: r.chain.refresh_ms,
+      usdPer0g: r.chain.usd_per_0g,
+      overridesPath: r.path === '' ? null : r.path,
+    }),
 }
 
 /** Boots the simulated providers a registry asks for (`simulate:`), keyed by address; returns the running set. */
@@ -181,7 +197,21 @@ interface AuthParts {
 
 /** The rest of the start, once the store is open; `serve` closes the store if this throws. */
 async function serveWith(config: Config, { store, credentials, auth, devKeys, stopWatchingStore }: AuthParts): Promise<RunningRouter> {
-  const snapshot = loadRegistryFile(config.registry.path, 1)
+  // What the table routes on: the source's snapshot, with providers whose TEE signatures failed lowered
+  // (tee/standing.ts). Either changing republishes it whole under a new version.
+  const source = REGISTRY_SOURCES[config.registry.source](config.registry)
+  let routedVersion = 0
+  const standing = new TeeStanding(() => publishRegistry('tee standing changed'))
+  let sourceSnapshot = await source.start({
+    onChange(next) {
+      sourceSnapshot = next
+      publishRegistry('registry reloaded')
+    },
+    onError(err) {
+      log.error('registry source rejected; keeping the previous registry', { err: err.message })
+    },
+  })
+  const snapshot = standing.lower(sourceSnapshot, ++routedVersion)
   const simulators = new Map<string, SimulatorHandle>()
   await reconcileSimulators(snapshot, simulators)
 
@@ -202,23 +232,17 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     queueTimeoutMs: config.upstream.queue_timeout_ms,
   })
 
-  let watcher: RegistryWatcher | null = null
-  if (config.registry.watch) {
-    watcher = watchRegistryFile(config.registry.path, {
-      onChange(next) {
-        reconcileSimulators(next, simulators)
-          .then(() => table.update(next))
-          .then(() => {
-            pools.retain(new Set(next.providers.map((p) => p.url)))
-            log.info('registry reloaded', { version: next.version, providers: next.providers.length })
-          })
-          .catch((err: unknown) => log.error('registry reload failed; keeping the previous registry', { err: String(err) }))
-      },
-      onError(err) {
-        log.error('registry file rejected; keeping the previous registry', { err: err.message })
-      },
-    }, { firstVersion: snapshot.version })
+  function publishRegistry(why: string): void {
+    const next = standing.lower(sourceSnapshot, ++routedVersion)
+    reconcileSimulators(next, simulators)
+      .then(() => table.update(next))
+      .then(() => {
+        pools.retain(new Set(next.providers.map((p) => p.url)))
+        log.info(why, { version: next.version, providers: next.providers.length })
+      })
+      .catch((err: unknown) => log.error('registry update failed; keeping the previous registry', { err: String(err) }))
   }
+  const tee = new TeeVerifier(pools, standing, { verifyTimeoutMs: config.tee.verify_timeout_ms, sampleRate: config.tee.sample_rate })
 
   const healthSettings: HealthSettings = {
     failureThreshold: config.routing.failure_threshold,
@@ -261,6 +285,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       book,
       health: healthSettings,
       maxAttempts: config.routing.max_attempts,
+      tee,
     },
     ledger,
     limiter,
@@ -363,7 +388,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     const { startTracing } = await import('./telemetry/tracing.js')
     tracing = await startTracing({ endpoint: config.tracing.otlp_endpoint, serviceName: config.tracing.service_name })
   }
-  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining })
+  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining, registry: () => source.notReadyReason() })
 
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
@@ -373,7 +398,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     stopAccessLog?.()
     stopPromptLog?.()
     await tracing?.close()
-    watcher?.close()
+    source.close()
     stopWatchingLedger()
     stopWatchingRevocations()
     stopWatchingUpdates()
@@ -383,6 +408,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     await writer.close()
     await coordination.close()
     await table.close()
+    await tee.close()
     await pools.close()
     await Promise.all([...simulators.values()].map((s) => s.close()))
     simulators.clear()

@@ -43,10 +43,12 @@ export function syntheticSnapshot(providers: number, models = 1, seed = 42): Reg
     list.push({
       address: providerAddress(i),
       url: `http://127.0.0.1:${10_000 + (i % 50_000)}`,
+      api_path: '/v1',
       trust_mode: TRUST_MODES[i % TRUST_MODES.length]!,
       verifiability: '',
       tee_type: '',
       tee_verifier: '',
+      tee_signer: '',
       models: served,
       simulate: null,
     })

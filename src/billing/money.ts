@@ -112,3 +112,17 @@ export function numberToDecimal(n: number): string | null {
   if (pointAt >= digits.length) return digits + '0'.repeat(pointAt - digits.length)
   return digits.slice(0, pointAt) + '.' + digits.slice(pointAt)
 }
+
+/** Neuron per 0G: the contract's prices are in neuron (1e-18 0G). */
+export const NEURON_PER_0G = 10n ** 18n
+
+/**
+ * A price in neuron as atto-USD at `attoUsdPer0g` (the operator's rate, atto-USD per 0G). Exact in bigints:
+ * neuron × rate / 1e18, rounded UP to the next atto-USD when it does not divide, so the router never bills
+ * (or filters on) less than what the provider charges it.
+ */
+export function neuronToAtto(neuron: bigint, attoUsdPer0g: bigint): bigint {
+  const product = neuron * attoUsdPer0g
+  const whole = product / NEURON_PER_0G
+  return product % NEURON_PER_0G === 0n ? whole : whole + 1n
+}

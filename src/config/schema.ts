@@ -38,11 +38,50 @@ const ServerSchema = z.strictObject({
     .default([]),
 })
 
-const RegistrySchema = z.strictObject({
-  source: z.enum(['file']).default('file'),
-  /** Relative to the config file's directory; returned absolute. */
-  path: z.string().min(1).default('providers.yaml'),
-  watch: z.boolean().default(true),
+/** `registry.chain`: the InferenceServing contract as the registry (registry/chain-source.ts). */
+const ChainRegistrySchema = z.strictObject({
+  rpc_url: z
+    .string()
+    .default('http://127.0.0.1:8545')
+    .refine((url) => /^https?:\/\/[^\s]+$/.test(url), { message: 'must be an http:// or https:// URL' }),
+  /** The InferenceServing (proxy) address; required with `source: chain`. */
+  contract: z
+    .string()
+    .default('')
+    .refine((a) => a === '' || /^0x[0-9a-fA-F]{40}$/.test(a), { message: 'must be a quoted 0x followed by 40 hex digits' }),
+  /** How often the whole service list is read again (events only hasten a read). */
+  refresh_ms: z.int().min(100).max(MAX_TIMER_MS).default(5000),
+  /** USD per 0G as a decimal string ("0.5"): the contract prices in neuron (1e-18 0G); required with `source: chain`. */
+  usd_per_0g: z
+    .string()
+    .default('')
+    .refine((v) => v === '' || /^\d+(\.\d{1,18})?$/.test(v), { message: 'must be a non-negative decimal string with at most 18 decimals, e.g. "0.5"' }),
+})
+
+const RegistrySchema = z
+  .strictObject({
+    source: z.enum(['file', 'chain']).default('file'),
+    /**
+     * file: the registry file (default providers.yaml). chain: the operator's overrides file, optional ('' = none).
+     * Relative to the config file's directory; returned absolute.
+     */
+    path: z.string().optional(),
+    watch: z.boolean().default(true),
+    chain: ChainRegistrySchema.prefault({}),
+  })
+  .superRefine((r, ctx) => {
+    if (r.source !== 'chain') return
+    if (r.chain.contract === '') ctx.addIssue({ code: 'custom', path: ['chain', 'contract'], message: 'required with registry.source: chain' })
+    if (r.chain.usd_per_0g === '') ctx.addIssue({ code: 'custom', path: ['chain', 'usd_per_0g'], message: 'required with registry.source: chain' })
+  })
+  .transform((r) => ({ ...r, path: r.path ?? (r.source === 'file' ? 'providers.yaml' : '') }))
+
+/** `tee`: checking the signatures TEE providers put on their answers (src/tee/). */
+const TeeSchema = z.strictObject({
+  /** How long a verified request's trace waits for the provider's signature; then tee_verified false, reason timeout. */
+  verify_timeout_ms: timeoutMs(5000),
+  /** Share (0..1) of answers of TEE providers checked in the background, at no cost to their clients. */
+  sample_rate: z.number().min(0).max(1).default(0.01),
 })
 
 const StoreSchema = z
@@ -225,6 +264,7 @@ export const ConfigSchema = z.strictObject({
   replicas: ReplicasSchema.prefault({}),
   responses: ResponsesSchema.prefault({}),
   dev: DevSchema.prefault({}),
+  tee: TeeSchema.prefault({}),
 })
 
 /** Dotted paths of the keys that hold file paths (resolved to absolute by the loader; '' stays '': unset). */

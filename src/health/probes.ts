@@ -6,6 +6,7 @@
  */
 import { log } from '../log.js'
 import type { RoutingTable } from '../routing/table.js'
+import { upstreamPath } from '../upstream/attempt.js'
 import { basePath, type UpstreamPools } from '../upstream/pools.js'
 import type { HealthBook, HealthSettings } from './health.js'
 
@@ -28,7 +29,7 @@ export function startProbes(table: RoutingTable, book: HealthBook, pools: Upstre
     let ok = false
     try {
       const res = await pools.get(url).request({
-        path: basePath(url) + settings.path,
+        path: settings.path.startsWith('/v1/') ? upstreamPath(basePath(url), entry.record.api_path, settings.path) : basePath(url) + settings.path,
         method: 'GET',
         headersTimeout: settings.timeoutMs,
         bodyTimeout: settings.timeoutMs,

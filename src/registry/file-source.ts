@@ -10,7 +10,7 @@ import { basename, dirname, resolve } from 'node:path'
 import { parseDocument } from 'yaml'
 import { deepFreeze, describeIssues, FileProblemsError, formatPath, yamlErrorLine } from '../config/index.js'
 import { RegistryFileSchema, duplicateIssues } from './schema.js'
-import type { RegistrySnapshot } from './types.js'
+import type { RegistrySnapshot, RegistrySource } from './types.js'
 
 /** A registry file that cannot be used. */
 export class RegistryError extends FileProblemsError {
@@ -167,4 +167,20 @@ function initialText(file: string, version: number): string | undefined {
 function errorCode(err: unknown): string {
   const code = (err as NodeJS.ErrnoException | null)?.code
   return typeof code === 'string' ? code : String(err)
+}
+
+/** The registry file as a registry source: read at start (a bad file stops the start), then watched when `watch`. */
+export function createFileSource(path: string, watch: boolean): RegistrySource {
+  let watcher: RegistryWatcher | null = null
+  return {
+    async start(handlers) {
+      const snapshot = loadRegistryFile(path, 1)
+      if (watch) watcher = watchRegistryFile(path, handlers, { firstVersion: snapshot.version })
+      return snapshot
+    },
+    notReadyReason: () => null,
+    close() {
+      watcher?.close()
+    },
+  }
 }

@@ -172,6 +172,8 @@ const ProviderSchema = z
     verifiability: z.enum(['TeeML', 'TeeTLS', '']).default(''),
     tee_type: z.string().default(''),
     tee_verifier: z.string().default(''),
+    /** The address that signs this provider's answers (src/tee/), when it signs them. */
+    tee_signer: address.optional(),
     models: z.array(ModelSchema).min(1),
     simulate: SimulateSchema.nullish().transform((s) => s ?? null),
   })
@@ -179,10 +181,12 @@ const ProviderSchema = z
     (p): RegistryProvider => ({
       address: p.address,
       url: p.url,
+      api_path: '/v1',
       trust_mode: p.trust_mode,
       verifiability: p.verifiability,
       tee_type: p.tee_type,
       tee_verifier: p.tee_verifier,
+      tee_signer: p.tee_signer ?? '',
       models: p.models,
       simulate: p.simulate,
     }),

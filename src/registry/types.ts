@@ -44,10 +44,20 @@ export interface RegistryProvider {
   readonly address: string
   /** OpenAI-compatible base URL without the /v1 suffix, e.g. http://127.0.0.1:9001 */
   readonly url: string
+  /**
+   * Where, below `url`, the routes the router calls `/v1/…` live: '/v1' for a registry file's provider,
+   * '/v1/proxy' for a service read from the chain (0G's broker serves `{url}/v1/proxy/chat/completions`).
+   */
+  readonly api_path: string
   readonly trust_mode: TrustMode
   readonly verifiability: Verifiability
   readonly tee_type: string
   readonly tee_verifier: string
+  /**
+   * Lower-case address whose EIP-191 signatures on answers are checked (src/tee/), '' for none: on chain, the
+   * service's teeSignerAddress once the contract's owner acknowledged it.
+   */
+  readonly tee_signer: string
   readonly models: readonly RegistryModel[]
   readonly simulate: SimulateSettings | null
 }
@@ -56,4 +66,24 @@ export interface RegistrySnapshot {
   readonly providers: readonly RegistryProvider[]
   /** Monotonic version, bumped on every successful (re)load. */
   readonly version: number
+}
+
+/** What a registry source reports after its first snapshot. */
+export interface RegistrySourceHandlers {
+  /** A new snapshot, swapped in whole; its version is higher than any before. */
+  onChange(snapshot: RegistrySnapshot): void
+  /** A read failed or was rejected; the previous snapshot stays in force. */
+  onError(err: Error): void
+}
+
+/**
+ * A registry source (DESIGN.md §7): the YAML file or the InferenceServing contract. `start` resolves with the
+ * first snapshot (a source that cannot read one yet may resolve with an empty one and say so in `ready`);
+ * later snapshots go to the handlers.
+ */
+export interface RegistrySource {
+  start(handlers: RegistrySourceHandlers): Promise<RegistrySnapshot>
+  /** Why the source has no usable snapshot yet (/readyz), or null once it has one. */
+  notReadyReason(): string | null
+  close(): void
 }

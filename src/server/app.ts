@@ -13,7 +13,7 @@ import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
-import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
+import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
@@ -51,7 +51,7 @@ export const MAX_HEADER_BYTES = 4096
  * `scan.values`, and each field's slot. Only HEADER's slots (the first CONFLICT_CHECKED) are checked for
  * conflicting repeats.
  */
-const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER }
+const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER, ...TEE_HEADER }
 const COPIED: readonly string[] = Object.values(COPY)
 const SLOT = Object.fromEntries(Object.keys(COPY).map((key, slot) => [key, slot])) as Record<keyof typeof COPY, number>
 const CONFLICT_CHECKED = Object.keys(HEADER).length
@@ -149,6 +149,7 @@ class UwsRequestHead implements RequestHead {
   readonly tracestate: string
   readonly anthropicVersion: string
   readonly anthropicBeta: string
+  readonly verifyTee: string
   readonly conflictingHeader: string
   /** The head's size as MAX_HEADER_BYTES counts it. */
   readonly headBytes: number
@@ -188,6 +189,7 @@ class UwsRequestHead implements RequestHead {
     this.tracestate = v[SLOT.tracestate]!
     this.anthropicVersion = v[SLOT.anthropicVersion]!
     this.anthropicBeta = v[SLOT.anthropicBeta]!
+    this.verifyTee = v[SLOT.verifyTee]!
     this.conflictingHeader = scan.conflict
     // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
     const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)

@@ -46,6 +46,8 @@ export interface RequestHead {
   /** `anthropic-version` and `anthropic-beta` ('' when absent); absent on heads built by hand. */
   readonly anthropicVersion?: string
   readonly anthropicBeta?: string
+  /** `X-SVC-Verify-TEE` ('' when absent); absent on heads built by hand. */
+  readonly verifyTee?: string
   /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
   readonly params?: readonly string[]
   /** Resolved lazily: only the auth audit needs it. */
@@ -92,4 +94,9 @@ export const TRACE_HEADER = {
 export const ANTHROPIC_HEADER = {
   anthropicVersion: 'anthropic-version',
   anthropicBeta: 'anthropic-beta',
+} as const
+
+/** The header that asks for an answer's TEE signature to be checked (src/tee/). Copied like SESSION_HEADER's. */
+export const TEE_HEADER = {
+  verifyTee: 'x-svc-verify-tee',
 } as const

@@ -3,7 +3,7 @@
  */
 import { parseArgs } from 'node:util'
 import { resolveSettings } from './settings.js'
-import { SIMULATOR_FAULTS, startSimulator, type SimulatorFault, type SimulatorOptions } from './simulator.js'
+import { SIMULATOR_FAULTS, startSimulator, TEE_FAULTS, type SimulatorFault, type SimulatorOptions, type TeeFault } from './simulator.js'
 
 const USAGE = `Usage: svc-router simulate-provider [options]
 
@@ -21,6 +21,9 @@ Options:
   --fault-after-chunks N      chunks sent before reset-mid-stream resets (default 2)
   --slow-headers-ms N         delay of the slow-headers fault (default 1000)
   --models a,b                serve only these models; others get 404
+  --tee-key 0xKEY             act as a TEE provider (a 0G broker): sign chat answers with this private key,
+                              send ZG-Res-Key, serve GET /v1/proxy/signature/{chatID}
+  --tee-fault FAULT           sign wrongly: one of ${TEE_FAULTS.join(', ')} (default none)
   -h, --help                  print this help
 `
 
@@ -36,6 +39,8 @@ const OPTIONS = {
   'fault-after-chunks': { type: 'string' },
   'slow-headers-ms': { type: 'string' },
   models: { type: 'string' },
+  'tee-key': { type: 'string' },
+  'tee-fault': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -92,6 +97,13 @@ function parseOptions(argv: string[]): SimulatorOptions | 'help' {
   }
   if (values['slow-headers-ms'] !== undefined) {
     options.slowHeadersMs = number('--slow-headers-ms', values['slow-headers-ms'])
+  }
+  if (values['tee-key'] !== undefined) options.teeKey = values['tee-key'] as `0x${string}`
+  if (values['tee-fault'] !== undefined) {
+    if (!(TEE_FAULTS as readonly string[]).includes(values['tee-fault'])) {
+      throw new Error(`--tee-fault must be one of ${TEE_FAULTS.join(', ')}, got ${values['tee-fault']}`)
+    }
+    options.teeFault = values['tee-fault'] as TeeFault
   }
   if (values.models !== undefined) {
     const models = values.models.split(',').map((m) => m.trim()).filter((m) => m !== '')

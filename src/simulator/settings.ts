@@ -28,6 +28,17 @@ const FAULTS: Record<SimulatorFault, true> = {
   'no-usage': true,
 }
 
+/** How a TEE-mode simulator signs its chat answers (src/tee/ checks them). */
+export type TeeFault =
+  | 'none' // sign hex(sha256(request)):hex(sha256(response)) with the given key
+  | 'wrong-signer' // sign the right text with another key
+  | 'hash-mismatch' // sign, with the right key, a text whose response hash is not the answer's
+  | 'forged-signature' // claim the right signer, with signature bytes that are not its signature
+  | 'no-signature' // answer the signature request 404
+  | 'slow-signature' // answer the signature request only after `slowHeadersMs`
+
+export const TEE_FAULTS: readonly TeeFault[] = ['none', 'wrong-signer', 'hash-mismatch', 'forged-signature', 'no-signature', 'slow-signature']
+
 /** Every `SimulatorFault`, for validating user input. */
 export const SIMULATOR_FAULTS = Object.keys(FAULTS) as readonly SimulatorFault[]
 
@@ -44,6 +55,12 @@ export interface SimulatorOptions {
   faultAfterChunks?: number // default 2
   slowHeadersMs?: number // default 1000
   models?: readonly string[] // if set, any other model gets 404 model_not_found
+  /**
+   * TEE mode (a 0G broker): routes are also served under /v1/proxy, chat answers carry ZG-Res-Key and are signed
+   * (EIP-191) with this private key, fetched at GET /v1/proxy/signature/{chatID}.
+   */
+  teeKey?: `0x${string}`
+  teeFault?: TeeFault // default 'none'
 }
 
 /** The options `setOptions` may change. */
@@ -63,6 +80,8 @@ export interface Settings {
   models: ReadonlySet<string> | undefined
   modelsBody: string
   sseHeaders: OutgoingHttpHeaders
+  teeKey: `0x${string}` | undefined
+  teeFault: TeeFault
 }
 
 const STARTED = Math.floor(Date.now() / 1000)
@@ -95,6 +114,8 @@ export function resolveSettings(o: Tunables): Settings {
     models,
     modelsBody: JSON.stringify({ object: 'list', data: modelList }),
     sseHeaders: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-simulator-name': name },
+    teeKey: teeKeyOf(o.teeKey),
+    teeFault: teeFaultOf(o.teeFault),
   }
 }
 
@@ -102,4 +123,16 @@ function checkNumber(field: string, value: unknown, integer: boolean): number {
   const ok = typeof value === 'number' && Number.isFinite(value) && value >= 0 && (!integer || Number.isInteger(value))
   if (!ok) throw new RangeError(`simulator: ${field} must be ${integer ? 'an integer' : 'a number'} >= 0, got ${String(value)}`)
   return value as number
+}
+
+function teeKeyOf(key: unknown): `0x${string}` | undefined {
+  if (key === undefined) return undefined
+  if (typeof key !== 'string' || !/^0x[0-9a-fA-F]{64}$/.test(key)) throw new TypeError('simulator: teeKey must be a 0x-prefixed 32-byte hex private key')
+  return key as `0x${string}`
+}
+
+function teeFaultOf(fault: unknown): TeeFault {
+  if (fault === undefined) return 'none'
+  if (!TEE_FAULTS.includes(fault as TeeFault)) throw new TypeError(`simulator: unknown teeFault ${JSON.stringify(fault)} (one of ${TEE_FAULTS.join(', ')})`)
+  return fault as TeeFault
 }

@@ -60,8 +60,9 @@ import { audioSeconds } from '../codecs/audio-duration.js'
 import { TRANSCRIPTION_FORMATS, transcript } from './audio.js'
 import { readForm, type Form } from './form.js'
 import { fileSeed, imagesBody, pngImage } from './images.js'
+import { TeeSigner } from './tee-signer.js'
 
-export { SIMULATOR_FAULTS, type SimulatorFault, type SimulatorOptions } from './settings.js'
+export { SIMULATOR_FAULTS, TEE_FAULTS, type SimulatorFault, type SimulatorOptions, type TeeFault } from './settings.js'
 
 /** Live counters of `/v1/chat/completions` and `/v1/messages` traffic. */
 export interface SimulatorStats {
@@ -91,6 +92,8 @@ interface Exchange {
   socket: Socket
   s: Settings
   timer: NodeJS.Timeout | undefined
+  /** The request body as received (TEE mode signs its hash). */
+  body: Buffer | undefined
 }
 
 const ID_PREFIX = randomBytes(4).toString('hex')
@@ -121,6 +124,9 @@ function later(ex: Exchange, ms: number, fn: () => void): void {
   else fn()
 }
 
+const PROXY_PREFIX = '/v1/proxy/'
+const SIGNATURE_PREFIX = '/v1/proxy/signature/'
+
 /** Starts a simulator and resolves once it listens. */
 export async function startSimulator(options: SimulatorOptions = {}): Promise<SimulatorHandle> {
   const host = options.host ?? '127.0.0.1'
@@ -134,6 +140,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   // Sockets the simulator destroyed on purpose: their requests are faults, not client aborts.
   const killed = new WeakSet<Socket>()
 
+  const tee = new TeeSigner()
   const server = createServer(handleRequest)
   server.keepAliveTimeout = 65_000
   server.on('connection', function trackSocket(socket: Socket) {
@@ -181,7 +188,14 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const url = req.url ?? '/'
     const query = url.indexOf('?')
-    const path = query === -1 ? url : url.slice(0, query)
+    let path = query === -1 ? url : url.slice(0, query)
+    if (path.startsWith(PROXY_PREFIX)) {
+      // As a 0G broker serves them: the OpenAI routes below /v1/proxy, and (TEE mode) the signatures of its answers.
+      if (path.startsWith(SIGNATURE_PREFIX) && req.method === 'GET' && settings.teeKey !== undefined) {
+        return answerSignature(res, decodeURIComponent(path.slice(SIGNATURE_PREFIX.length)))
+      }
+      path = '/v1/' + path.slice(PROXY_PREFIX.length)
+    }
     if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
     if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
     if (path === '/v1/responses' && req.method === 'POST') return handlePost(req, res, respondResponses)
@@ -208,7 +222,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     stats.requests++
     stats.lastHeaders = req.headers
     stats.lastPath = req.url ?? ''
-    const ex: Exchange = { res, socket: req.socket, s: settings, timer: undefined }
+    const ex: Exchange = { res, socket: req.socket, s: settings, timer: undefined, body: undefined }
     const fault = takeFault(ex.s)
     res.once('finish', function countCompleted() {
       stats.completed++
@@ -219,13 +233,14 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
       if (!res.writableFinished && !killed.has(ex.socket)) stats.aborted++
     })
     if (read !== undefined) return read(ex, fault)
-    let text = ''
-    req.setEncoding('utf8')
-    req.on('data', function readBody(chunk: string) {
-      text += chunk
+    const chunks: Buffer[] = []
+    req.on('data', function readBody(chunk: Buffer) {
+      chunks.push(chunk)
     })
     req.on('end', function onBody() {
-      respond(ex, fault, text)
+      const body = Buffer.concat(chunks)
+      ex.body = body
+      respond(ex, fault, body.toString('utf8'))
     })
   }
 
@@ -358,6 +373,10 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   function complete(ex: Exchange, request: ChatRequest, fault: SimulatorFault): void {
     const { s } = ex
     const id = nextId('chatcmpl-')
+    if (s.teeKey !== undefined) {
+      ex.res.setHeader('zg-res-key', id)
+      tee.record(ex.res, ex.body ?? Buffer.alloc(0), id, s.teeKey, s.teeFault)
+    }
     const object = request.stream ? 'chat.completion.chunk' : 'chat.completion'
     const meta = responseMeta(object, id, Math.floor(Date.now() / 1000), JSON.stringify(request.model), s.nameJson)
     const reset = fault === 'reset-mid-stream'
@@ -547,6 +566,17 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
       origin = performance.now() - next * interval
       emit()
     }
+  }
+
+  function answerSignature(res: ServerResponse, chatId: string): void {
+    const s = settings
+    const signed = s.teeFault === 'no-signature' ? undefined : tee.get(chatId)
+    if (signed === undefined) return sendError(res, 404, s.name, `no signature for ${chatId}`, 'invalid_request_error', 'not_found')
+    const timer = setTimeout(
+      () => signed.then((answer) => sendJson(res, 200, JSON.stringify(answer), s.name), () => sendError(res, 500, s.name, 'signing failed', 'server_error', 'server_error')),
+      s.teeFault === 'slow-signature' ? s.slowHeadersMs : 0,
+    )
+    res.once('close', () => clearTimeout(timer))
   }
 
   function setOptions(patch: Partial<Tunables>): void {

@@ -15,6 +15,8 @@ import { requestMask } from '../routing/params.js'
 import { DIMENSION_CHAT } from '../routing/select.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
+import type { RequestHead } from '../server/request-head.js'
+import { verifyTeeOf } from '../tee/flag.js'
 import type { Surface, SurfaceRequest } from './surface.js'
 
 export interface ChatRequest extends SurfaceRequest {
@@ -45,7 +47,7 @@ function invalid(message: string): RouterError {
 }
 
 /** Checks the fields the router relies on; the rest is the provider's to judge. */
-export function parseChat(json: JsonBody): ChatRequest | RouterError {
+export function parseChat(json: JsonBody, head?: RequestHead): ChatRequest | RouterError {
   const body = json.value
   const model = body.model
   if (typeof model !== 'string' || model.length === 0) return invalid('model is required and must be a non-empty string')
@@ -72,6 +74,8 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
   }
   const n = body.n
   if (n !== undefined && n !== null && !(isPositiveInteger(n) && n <= MAX_CHOICES)) return invalid(`n must be an integer from 1 to ${MAX_CHOICES}`)
+  const verifyTee = verifyTeeOf(json, head)
+  if (verifyTee instanceof RouterError) return verifyTee
   const stream = body.stream === true
   const clientWantsUsage = stream && (so as { include_usage?: unknown } | null | undefined)?.include_usage === true
   const upstream = new BufferBody(upstreamBody(json, stream, clientWantsUsage))
@@ -87,6 +91,7 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
     body,
     anthropic: null,
     choices: typeof n === 'number' ? n : 1,
+    verifyTee,
   }
 }
 
@@ -98,14 +103,16 @@ export function parseChat(json: JsonBody): ChatRequest | RouterError {
 function upstreamBody(json: JsonBody, stream: boolean, clientWantsUsage: boolean): Buffer {
   const body = json.value
   const hasProvider = body.provider !== undefined
+  const hasVerify = body.verify_tee !== undefined
   const addUsage = stream && !clientWantsUsage
-  if (!hasProvider && !addUsage) return json.raw
+  if (!hasProvider && !hasVerify && !addUsage) return json.raw
   const set: Record<string, string> = {}
   if (addUsage) {
     const so = body.stream_options
     set.stream_options = so === undefined || so === null ? '{"include_usage":true}' : JSON.stringify({ ...(so as object), include_usage: true })
   }
-  return spliceMembers(json, hasProvider ? ['provider'] : [], set)
+  const removed = hasProvider ? (hasVerify ? ['provider', 'verify_tee'] : ['provider']) : hasVerify ? ['verify_tee'] : []
+  return spliceMembers(json, removed, set)
 }
 
 export const chatCompletions: Surface<ChatRequest> = {

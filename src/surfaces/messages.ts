@@ -10,6 +10,7 @@ import { AnthropicTranslatedStreamCodec } from '../codecs/anthropic-stream-trans
 import { renderAnthropicError } from '../codecs/anthropic-wire.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import { spliceMembers } from '../codecs/json-body.js'
+import { verifyTeeOf } from '../tee/flag.js'
 import { stopSequencesOf, toOpenAiChat, type ToolNames } from '../codecs/messages-request-translation.js'
 import { RouterError } from '../errors.js'
 import type { Offer } from '../routing/offers.js'
@@ -145,7 +146,10 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
   for (const [name, bit] of PARAMS) if (body[name] !== undefined && body[name] !== null) paramMask |= bit
   const headers = nativeHeaders(head)
   if (headers instanceof RouterError) return headers
-  const native = new BufferBody(body.provider === undefined ? json.raw : spliceMembers(json, ['provider'], {}))
+  const verifyTee = verifyTeeOf(json, head)
+  if (verifyTee instanceof RouterError) return verifyTee
+  const dropped = body.provider === undefined ? (body.verify_tee === undefined ? [] : ['verify_tee']) : body.verify_tee === undefined ? ['provider'] : ['provider', 'verify_tee']
+  const native = new BufferBody(dropped.length === 0 ? json.raw : spliceMembers(json, dropped, {}))
   return {
     model,
     stream: body.stream === true,
@@ -158,6 +162,7 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
     nativeHeaders: headers,
     stops: stopSequencesOf(body),
     translated: null,
+    verifyTee,
   }
 }
 

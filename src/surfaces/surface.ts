@@ -30,6 +30,8 @@ export interface SurfaceRequest {
   readonly provider: unknown
   /** Bytes of the request that stand for the prompt, for the reservation and the usage estimate. */
   readonly promptBytes: number
+  /** The client asked for the answer's TEE signature to be checked (X-SVC-Verify-TEE, or body verify_tee). */
+  readonly verifyTee?: boolean
 }
 
 /**

@@ -106,6 +106,24 @@ export interface RequestBodyEvent {
   readonly body: Buffer
 }
 
+/** A registry source read its source again (the chain source's sweeps). */
+export interface RegistryRefreshEvent {
+  readonly source: 'chain'
+  readonly outcome: 'ok' | 'error'
+  /** Providers of the new snapshot; -1 when nothing changed or the read failed. */
+  readonly providers: number
+}
+
+/** A TEE signature check ended (src/tee/): asked by a client, or sampled in the background. */
+export interface TeeVerifyEvent {
+  readonly provider: string
+  /** 'verified', or the reason it was not (tee/verify.ts TeeReason). */
+  readonly outcome: string
+  readonly sampled: boolean
+}
+
+export const registryRefresh = channel('svc-router:registry:refresh')
+export const teeVerify = channel('svc-router:tee:verify')
 export const requestBody = channel('svc-router:request:body')
 export const requestStart = channel('svc-router:request:start')
 export const attemptStart = channel('svc-router:attempt:start')

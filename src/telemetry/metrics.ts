@@ -8,7 +8,7 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { ProviderEntry } from '../routing/offers.js'
 import type { RoutingTable } from '../routing/table.js'
-import type { AttemptEvent, LedgerCommitEvent, RequestEndEvent, SettleEvent } from './events.js'
+import type { AttemptEvent, LedgerCommitEvent, RegistryRefreshEvent, RequestEndEvent, SettleEvent, TeeVerifyEvent } from './events.js'
 import { type CounterCell, CounterCells, type HistogramCell, level, SeriesHistogram } from './series.js'
 
 /** Ledger commits are fsyncs: finer at the low end than request latencies. */
@@ -171,6 +171,45 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     },
   })
 
+  const refreshCells = new CounterCells()
+  new Counter({
+    name: 'svc_registry_refreshes_total',
+    help: 'Reads of the registry source (the chain sweeps), by source and outcome (error: the last snapshot stayed).',
+    labelNames: ['source', 'outcome'] as const,
+    registers: [registry],
+    collect() {
+      refreshCells.flush(this)
+    },
+  })
+  const teeCells = new CounterCells()
+  new Counter({
+    name: 'svc_tee_verifications_total',
+    help: 'TEE signature checks of answers, by provider, outcome (verified or the reason not) and kind (requested or sampled).',
+    labelNames: ['provider', 'outcome', 'kind'] as const,
+    registers: [registry],
+    collect() {
+      teeCells.flush(this)
+    },
+  })
+  // Rare events (a sweep every few seconds, a verification per asking request): a string key is cheap enough.
+  const refreshIndex = new Map<string, CounterCell>()
+  const onRefresh = (m: unknown): void => {
+    const e = m as RegistryRefreshEvent
+    const key = `${e.source}|${e.outcome}`
+    let c = refreshIndex.get(key)
+    if (c === undefined) refreshIndex.set(key, (c = refreshCells.cell({ source: e.source, outcome: e.outcome })))
+    c.pending++
+  }
+  const teeIndex = new Map<string, CounterCell>()
+  const onTee = (m: unknown): void => {
+    const e = m as TeeVerifyEvent
+    const kind = e.sampled ? 'sampled' : 'requested'
+    const key = `${e.provider}|${e.outcome}|${kind}`
+    let c = teeIndex.get(key)
+    if (c === undefined) teeIndex.set(key, (c = teeCells.cell({ provider: e.provider, outcome: e.outcome, kind })))
+    c.pending++
+  }
+
   const onStart = (_m: unknown): void => {
     inflightCount++
   }
@@ -231,6 +270,8 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     ['svc-router:settle', onSettle],
     ['svc-router:request:end', onEnd],
     ['svc-router:ledger:commit', onCommit],
+    ['svc-router:registry:refresh', onRefresh],
+    ['svc-router:tee:verify', onTee],
   ]
   for (const [name, fn] of subs) subscribe(name, fn)
 

@@ -20,6 +20,8 @@ export interface OpsDeps {
   readonly metrics: Metrics | null
   /** True once a drain began: /readyz turns 503 so a balancer stops sending. */
   readonly draining: () => boolean
+  /** Why the registry source has no snapshot yet (a chain not read so far), null once it has one. */
+  readonly registry?: () => string | null
 }
 
 const JSON_TYPE = ['Content-Type', 'application/json', 'Cache-Control', 'no-store']
@@ -40,6 +42,8 @@ export async function notReadyReason(deps: OpsDeps): Promise<string | null> {
   } catch (err) {
     return `store unreachable: ${(err as Error)?.message ?? String(err)}`
   }
+  const registry = deps.registry?.() ?? null
+  if (registry !== null) return registry
   let providers = 0
   let healthy = 0
   const now = performance.now()

@@ -20,6 +20,8 @@ import type { HealthBook, HealthSettings } from '../health/health.js'
 import type { Offer } from '../routing/offers.js'
 import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
+import type { TeeRecorder } from '../tee/verify.js'
+import { isHeaderSafeId } from '../codecs/codec.js'
 import { classifyUpstreamError, INCOMPLETE_STREAM, isProviderFault, isRetryableStatus, STREAM_ERROR, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import type { UpstreamPools } from './pools.js'
@@ -118,6 +120,13 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   /** False once a write to the receiver reported backpressure, until it drains (the upstream read waits). */
   #writable = true
   readonly #emit = (bytes: Buffer): void => this.#emitToReceiver(bytes)
+  /**
+   * Set before dispatch when the answer's TEE signature is to be checked (asked for, or sampled): every byte of
+   * the provider's answer is hashed as it arrives. Null for every other request, which pays nothing.
+   */
+  recorder: TeeRecorder | null = null
+  /** The provider's chat id from its ZG-Res-Key header ('' when absent or unusable): preferred as SVC-Res-Key. */
+  resKey = ''
 
   constructor(owner: AttemptOwner, settings: AttemptSettings, offer: Offer, plan: AttemptPlan<Usage>) {
     this.#owner = owner
@@ -176,7 +185,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     // undici's types leave out async iterables, which its Request takes (and writes chunk by chunk, asking for
     // the next once the last is with the socket: request-body.ts UploadReader relies on it).
     const payload = body as Dispatcher.DispatchOptions['body']
-    upstream.pool.dispatch({ path: upstream.basePath + this.plan.path, method: 'POST', headers, body: payload }, this)
+    upstream.pool.dispatch({ path: upstreamPath(upstream.basePath, provider.record.api_path, this.plan.path), method: 'POST', headers, body: payload }, this)
   }
 
   abort(reason: Error): void {
@@ -277,6 +286,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
     health.recordSuccess(performance.now(), this.#trial)
     this.plan.codec.onHeaders?.(head)
+    if (head.resKey !== '' && isHeaderSafeId(head.resKey)) this.resKey = head.resKey
     this.#phase = Phase.Relaying
   }
 
@@ -289,6 +299,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       this.#settings.book.latencyEpoch++
     }
     const codec = this.plan.codec
+    if (phase === Phase.Relaying && this.recorder !== null) this.recorder.received(chunk)
     if (phase === Phase.Relaying && codec.streaming) {
       codec.push(chunk, this.#emit)
       if (codec.terminated === true) return this.#endEarly()
@@ -426,12 +437,22 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
 function noop(): void {}
 
+/**
+ * The path of a plan's route (`/v1/…`) at a provider: below its URL's path, with `/v1` where the provider keeps
+ * it (registry/types.ts api_path). A file registry's '/v1' costs nothing more than the concatenation.
+ */
+export function upstreamPath(basePath: string, apiPath: string, planPath: string): string {
+  return apiPath === '/v1' ? basePath + planPath : basePath + apiPath + planPath.slice(3)
+}
+
 /** The response headers the router reads ('' when absent, or sent more than once). */
 export interface ResponseHead {
   readonly contentType: string
   readonly retryAfter: string
   /** The provider's x-request-id (a media answer's id when its body has none). */
   readonly requestId: string
+  /** The provider's ZG-Res-Key: the chat id a 0G broker signs its answer under. */
+  readonly resKey: string
 }
 
 /** Whether `name` is `lower` (lowercase ASCII) in any case, compared byte by byte. */
@@ -449,6 +470,7 @@ export function responseHead(raw: readonly Buffer[]): ResponseHead {
   let contentType: string | undefined
   let retryAfter: string | undefined
   let requestId: string | undefined
+  let resKey: string | undefined
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i]!
     // Lengths first: most headers are none of the three and cost one comparison.
@@ -457,6 +479,7 @@ export function responseHead(raw: readonly Buffer[]): ResponseHead {
       if (isHeader(name, 'content-type')) contentType = contentType === undefined ? raw[i + 1]!.toString('latin1') : ''
       else if (isHeader(name, 'x-request-id')) requestId = requestId === undefined ? raw[i + 1]!.toString('latin1') : ''
     } else if (n === 11 && isHeader(name, 'retry-after')) retryAfter = retryAfter === undefined ? raw[i + 1]!.toString('latin1') : ''
+    else if (n === 10 && isHeader(name, 'zg-res-key')) resKey = resKey === undefined ? raw[i + 1]!.toString('latin1') : ''
   }
-  return { contentType: contentType ?? '', retryAfter: retryAfter ?? '', requestId: requestId ?? '' }
+  return { contentType: contentType ?? '', retryAfter: retryAfter ?? '', requestId: requestId ?? '', resKey: resKey ?? '' }
 }

@@ -27,10 +27,13 @@ import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } fro
 import type { UpstreamFailure } from './failures.js'
 import type { HeaderList, ResponseSink } from './sink.js'
 import { decimalDigits } from '../vocabulary/http.js'
+import { TeeRecorder, within, type TeeOutcome, type TeeVerifier } from '../tee/verify.js'
 
 /** What the loop needs from the server for its whole life. */
 export interface EngineContext extends AttemptSettings {
   readonly maxAttempts: number
+  /** Checks TEE providers' signatures on answers (src/tee/); absent: a request that asks gets tee_verified false. */
+  readonly tee?: TeeVerifier | null
 }
 
 /** One admitted request, as the loop runs it. */
@@ -207,6 +210,12 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         return this.#failAll()
       }
       handler = new AttemptHandler(this, this.#ctx, offer, plan)
+      // Hashing only for an attempt whose signature will be checked: asked for, or a background sample.
+      const tee = this.#ctx.tee
+      if (tee != null && Buffer.isBuffer(body)) {
+        const asked = req.request.verifyTee === true
+        if (asked || tee.sample(offer.provider.record)) handler.recorder = new TeeRecorder(body, !asked)
+      }
     } catch (err) {
       return this.#crash(null, err)
     }
@@ -273,6 +282,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       this.beginStream(a)
     }
     const usage = codec.usage(req.request.promptBytes)
+    // A verification asked for runs beside the charge; the trace waits for both (bounded: tee.verify_timeout_ms).
+    const verifying = req.request.verifyTee === true ? this.#verifyTee(a) : null
     // The last bytes, which carry the trace, wait for the durable charge: a delivered answer is a billed one.
     this.#bill(a, usage, (billed, err) => {
       if (err !== null) {
@@ -281,36 +292,52 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         else this.sink.send(err.status, [...JSON_TYPE, ...req.baseHeaders], req.surface.renderError(err, req.requestId, trace))
         return this.#publishEnd(err.status, a, err.code)
       }
-      const trace = this.#trace(a, usage, billed)
-      const finish = (): void => {
-        const out = codec.complete(trace)
-        if (streaming) this.sink.end(out)
-        else this.sink.send(a.status, this.#answerHeaders(a), out)
-        this.#publishEnd(a.status, a, null)
-      }
       // The surface may keep the answer first (stored responses): the client's last byte waits for it too. The
       // answer is billed already, so whatever keeping it does, it is delivered.
-      const notKept = (err: unknown): void => {
-        log.error('keeping an answer failed; it is sent all the same', { request_id: req.requestId, err: String(err) })
-      }
-      let kept: Promise<void> | null = null
-      try {
-        kept = req.surface.keep?.(req.request, codec as ResponseCodec<U>, trace) ?? null
-      } catch (err) {
-        notKept(err)
-      }
-      if (kept === null) return finish()
-      const guarded = (): void => {
-        try {
-          finish()
-        } catch (thrown) {
-          this.#crash(a, thrown)
+      const deliver = (trace: Record<string, unknown>): void => {
+        const notKept = (err: unknown): void => {
+          log.error('keeping an answer failed; it is sent all the same', { request_id: req.requestId, err: String(err) })
         }
+        let kept: Promise<void> | null = null
+        try {
+          kept = req.surface.keep?.(req.request, codec as ResponseCodec<U>, trace) ?? null
+        } catch (err) {
+          notKept(err)
+        }
+        if (kept === null) return this.#complete(a, trace)
+        const guarded = (): void => {
+          try {
+            this.#complete(a, trace)
+          } catch (thrown) {
+            this.#crash(a, thrown)
+          }
+        }
+        kept.then(guarded, (err: unknown) => {
+          notKept(err)
+          guarded()
+        })
       }
-      kept.then(guarded, (err: unknown) => {
-        notKept(err)
-        guarded()
-      })
+      if (verifying !== null) {
+        verifying.then(
+          (outcome) => {
+            try {
+              if (this.sink.aborted) return this.#publishEnd(499, a, 'client_closed')
+              const trace = this.#trace(a, usage, billed)
+              trace.tee_verified = outcome.verified
+              if (outcome.reason !== undefined) trace.tee_reason = outcome.reason
+              deliver(trace)
+            } catch (thrown) {
+              this.#crash(a, thrown)
+            }
+          },
+          (thrown: unknown) => this.#crash(a, thrown),
+        )
+        return
+      }
+      deliver(this.#trace(a, usage, billed))
+      const recorder = a.recorder
+      // A background sample: checked once the client has its answer, so it costs the client nothing.
+      if (recorder !== null && recorder.sampled) void this.#ctx.tee?.verify(a.offer.provider.record, req.request.model, this.#chatId(a), recorder)
     })
   }
 
@@ -324,6 +351,28 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     } catch (err) {
       this.#crash(a, err)
     }
+  }
+
+  /** The answer's last bytes (the trace in them) and the request's end. */
+  #complete(a: AttemptHandler, trace: Record<string, unknown>): void {
+    const codec = a.plan.codec
+    const out = codec.complete(trace)
+    if (codec.streaming) this.sink.end(out)
+    else this.sink.send(a.status, this.#answerHeaders(a), out)
+    this.#publishEnd(a.status, a, null)
+  }
+
+  /** The chat id the provider signs its answer under: its ZG-Res-Key header, else the answer's own id. */
+  #chatId(a: AttemptHandler): string {
+    return a.resKey !== '' ? a.resKey : a.plan.codec.id
+  }
+
+  #verifyTee(a: AttemptHandler): Promise<TeeOutcome> {
+    const tee = this.#ctx.tee
+    const recorder = a.recorder
+    if (tee == null || recorder === null) return Promise.resolve({ verified: false, reason: 'unsupported' })
+    const check = tee.verify(a.offer.provider.record, this.#req.request.model, this.#chatId(a), recorder)
+    return within(check, tee.timeoutMs, { verified: false, reason: 'timeout' })
   }
 
   broke(a: AttemptHandler, failure: UpstreamFailure): void {
@@ -410,7 +459,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   }
 
   #answerHeaders(a: AttemptHandler): string[] {
-    const id = a.plan.codec.id
+    const id = this.#chatId(a)
     const base = this.#req.baseHeaders
     const own = a.plan.codec.responseHeaders
     return id === '' ? [...own, ...base] : [...own, 'SVC-Res-Key', id, ...base]

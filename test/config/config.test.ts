@@ -15,7 +15,12 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 function defaultsWithPathsIn(dir: string): Config {
   return {
     server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [] },
-    registry: { source: 'file', path: join(dir, 'providers.yaml'), watch: true },
+    registry: {
+      source: 'file',
+      path: join(dir, 'providers.yaml'),
+      watch: true,
+      chain: { rpc_url: 'http://127.0.0.1:8545', contract: '', refresh_ms: 5000, usd_per_0g: '' },
+    },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full', url: '', pool_size: 10, connect_timeout_ms: 5000, query_timeout_ms: 5000 },
     redis: { url: '' },
     limits: { requests_per_minute: 600, budget_wait_ms: 10000 },
@@ -48,6 +53,7 @@ function defaultsWithPathsIn(dir: string): Config {
     replicas: { heartbeat_ms: 500, fence_ms: 2000, dead_after_ms: 15000, lease_linger_ms: 200 },
     responses: { retention_ms: 2592000000, sweep_interval_ms: 3600000 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
+    tee: { verify_timeout_ms: 5000, sample_rate: 0.01 },
   }
 }
 
@@ -346,7 +352,11 @@ t.test('the shipped config files load', async (t) => {
 
   // …and it lists every key.
   const raw = parse(readFileSync(join(CONFIG_DIR, 'example.full.yaml'), 'utf8')) as Record<string, Record<string, unknown>>
-  const listed = Object.entries(raw).flatMap(([section, keys]) => Object.keys(keys).map((key) => `${section}.${key}`))
+  const leaves = (node: Record<string, unknown>, prefix: string): string[] =>
+    Object.entries(node).flatMap(([key, value]) =>
+      value !== null && typeof value === 'object' && !Array.isArray(value) ? leaves(value as Record<string, unknown>, `${prefix}${key}.`) : [`${prefix}${key}`],
+    )
+  const listed = leaves(raw, '')
   t.strictSame(listed.sort(), CONFIG_LEAVES.map((leaf) => leaf.path).sort())
 })
 

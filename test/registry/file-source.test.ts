@@ -107,10 +107,12 @@ t.test('defaults are applied and values normalised', async (t) => {
   t.strictSame(p1, {
     address: '0xabcdefabcdef0000000000000000000000000001',
     url: 'https://provider.example/api',
+    api_path: '/v1',
     trust_mode: 'standard',
     verifiability: '',
     tee_type: '',
     tee_verifier: '',
+    tee_signer: '',
     models: [
       {
         id: 'chat',
@@ -465,4 +467,12 @@ t.test('the default first version is 1, so the first change is version 2', async
   await rec.waitFor(1)
   const event = rec.events[0]!
   t.equal(event.kind === 'change' ? event.snapshot.version : -1, 2)
+})
+
+t.test('tee_signer: an optional address, stored lower-case, whose signatures src/tee checks', async (t) => {
+  const yaml = (signer: string) =>
+    `providers:\n  - address: "0x${'1'.repeat(40)}"\n    url: http://127.0.0.1:1\n${signer}    models: [{ id: m, price: { prompt: 1, completion: 1 } }]\n`
+  t.equal(parseRegistry(yaml(''), 1).providers[0]!.tee_signer, '')
+  t.equal(parseRegistry(yaml(`    tee_signer: "0x${'A'.repeat(40)}"\n`), 1).providers[0]!.tee_signer, `0x${'a'.repeat(40)}`)
+  t.throws(() => parseRegistry(yaml('    tee_signer: "0x12"\n'), 1), /tee_signer: must be 0x followed by 40 hex digits/)
 })

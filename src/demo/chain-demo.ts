@@ -1,0 +1,123 @@
+/**
+ * `npm run demo:chain`: the router serving from a ledger on one machine. Starts anvil (config/chain.yaml's
+ * rpc_url port, or a free one when that is taken), deploys contracts/InferenceServing.sol, registers simulated
+ * providers from their own accounts with the stake (TEE ones sign their answers, their signers acknowledged by
+ * the contract's owner), then serves config/chain.yaml. Ctrl-C stops all of it.
+ */
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { privateKeyToAccount } from 'viem/accounts'
+import { randomBytes } from 'node:crypto'
+import { loadConfig } from '../config/index.js'
+import { devKeysBanner } from '../operator/bootstrap.js'
+import { installProcessNet } from '../process-net.js'
+import { serve } from '../serve.js'
+import { startSimulator, type SimulatorHandle } from '../simulator/simulator.js'
+import { chainAccount, NO_SIGNER, RegistryContract, startAnvil, type LocalChain } from './local-chain.js'
+
+const CONFIG = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'config', 'chain.yaml')
+
+interface DemoService {
+  readonly account: number
+  readonly model: string
+  readonly serviceType: 'chatbot' | 'text-to-image' | 'speech-to-text'
+  /** Neuron per prompt token / per completion token, image or audio second (at 0.5 USD/0G: USD per 1M in comments). */
+  readonly inputPrice: bigint
+  readonly outputPrice: bigint
+  readonly tee: 'TeeML' | 'centralized' | null
+  readonly ttftMs: number
+  readonly tokensPerS: number
+}
+
+const SERVICES: readonly DemoService[] = [
+  // 0.20 / 0.60 USD per 1M tokens, TeeML with an acknowledged signer: private.
+  { account: 1, model: 'qwen-2.5-7b-instruct', serviceType: 'chatbot', inputPrice: 400_000_000_000n, outputPrice: 1_200_000_000_000n, tee: 'TeeML', ttftMs: 15, tokensPerS: 250 },
+  // 0.12 / 0.36, a TEE-TLS broker: verified.
+  { account: 2, model: 'qwen-2.5-7b-instruct', serviceType: 'chatbot', inputPrice: 240_000_000_000n, outputPrice: 720_000_000_000n, tee: 'centralized', ttftMs: 40, tokensPerS: 180 },
+  // 0.05 / 0.15, no enclave: standard.
+  { account: 3, model: 'qwen-2.5-7b-instruct', serviceType: 'chatbot', inputPrice: 100_000_000_000n, outputPrice: 300_000_000_000n, tee: null, ttftMs: 120, tokensPerS: 80 },
+  // 0.40 / 0.70.
+  { account: 4, model: 'llama-3.3-70b-instruct', serviceType: 'chatbot', inputPrice: 800_000_000_000n, outputPrice: 1_400_000_000_000n, tee: null, ttftMs: 60, tokensPerS: 120 },
+  // 0.003 USD per image.
+  { account: 5, model: 'flux-schnell', serviceType: 'text-to-image', inputPrice: 0n, outputPrice: 6_000_000_000_000_000n, tee: null, ttftMs: 40, tokensPerS: 0 },
+  // 0.0001 USD per second of audio.
+  { account: 6, model: 'whisper-large-v3', serviceType: 'speech-to-text', inputPrice: 0n, outputPrice: 200_000_000_000_000n, tee: null, ttftMs: 40, tokensPerS: 0 },
+]
+
+async function startChainOnConfiguredPort(port: number): Promise<LocalChain> {
+  try {
+    return await startAnvil({ port })
+  } catch {
+    process.stdout.write(`port ${port} is taken: the demo chain listens on a free port instead\n`)
+    return startAnvil()
+  }
+}
+
+async function main(): Promise<void> {
+  const configured = loadConfig({ file: CONFIG, env: process.env })
+  const rpcPort = new URL(configured.registry.chain.rpc_url).port
+  const chain = await startChainOnConfiguredPort(rpcPort === '' ? 8545 : Number(rpcPort))
+  const sims: SimulatorHandle[] = []
+  const stopAll = async (): Promise<void> => {
+    await Promise.all(sims.map((s) => s.close()))
+    await chain.stop()
+  }
+  try {
+    const owner = chainAccount(0)
+    const contract = await RegistryContract.deploy(chain.rpcUrl, owner)
+    for (const s of SERVICES) {
+      const teeKey = s.tee === null ? undefined : (`0x${randomBytes(32).toString('hex')}` as const)
+      const sim = await startSimulator({ name: `chain-${s.account}`, models: [s.model], ttftMs: s.ttftMs, tokensPerS: s.tokensPerS, ...(teeKey !== undefined && { teeKey }) })
+      sims.push(sim)
+      const provider = chainAccount(s.account)
+      await contract.addOrUpdateService(provider, {
+        serviceType: s.serviceType,
+        url: sim.url,
+        model: s.model,
+        verifiability: s.tee === null ? '' : s.tee === 'TeeML' ? 'TeeML' : 'TeeTLS',
+        inputPrice: s.inputPrice,
+        outputPrice: s.outputPrice,
+        additionalInfo: JSON.stringify(s.tee === 'centralized' ? { ProviderType: 'centralized' } : s.tee === 'TeeML' ? { TeeType: 'TDX+H100', TeeVerifier: 'dstack' } : {}),
+        teeSignerAddress: teeKey === undefined ? NO_SIGNER : privateKeyToAccount(teeKey).address,
+      })
+      if (teeKey !== undefined) await contract.acknowledgeSigner(owner, provider.address)
+      process.stdout.write(`registered ${provider.address} ${s.model} (${s.serviceType}${s.tee === null ? '' : `, ${s.tee}`}) at ${sim.url}\n`)
+    }
+    const config = loadConfig({
+      file: CONFIG,
+      env: { ...process.env, SVC_REGISTRY_CHAIN_RPC_URL: chain.rpcUrl, SVC_REGISTRY_CHAIN_CONTRACT: contract.address },
+    })
+    installProcessNet()
+    const router = await serve(config)
+    process.stdout.write(`local chain ${chain.rpcUrl}, InferenceServing at ${contract.address}\nsvc-router listening on ${router.url}\n`)
+    if (router.devKeys !== null) process.stdout.write(devKeysBanner(router.devKeys, router.url))
+    process.stdout.write(
+      `try a verified answer:\n  curl -s ${router.url}/v1/chat/completions -H "Authorization: Bearer $SK" -H 'X-SVC-Verify-TEE: true' \\\n` +
+        `    -H 'X-SVC-Provider-Trust-Mode: private' -H 'content-type: application/json' \\\n` +
+        `    -d '{"model":"qwen-2.5-7b-instruct","messages":[{"role":"user","content":"hi"}]}' | jq .x_svc_trace\n`,
+    )
+    let closing = false
+    const shutdown = (): void => {
+      if (closing) process.exit(1)
+      closing = true
+      router
+        .drain(config.server.drain_timeout_ms)
+        .then(() => router.close())
+        .then(stopAll)
+        .then(
+          () => process.exit(0),
+          () => process.exit(1),
+        )
+    }
+    process.on('SIGINT', shutdown)
+    process.on('SIGTERM', shutdown)
+  } catch (err) {
+    await stopAll()
+    throw err
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`demo:chain failed: ${String((err as Error)?.stack ?? err)}\n`)
+  process.exit(1)
+})

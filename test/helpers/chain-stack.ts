@@ -1,0 +1,109 @@
+/**
+ * A router whose registry is a real local chain: anvil on a free port, the registry contract deployed, each
+ * provider a simulator (a TEE one when it has a signer key) registered from its own account with the stake,
+ * TEE signers acknowledged by the contract's owner, and `serve()` reading the contract (registry.source: chain).
+ */
+import { randomBytes } from 'node:crypto'
+import { privateKeyToAccount } from 'viem/accounts'
+import type { Account } from 'viem'
+import { chainAccount, NO_SIGNER, RegistryContract, startAnvil, type LocalChain, type ServiceParams } from '../../src/demo/local-chain.js'
+import { startSimulator, type SimulatorHandle, type SimulatorOptions } from '../../src/simulator/simulator.js'
+import { startStack, type Stack } from './stack.js'
+
+export interface ChainProvider {
+  /** Index of its anvil account (1…19; 0 is the contract's owner). */
+  account: number
+  model: string
+  serviceType?: string
+  /** Neuron per prompt token (chat) and per completion token, image or audio second. */
+  inputPrice: bigint
+  outputPrice: bigint
+  verifiability?: string
+  additionalInfo?: string
+  /** A TEE provider: its simulator signs answers with a fresh key, registered as its teeSignerAddress. */
+  tee?: boolean
+  /** Whether the owner acknowledges its signer (default: true for a TEE provider). */
+  acknowledged?: boolean
+  sim?: SimulatorOptions
+  /** Register this url instead of a simulator's. */
+  url?: string
+}
+
+export interface RegisteredProvider {
+  readonly account: Account
+  /** Lower-case address: the pin header's value. */
+  readonly address: string
+  readonly sim: SimulatorHandle | null
+  /** The TEE signer's private key, when it has one. */
+  readonly teeKey: `0x${string}` | null
+  readonly params: ServiceParams
+}
+
+export interface ChainStack {
+  readonly chain: LocalChain
+  readonly contract: RegistryContract
+  readonly owner: Account
+  readonly providers: RegisteredProvider[]
+  /** Registers another provider (a simulator started for it unless `url`). */
+  register(p: ChainProvider): Promise<RegisteredProvider>
+}
+
+interface TapLike {
+  testdir(): string
+  teardown(fn: () => unknown): void
+}
+
+/** Anvil, the contract and the providers, without a router. */
+export async function startChain(t: TapLike, providers: ChainProvider[]): Promise<ChainStack> {
+  const chain = await startAnvil()
+  t.teardown(() => chain.stop())
+  const owner = chainAccount(0)
+  const contract = await RegistryContract.deploy(chain.rpcUrl, owner)
+  const registered: RegisteredProvider[] = []
+  async function register(p: ChainProvider): Promise<RegisteredProvider> {
+    const account = chainAccount(p.account)
+    const teeKey = p.tee === true ? (`0x${randomBytes(32).toString('hex')}` as const) : null
+    let sim: SimulatorHandle | null = null
+    let url = p.url
+    if (url === undefined) {
+      sim = await startSimulator({ name: `p${p.account}`, models: [p.model], ...(teeKey !== null && { teeKey }), ...p.sim })
+      t.teardown(() => sim!.close())
+      url = sim.url
+    }
+    const params: ServiceParams = {
+      serviceType: p.serviceType ?? 'chatbot',
+      url,
+      model: p.model,
+      verifiability: p.verifiability ?? (teeKey !== null ? 'TeeML' : ''),
+      inputPrice: p.inputPrice,
+      outputPrice: p.outputPrice,
+      additionalInfo: p.additionalInfo ?? '{}',
+      teeSignerAddress: teeKey !== null ? privateKeyToAccount(teeKey).address : NO_SIGNER,
+    }
+    await contract.addOrUpdateService(account, params)
+    if (teeKey !== null && p.acknowledged !== false) await contract.acknowledgeSigner(owner, account.address)
+    const r = { account, address: account.address.toLowerCase(), sim, teeKey, params }
+    registered.push(r)
+    return r
+  }
+  for (const p of providers) await register(p)
+  return { chain, contract, owner, providers: registered, register }
+}
+
+/** The chain, and a router serving from it. `config` is merged into the router's config file. */
+export async function startChainStack(
+  t: TapLike,
+  providers: ChainProvider[],
+  config: { refreshMs?: number; usdPer0g?: string; overrides?: string; extra?: Record<string, Record<string, unknown>> } = {},
+): Promise<ChainStack & { stack: Stack }> {
+  const chain = await startChain(t, providers)
+  const stack = await startStack(t, [], {
+    ...config.extra,
+    registry: {
+      source: 'chain',
+      path: config.overrides ?? '',
+      chain: { rpc_url: chain.chain.rpcUrl, contract: chain.contract.address, refresh_ms: config.refreshMs ?? 500, usd_per_0g: config.usdPer0g ?? '0.5' },
+    },
+  })
+  return { ...chain, stack }
+}
