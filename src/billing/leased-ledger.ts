@@ -23,7 +23,7 @@ import type { Charge, ResetPeriod } from '../store/store.js'
 import type { Books } from './books.js'
 import type { Budget } from './budget.js'
 import type { ChargeWriter } from './charge-writer.js'
-import type { Bill, BilledCost, Settled } from './ledger.js'
+import { billedWithin, chargeNotRecorded, chargeOf, type Bill, type BilledCost, type Settled } from './ledger.js'
 import { formatUsd } from './money.js'
 import { periodBounds } from './periods.js'
 
@@ -72,10 +72,6 @@ class KeyBook {
   get idle(): boolean {
     return this.reserved === 0n && this.settling === 0n && this.queue.length === 0 && !this.asking
   }
-}
-
-function tokenCount(n: number): number {
-  return Number.isSafeInteger(n) && n > 0 ? n : 0
 }
 
 function periodStartOf(period: ResetPeriod, now: number): number {
@@ -243,37 +239,12 @@ export class LeasedLedger implements Books {
 
   settle(book: KeyBook, reservation: LeasedReservation, held: bigint, bill: Bill, principal: Principal, done: Settled): BilledCost {
     book.reserved -= held
-    let input = bill.cost.input
-    let output = bill.cost.output
-    const capped = input + output > held
-    if (capped) {
-      log.warn('billed cost capped at the reservation: the provider reported more than the request could produce', {
-        request_id: reservation.requestId,
-        provider: bill.provider,
-        cost: formatUsd(input + output),
-        reserved: formatUsd(held),
-      })
-      if (input > held) input = held
-      output = held - input
-    }
-    const total = input + output
-    const billed: BilledCost = { input, output, capped }
+    const billed = billedWithin(bill, held, reservation.requestId)
+    const total = billed.input + billed.output
     book.settling += total
-    const charge: Charge = {
-      requestId: reservation.requestId,
-      accountId: book.accountId,
-      keyId: book.keyId,
-      model: bill.model,
-      provider: bill.provider,
-      at: this.#now(),
-      promptTokens: tokenCount(bill.promptTokens),
-      completionTokens: tokenCount(bill.completionTokens),
-      images: tokenCount(bill.images),
-      audioMs: tokenCount(bill.audioMs),
-      cost: total,
-      leased: true,
-      periodStart: periodStartOf(principal.resetPeriod, this.#now()),
-    }
+    const now = this.#now()
+    // Paid out of this replica's lease on the key in the charge's own transaction.
+    const charge: Charge = { ...chargeOf(reservation.requestId, book.accountId, book.keyId, bill, total, now), leased: true, periodStart: periodStartOf(principal.resetPeriod, now) }
     // What the request held beyond its cost is free again for the holds queued here.
     this.#afterRelease(book)
     this.#writer.enqueue(charge, (outcome) => {
@@ -285,13 +256,7 @@ export class LeasedLedger implements Books {
         return done(billed, null)
       }
       this.#afterRelease(book)
-      log.error('CHARGE NOT RECORDED: the response ends with an error instead of its last byte', {
-        request_id: reservation.requestId,
-        account: book.accountId,
-        cost: formatUsd(total),
-        err: outcome.message,
-      })
-      done(billed, new RouterError('server_error', 'the charge for this request could not be recorded, so the response was not completed'))
+      done(billed, chargeNotRecorded(reservation.requestId, book.accountId, total, outcome))
     })
     return billed
   }

@@ -78,6 +78,56 @@ function tokenCount(n: number): number {
   return Number.isSafeInteger(n) && n > 0 ? n : 0
 }
 
+/**
+ * What `bill` is billed against a hold of `held`: its cost, or the hold when the cost exceeded it (`capped`,
+ * logged). A provider reporting more usage than the request could produce is billed min(actual, hold), which
+ * keeps "balance never below zero, used never past the credit limit" a hard guarantee whatever it reports.
+ */
+export function billedWithin(bill: Bill, held: bigint, requestId: string): BilledCost {
+  let input = bill.cost.input
+  let output = bill.cost.output
+  const capped = input + output > held
+  if (capped) {
+    log.warn('billed cost capped at the reservation: the provider reported more than the request could produce', {
+      request_id: requestId,
+      provider: bill.provider,
+      cost: formatUsd(input + output),
+      reserved: formatUsd(held),
+    })
+    if (input > held) input = held
+    output = held - input
+  }
+  return { input, output, capped }
+}
+
+/** The charge of a settled request, its counts made safe (a count that is not one is billed as 0). */
+export function chargeOf(requestId: string, accountId: string, keyId: string, bill: Bill, cost: bigint, at: number): Charge {
+  return {
+    requestId,
+    accountId,
+    keyId,
+    model: bill.model,
+    provider: bill.provider,
+    at,
+    promptTokens: tokenCount(bill.promptTokens),
+    completionTokens: tokenCount(bill.completionTokens),
+    images: tokenCount(bill.images),
+    audioMs: tokenCount(bill.audioMs),
+    cost,
+  }
+}
+
+/** A charge the store did not record: logged loudly, and the error its response ends with instead of its last byte. */
+export function chargeNotRecorded(requestId: string, accountId: string, cost: bigint, err: Error): RouterError {
+  log.error('CHARGE NOT RECORDED: the response ends with an error instead of its last byte', {
+    request_id: requestId,
+    account: accountId,
+    cost: formatUsd(cost),
+    err: err.message,
+  })
+  return new RouterError('server_error', 'the charge for this request could not be recorded, so the response was not completed')
+}
+
 function roll(key: KeyBook, now: number): void {
   if (now < key.end && now >= key.start) return
   // Every charge settled so far has `at` < end (settling rolls first), so the new period starts empty.
@@ -391,21 +441,8 @@ export class Reservation {
     this.#open = false
     const held = this.#amount
     this.#unhold()
-    let input = bill.cost.input
-    let output = bill.cost.output
-    const capped = input + output > held
-    if (capped) {
-      log.warn('billed cost capped at the reservation: the provider reported more than the request could produce', {
-        request_id: this.requestId,
-        provider: bill.provider,
-        cost: formatUsd(input + output),
-        reserved: formatUsd(held),
-      })
-      if (input > held) input = held
-      output = held - input
-    }
-    const total = input + output
-    const billed: BilledCost = { input, output, capped }
+    const billed = billedWithin(bill, held, this.requestId)
+    const total = billed.input + billed.output
     const now = this.#now()
     const a = this.#account
     a.spent += total
@@ -423,32 +460,14 @@ export class Reservation {
       queueMicrotask(() => done(billed, null))
       return billed
     }
-    const charge: Charge = {
-      requestId: this.requestId,
-      accountId: this.#accountId,
-      keyId: this.#keyId,
-      model: bill.model,
-      provider: bill.provider,
-      at: now,
-      promptTokens: tokenCount(bill.promptTokens),
-      completionTokens: tokenCount(bill.completionTokens),
-      images: tokenCount(bill.images),
-      audioMs: tokenCount(bill.audioMs),
-      cost: total,
-    }
+    const charge = chargeOf(this.requestId, this.#accountId, this.#keyId, bill, total, now)
     this.#writer.enqueue(charge, (outcome) => {
       if (!(outcome instanceof Error)) return done(billed, null)
       // Not recorded: take it back out of the books so admission stays exact, and fail the response.
       a.spent -= total
       if (key !== null && key.start === keyStart) key.used -= total
       this.#waiters.wake()
-      log.error('CHARGE NOT RECORDED: the response ends with an error instead of its last byte', {
-        request_id: this.requestId,
-        account: this.#accountId,
-        cost: formatUsd(total),
-        err: outcome.message,
-      })
-      done(billed, new RouterError('server_error', 'the charge for this request could not be recorded, so the response was not completed'))
+      done(billed, chargeNotRecorded(this.requestId, this.#accountId, total, outcome))
     })
     return billed
   }

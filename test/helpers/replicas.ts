@@ -8,6 +8,10 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { stringify } from 'yaml'
+import { startSimulator } from '../../src/simulator/simulator.js'
+import { startPostgres, type TestPostgres } from './postgres.js'
+import { startRedis, type TestRedis } from './redis.js'
+import { DEFAULT_PRICE } from './stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
@@ -125,6 +129,16 @@ export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fle
       return run.stdout
     },
   }
+}
+
+/** What a fleet runs on: a PostgreSQL and a Redis of the test file's own, and one simulated chat provider. */
+export async function fleetBackends(t: TapLike, address: string): Promise<{ pg: TestPostgres; redis: TestRedis; providers: object[] }> {
+  const pg = await startPostgres(t)
+  const redis = await startRedis(t)
+  const sim = await startSimulator({ name: 'fleet', ttftMs: 2, tokensPerS: 2_000, completionTokens: 8 })
+  t.teardown(() => sim.close())
+  const providers = [{ address, url: sim.url, trust_mode: 'standard', verifiability: '', models: [{ id: 'm-chat', type: 'chatbot', price: DEFAULT_PRICE }] }]
+  return { pg, redis, providers }
 }
 
 /** Funds `wallet` with 100 USD and issues it an mk- key (all scopes) and an sk- key, with the operator CLI. */

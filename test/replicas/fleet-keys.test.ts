@@ -4,27 +4,17 @@
  * revocation or a change answered by one binds the next request on every one.
  */
 import t from 'tap'
-import { startSimulator } from '../../src/simulator/simulator.js'
-import { startPostgres } from '../helpers/postgres.js'
-import { startRedis } from '../helpers/redis.js'
-import { chat, provision, sendJson, startFleet } from '../helpers/replicas.js'
-import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
+import { chat, fleetBackends, provision, sendJson, startFleet } from '../helpers/replicas.js'
+import { addr } from '../helpers/stack.js'
 
 const WALLET = '0x' + 'f'.repeat(40)
 const P = addr('d')
-
-
-
 
 // Real processes, a real database: slower than the default per-file budget on a loaded machine.
 t.setTimeout(400_000)
 
 t.test('replicas on one PostgreSQL and Redis', async (t) => {
-  const pg = await startPostgres(t)
-  const redis = await startRedis(t)
-  const sim = await startSimulator({ name: 'fleet', ttftMs: 2, tokensPerS: 2_000, completionTokens: 8 })
-  t.teardown(() => sim.close())
-  const providers = [{ address: P, url: sim.url, trust_mode: 'standard', verifiability: '', models: [{ id: 'm-chat', type: 'chatbot', price: DEFAULT_PRICE }] }]
+  const { pg, redis, providers } = await fleetBackends(t, P)
 
   t.test('three started at once on an empty database all come up; the CLI works on it; keys work everywhere at once', async (t) => {
     const fleet = await startFleet(t, { n: 3, pgUrl: await pg.newDatabase(), redisUrl: redis.url, providers, together: true })

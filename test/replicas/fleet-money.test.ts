@@ -5,16 +5,11 @@
  */
 import t from 'tap'
 import { parseUsd } from '../../src/billing/money.js'
-import { startSimulator } from '../../src/simulator/simulator.js'
-import { startPostgres } from '../helpers/postgres.js'
-import { startRedis } from '../helpers/redis.js'
-import { chat, getJson, provision, sendJson, startFleet } from '../helpers/replicas.js'
-import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
+import { chat, fleetBackends, getJson, provision, sendJson, startFleet } from '../helpers/replicas.js'
+import { addr } from '../helpers/stack.js'
 
 const WALLET = '0x' + 'f'.repeat(40)
 const P = addr('d')
-
-
 
 function costOf(text: string): bigint {
   return parseUsd((JSON.parse(text) as { x_svc_trace: { billing: { total_cost: string } } }).x_svc_trace.billing.total_cost)!
@@ -24,11 +19,7 @@ function costOf(text: string): bigint {
 t.setTimeout(400_000)
 
 t.test('replicas on one PostgreSQL and Redis', async (t) => {
-  const pg = await startPostgres(t)
-  const redis = await startRedis(t)
-  const sim = await startSimulator({ name: 'fleet', ttftMs: 2, tokensPerS: 2_000, completionTokens: 8 })
-  t.teardown(() => sim.close())
-  const providers = [{ address: P, url: sim.url, trust_mode: 'standard', verifiability: '', models: [{ id: 'm-chat', type: 'chatbot', price: DEFAULT_PRICE }] }]
+  const { pg, redis, providers } = await fleetBackends(t, P)
 
   t.test('a key capped at 50 requests\' worth, 300 concurrent requests over 3 replicas: at least 35 served, never 51', async (t) => {
     const fleet = await startFleet(t, { n: 3, pgUrl: await pg.newDatabase(), redisUrl: redis.url, providers })
