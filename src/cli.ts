@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 /** The svc-router command line: `serve`, `simulate-provider`, and the operator commands on the store. */
+import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { FileProblemsError, loadConfig } from './config/index.js'
 import { devKeysBanner } from './operator/bootstrap.js'
@@ -9,6 +10,7 @@ import { SchemaTooNewError } from './store/store.js'
 import { installProcessNet } from './process-net.js'
 import { log } from './log.js'
 import { serve } from './serve.js'
+import { describeUwsBuild, uwsBuild } from './server/uws-build.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 
 const USAGE = `usage: svc-router <command> [options]
@@ -22,6 +24,7 @@ commands:
 
 options:
   -h, --help                 show this help
+  -v, --version              print the version, the Node.js and the uWebSockets.js build it runs on
 `
 
 const SERVE_USAGE = `usage: svc-router serve [--config FILE]
@@ -82,6 +85,22 @@ async function serveCommand(argv: string[]): Promise<void> {
   process.on('SIGTERM', shutdown)
 }
 
+/**
+ * `svc-router --version`: its own version, Node's, and the uWS build that loads here (or why none does: the
+ * NoUwsBuildError's list, which is what an operator checking a new machine needs to see).
+ */
+function versionText(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+  let uws: string
+  try {
+    uws = describeUwsBuild(uwsBuild())
+  } catch (err) {
+    uws = (err as Error).message
+    process.exitCode = 1
+  }
+  return `svc-router ${pkg.version}\nnode ${process.version} (ABI ${process.versions.modules}, ${process.platform}-${process.arch})\n${uws}\n`
+}
+
 const operatorIo: OperatorIo = {
   out: (text) => process.stdout.write(text),
   err: (text) => process.stderr.write(text),
@@ -103,6 +122,11 @@ async function main(argv: string[]): Promise<void> {
       return
     case 'api-keys':
       process.exitCode = await apiKeysCommand(rest, operatorIo)
+      return
+    case '-v':
+    case '--version':
+    case 'version':
+      process.stdout.write(versionText())
       return
     case undefined:
     case '-h':

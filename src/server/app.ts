@@ -8,7 +8,6 @@
  * once 4 KiB of it are buffered; a request pipelined behind one still being answered closes the connection
  * (the pending one sees onAborted). README "Operations notes: front-end limits" has the measurements.
  */
-import uWS from 'uWebSockets.js'
 import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import { trimOws } from '../vocabulary/http.js'
@@ -17,6 +16,7 @@ import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TRACE_HEADER, type RequestHea
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
+import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from './uws-build.js'
 
 export type Handler = (head: RequestHead, reply: Reply) => void
 
@@ -154,10 +154,10 @@ class UwsRequestHead implements RequestHead {
   readonly headBytes: number
   /** Path parameters of the route pattern, in order. */
   readonly params: string[]
-  readonly #res: uWS.HttpResponse
+  readonly #res: HttpResponse
   #remote: string | null = null
 
-  constructor(req: uWS.HttpRequest, res: uWS.HttpResponse, paramCount: number) {
+  constructor(req: HttpRequest, res: HttpResponse, paramCount: number) {
     this.#res = res
     this.method = req.getMethod()
     this.path = req.getUrl()
@@ -254,7 +254,7 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * body) is read as another request. Written here rather than through UwsReply, whose send() closes only after
  * a 413.
  */
-function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
+function refuseHead(res: HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
   res.cork(() => {
     res
       .writeStatus(statusLine(err.status))
@@ -268,6 +268,7 @@ function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterErro
 export function listen(host: string, port: number, routes: readonly Route[], options: ListenOptions = {}): Promise<AppHandle> {
   const sendTimeoutMs = options.sendTimeoutMs ?? SEND_TIMEOUT_MS
   const maxHeaderBytes = options.maxHeaderBytes ?? MAX_HEADER_BYTES
+  const uWS = uwsBuild({ maxHeadBytes: maxHeaderBytes }).uws
   const app = uWS.App()
   const methodsByPath = new Map<string, string[]>()
   /** A path's own error envelope (Route.renderError), for the 405 and refused heads of the catch-all. */
@@ -335,7 +336,7 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
         reject(new Error(`could not listen on ${host}:${port}`))
         return
       }
-      const bound = uWS.us_socket_local_port(token as unknown as uWS.us_socket)
+      const bound = uWS.us_socket_local_port(token as unknown as us_socket)
       let listening = true
       resolve({
         port: bound,
