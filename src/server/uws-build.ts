@@ -88,7 +88,7 @@ function defaultTarget(): UwsTarget {
 }
 
 /** The folder of package `name` as Node resolves it from `from`, or null when it is not installed. */
-function packageRoot(name: string, from: string): { root: string; version: string } | null {
+export function packageRoot(name: string, from: string): { root: string; version: string } | null {
   let main: string
   try {
     main = createRequire(join(from, 'noop.js')).resolve(name)
