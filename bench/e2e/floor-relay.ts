@@ -23,7 +23,7 @@
  * `[DONE]` once the charge is committed. No routing, rate limit, key policy, failover, telemetry, error
  * envelopes or checks of the events: less than svc-router must do, so its cost is a lower bound.
  */
-import Database from 'better-sqlite3'
+import { Database } from '../../src/store/sqlite/driver.js'
 import { STATUS_CODES } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
 import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from '../../src/server/uws-build.js'
