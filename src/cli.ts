@@ -8,9 +8,9 @@ import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
 import { SchemaTooNewError } from './store/store.js'
 import { installProcessNet } from './process-net.js'
-import { log } from './log.js'
+import { log, setLogLevel } from './log.js'
 import { serve } from './serve.js'
-import { describeUwsBuild, uwsBuild } from './server/uws-build.js'
+import { describeUwsBuild, NoUwsBuildError, uwsBuild } from './server/uws-build.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 
 const USAGE = `usage: svc-router <command> [options]
@@ -93,6 +93,8 @@ function versionText(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
   let uws: string
   try {
+    // The build is printed below; the 'uWS loaded' log line would only repeat it on stderr.
+    setLogLevel('warn')
     uws = describeUwsBuild(uwsBuild())
   } catch (err) {
     uws = (err as Error).message
@@ -141,7 +143,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError) {
+  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError || err instanceof NoUwsBuildError) {
     process.stderr.write(`svc-router: ${err.message}\n`)
   } else if (err instanceof OperatorUsageError) {
     process.stderr.write(`svc-router: ${err.message} (see --help)\n`)
