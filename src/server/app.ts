@@ -5,8 +5,8 @@
  * What uWS does before any of this runs (uws-build.ts picks the build), and so what no code here can answer:
  * HTTP/1.0 and other versions get its own 505 at once; a head past its limit (see UWS_HEAD_LIMIT_FACTOR) its
  * own 431. A head it cannot parse (more than 98 fields, no Host, a malformed field line) gets 400 or 431 at
- * once from a current core (Node 22/24, or glibc 2.38+); the Node-20 binary of uwebsockets 3.0.6, the one that
- * loads on glibc 2.36, takes it for an incomplete head and holds it until its idle timeout (8–12 s). A request
+ * once from a current core (the Node 22/24 builds); the Node 20 binary of uwebsockets 3.0.6 has an older core,
+ * which takes it for an incomplete head and holds it until its idle timeout (8–12 s). A request
  * pipelined behind one still being answered closes the connection (the pending one sees onAborted). README
  * "Operations notes: front-end limits" has the measurements.
  */
@@ -48,8 +48,8 @@ export const MAX_HEADER_BYTES = 4096
 
 /**
  * uWS's own head limit (UWS_HTTP_MAX_HEADERS_SIZE) as a multiple of the router's. uWS refuses a head past its
- * limit with a plain HTML 431 before any route runs (a current core at once, the Node-20-only uwebsockets build
- * once its buffer for a head arriving in pieces overflows); a head between the router's limit and uWS's reaches
+ * limit with a plain HTML 431 before any route runs (a current core at once, the older core of the Node 20
+ * binary once its buffer for a head arriving in pieces overflows); a head between the router's limit and uWS's reaches
  * headProblem(), which answers 431 in the envelope the client's API uses. Twice the limit keeps the envelope
  * for every head that is merely over it, and bounds what uWS buffers per connection.
  */

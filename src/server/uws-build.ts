@@ -15,7 +15,7 @@ import { dirname, join } from 'node:path'
 import type * as Uws from 'uws-build-btc-vision'
 import { log } from '../log.js'
 
-/** The uWS API, as the builds share it (typed from the newest build's index.d.ts). */
+/** The uWS API, as the builds share it (typed from the newest build's index.d.ts, btc-vision's 20.57.0). */
 export type UwsModule = typeof Uws
 export type { HttpRequest, HttpResponse, us_listen_socket, us_socket } from 'uws-build-btc-vision'
 
@@ -30,17 +30,21 @@ export interface UwsCandidate {
 }
 
 /**
- * The builds, newest uWS core first, each pinned in package.json by an npm alias. `uWebSockets.js` comes first
- * and is not a dependency: an operator who installs an official release under that name (`npm install
- * uWebSockets.js@github:uNetworking/uWebSockets.js#v20.57.0`) gets it without a code change.
+ * The builds, in the order tried. `uWebSockets.js` comes first and is not a dependency: an operator who installs
+ * an official release under that name (`npm install uWebSockets.js@github:uNetworking/uWebSockets.js#v20.57.0`)
+ * gets it without a code change. uwebsockets 3.0.6 comes before btc-vision's 20.57.0 although its origin is
+ * less clear: on Node 24 the btc-vision build intermittently let a 240 MiB upload pile up in the router (RSS grew
+ * with the upload in 3 of 7 runs of test/media/multipart.test.ts; 0 of 4 with uwebsockets' binary), which
+ * suggests its pause() does not always hold the body back. btc-vision's binaries all need glibc 2.38, where
+ * uwebsockets' own binaries load too, so it is reached only where uwebsockets ships no binary for the ABI.
  */
 export const UWS_CANDIDATES: readonly UwsCandidate[] = [
   { name: 'uWebSockets.js', source: 'uWebSockets.js as installed by the operator (not a dependency)', binaryDir: '.' },
-  { name: 'uws-build-btc-vision', source: 'npm @btc-vision/uwebsockets.js@20.57.0 (uWebSockets.js v20.57.0)', binaryDir: '.' },
-  { name: 'uws-build-uwebsockets', source: 'npm uwebsockets@3.0.6 (a republished uWebSockets.js v20 release)', binaryDir: '.' },
+  { name: 'uws-build-uwebsockets', source: 'npm uwebsockets@3.0.6, a republished uWebSockets.js v20', binaryDir: '.' },
+  { name: 'uws-build-btc-vision', source: 'npm @btc-vision/uwebsockets.js@20.57.0, uWebSockets.js v20.57.0', binaryDir: '.' },
   {
     name: 'uws-build-trufflesuite',
-    source: 'npm @trufflesuite/uws-js-unofficial@20.30.0-unofficial.0 (uWebSockets.js 20.30, uWS core 20.43)',
+    source: 'npm @trufflesuite/uws-js-unofficial@20.30.0-unofficial.0, uWS core 20.43',
     binaryDir: 'binaries',
   },
 ]

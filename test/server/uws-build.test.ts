@@ -118,7 +118,7 @@ t.test('when none loads, one error names every candidate and why it failed', asy
   } catch (err) {
     const message = (err as Error).message
     for (const c of UWS_CANDIDATES) t.match(message, c.name, `${c.name} is named`)
-    t.match(message, 'uws-build-btc-vision 20.57.0 (npm @btc-vision/uwebsockets.js@20.57.0 (uWebSockets.js v20.57.0)): no binary for')
+    t.match(message, 'uws-build-btc-vision 20.57.0 (npm @btc-vision/uwebsockets.js@20.57.0, uWebSockets.js v20.57.0): no binary for')
   }
 })
 
