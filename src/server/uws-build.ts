@@ -155,6 +155,10 @@ export function selectUwsBuild(candidates: readonly UwsCandidate[], target: UwsT
 }
 
 let loaded: UwsBuild | null = null
+/** The limit uWS was loaded with (undefined: it was not given one, and keeps its own). */
+let loadedHeadBytes: number | undefined
+/** uWS's own limit when UWS_HTTP_MAX_HEADERS_SIZE is not set. */
+const UWS_DEFAULT_HEAD_BYTES = 4096
 
 /**
  * The process's uWS build, loaded on first call. `maxHeadBytes` (config server.max_head_bytes) is handed to uWS
@@ -166,7 +170,13 @@ export function uwsBuild(options: { maxHeadBytes?: number } = {}): UwsBuild {
     if (options.maxHeadBytes !== undefined) process.env.UWS_HTTP_MAX_HEADERS_SIZE = String(options.maxHeadBytes)
     loaded = selectUwsBuild(UWS_CANDIDATES)
     loadedHeadBytes = options.maxHeadBytes
-    log.info('uWS loaded', { build: loaded.candidate.name, version: loaded.version, file: loaded.file, sha256: loaded.sha256 })
+    log.info('uWS loaded', {
+      build: loaded.candidate.name,
+      version: loaded.version,
+      file: loaded.file,
+      sha256: loaded.sha256,
+      skipped: loaded.skipped,
+    })
   } else if (options.maxHeadBytes !== undefined && options.maxHeadBytes !== (loadedHeadBytes ?? UWS_DEFAULT_HEAD_BYTES)) {
     throw new Error(
       `uWS was loaded with a head limit of ${loadedHeadBytes ?? UWS_DEFAULT_HEAD_BYTES} bytes; it cannot take ${options.maxHeadBytes} in the same process`,
@@ -174,9 +184,6 @@ export function uwsBuild(options: { maxHeadBytes?: number } = {}): UwsBuild {
   }
   return loaded
 }
-let loadedHeadBytes: number | undefined
-/** uWS's own limit when UWS_HTTP_MAX_HEADERS_SIZE is not set. */
-const UWS_DEFAULT_HEAD_BYTES = 4096
 
 /** The build loaded so far, or null before the first listen (for svc_build_info, which must not load it). */
 export function loadedUwsBuild(): UwsBuild | null {
