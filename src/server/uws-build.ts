@@ -32,11 +32,11 @@ export interface UwsCandidate {
 /**
  * The builds, in the order tried. `uWebSockets.js` comes first and is not a dependency: an operator who installs
  * an official release under that name (`npm install uWebSockets.js@github:uNetworking/uWebSockets.js#v20.57.0`)
- * gets it without a code change. uwebsockets 3.0.6 comes before btc-vision's 20.57.0 although its origin is
- * less clear: on Node 24 the btc-vision build intermittently let a 240 MiB upload pile up in the router (RSS grew
- * with the upload in 3 of 7 runs of test/media/multipart.test.ts; 0 of 4 with uwebsockets' binary), which
- * suggests its pause() does not always hold the body back. btc-vision's binaries all need glibc 2.38, where
- * uwebsockets' own binaries load too, so it is reached only where uwebsockets ships no binary for the ABI.
+ * gets it without a code change. uwebsockets 3.0.6 comes before btc-vision's 20.57.0 although its package is
+ * a less clear republish: its binaries carry the paths of uWebSockets.js's own CI, and on Node 24 a 240 MiB
+ * upload through the router (test/media/multipart.test.ts) sometimes grew the router's RSS with the upload,
+ * more often with btc-vision's build (3 of 7 runs) than with uwebsockets' (1 of 10). btc-vision's binaries all
+ * need glibc 2.38, where uwebsockets' own load too, so it is reached only for an ABI uwebsockets does not ship.
  */
 export const UWS_CANDIDATES: readonly UwsCandidate[] = [
   { name: 'uWebSockets.js', source: 'uWebSockets.js as installed by the operator (not a dependency)', binaryDir: '.' },
