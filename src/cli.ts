@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 /** The svc-router command line: `serve`, `simulate-provider`, and the operator commands on the store. */
+import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { FileProblemsError, loadConfig } from './config/index.js'
 import { devKeysBanner } from './operator/bootstrap.js'
@@ -7,8 +8,9 @@ import { apiKeysCommand } from './operator/api-keys-command.js'
 import { accountsCommand, mgmtKeysCommand, OperatorUsageError, type OperatorIo } from './operator/commands.js'
 import { SchemaTooNewError, StoreUnavailableError } from './store/store.js'
 import { installProcessNet } from './process-net.js'
-import { log } from './log.js'
+import { log, setLogLevel } from './log.js'
 import { serve } from './serve.js'
+import { describeUwsBuild, NoUwsBuildError, uwsBuild } from './server/uws-build.js'
 import { simulateProviderCommand } from './simulator/cli.js'
 import { superviseWorkers, workersProblem } from './workers.js'
 
@@ -24,6 +26,7 @@ commands:
 
 options:
   -h, --help                 show this help
+  -v, --version              print the version, the Node.js and the uWebSockets.js build it runs on
 `
 
 const SERVE_USAGE = `usage: svc-router serve [--config FILE] [--workers N]
@@ -99,6 +102,24 @@ async function serveCommand(argv: string[]): Promise<void> {
   if (process.send !== undefined) process.once('disconnect', () => shutdown('SIGTERM'))
 }
 
+/**
+ * `svc-router --version`: its own version, Node's, and the uWS build that loads here (or why none does: the
+ * NoUwsBuildError's list, which is what an operator checking a new machine needs to see).
+ */
+function versionText(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+  let uws: string
+  try {
+    // The build is printed below; the 'uWS loaded' log line would only repeat it on stderr.
+    setLogLevel('warn')
+    uws = describeUwsBuild(uwsBuild())
+  } catch (err) {
+    uws = (err as Error).message
+    process.exitCode = 1
+  }
+  return `svc-router ${pkg.version}\nnode ${process.version} (ABI ${process.versions.modules}, ${process.platform}-${process.arch})\n${uws}\n`
+}
+
 const operatorIo: OperatorIo = {
   out: (text) => process.stdout.write(text),
   err: (text) => process.stderr.write(text),
@@ -121,6 +142,11 @@ async function main(argv: string[]): Promise<void> {
     case 'api-keys':
       process.exitCode = await apiKeysCommand(rest, operatorIo)
       return
+    case '-v':
+    case '--version':
+    case 'version':
+      process.stdout.write(versionText())
+      return
     case undefined:
     case '-h':
     case '--help':
@@ -134,7 +160,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError || err instanceof StoreUnavailableError) {
+  if (err instanceof FileProblemsError || err instanceof SchemaTooNewError || err instanceof StoreUnavailableError || err instanceof NoUwsBuildError) {
     process.stderr.write(`svc-router: ${err.message}\n`)
   } else if (err instanceof OperatorUsageError) {
     process.stderr.write(`svc-router: ${err.message} (see --help)\n`)

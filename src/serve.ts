@@ -418,9 +418,10 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   let opsApp: Awaited<ReturnType<typeof listen>> | null = null
   try {
     await jobs.resume()
-    if (config.ops.separate_port) opsApp = await listen(config.ops.host, config.ops.port, opsRoutes)
+    const maxHeaderBytes = config.server.max_head_bytes
+    if (config.ops.separate_port) opsApp = await listen(config.ops.host, config.ops.port, opsRoutes, { maxHeaderBytes })
     else routes.push(...opsRoutes)
-    app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms })
+    app = await listen(config.server.host, config.server.port, routes, { sendTimeoutMs: config.server.send_timeout_ms, maxHeaderBytes })
     consoleOrigins ??= ConsoleOrigins.listening(config.server.host, app.port)
   } catch (err) {
     opsApp?.close()

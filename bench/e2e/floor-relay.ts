@@ -23,10 +23,10 @@
  * `[DONE]` once the charge is committed. No routing, rate limit, key policy, failover, telemetry, error
  * envelopes or checks of the events: less than svc-router must do, so its cost is a lower bound.
  */
-import Database from 'better-sqlite3'
+import { Database } from '../../src/store/sqlite/driver.js'
 import { STATUS_CODES } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
-import uWS from 'uWebSockets.js'
+import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from '../../src/server/uws-build.js'
 
 const CHAT_PATH = '/v1/chat/completions'
 const MAX_BODY = 4 * 1024 * 1024
@@ -153,7 +153,7 @@ const INCLUDE_USAGE = Buffer.from(',"stream_options":{"include_usage":true}')
 
 /** One client request relayed upstream: the undici handler, holding the uWS response it answers on. */
 class Relay implements Dispatcher.DispatchHandler {
-  readonly #res: uWS.HttpResponse
+  readonly #res: HttpResponse
   /** undici's abort (onConnect) and resume of a paused read (onHeaders). */
   #abortRequest: ((err?: Error) => void) | null = null
   #resumeRead: (() => void) | null = null
@@ -175,7 +175,7 @@ class Relay implements Dispatcher.DispatchHandler {
   /** `--bill`, a stream: the start of an event not wholly received yet, and the usage read from the events. */
   #sse: { rest: Buffer | null; usage: Usage | null } | null = null
 
-  constructor(res: uWS.HttpResponse) {
+  constructor(res: HttpResponse) {
     this.#res = res
   }
 
@@ -424,7 +424,7 @@ class Relay implements Dispatcher.DispatchHandler {
 }
 
 /** `--bill`: the request's key, model and hold, or the answer that refuses it (sent here). */
-function admit(res: uWS.HttpResponse, account: Account | undefined, body: Buffer, startedAt: number): Bill | false {
+function admit(res: HttpResponse, account: Account | undefined, body: Buffer, startedAt: number): Bill | false {
   const refuse = (status: string, why: string): false => {
     res.cork(() => res.writeStatus(status).writeHeader('content-type', 'text/plain').end(why))
     return false
@@ -443,7 +443,7 @@ function admit(res: uWS.HttpResponse, account: Account | undefined, body: Buffer
   return { account, stream: parsed.stream === true, model: parsed.model, requestId: requestIdPrefix + String(++requestCount), hold, startedAt }
 }
 
-function relay(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+function relay(res: HttpResponse, req: HttpRequest): void {
   const r = new Relay(res)
   // First, before anything asynchronous: uWS requires it, and it is how a client that leaves aborts upstream.
   res.onAborted(() => r.clientAborted())
@@ -484,6 +484,7 @@ function relay(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
   })
 }
 
+const uWS = uwsBuild().uws
 const app = uWS.App()
 app.post(CHAT_PATH, relay)
 app.any('/*', (res) => {
@@ -494,7 +495,7 @@ app.listen('127.0.0.1', port, (listenSocket) => {
     process.stderr.write(`floor relay: cannot listen on 127.0.0.1:${port}\n`)
     process.exit(1)
   }
-  const bound = uWS.us_socket_local_port(listenSocket as unknown as uWS.us_socket)
+  const bound = uWS.us_socket_local_port(listenSocket as unknown as us_socket)
   process.stdout.write(`floor relay listening on http://127.0.0.1:${bound}\n`)
 })
 

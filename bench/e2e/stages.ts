@@ -53,7 +53,7 @@ const RULES: readonly (readonly [string, Stage])[] = [
   ['wasm://', 'upstream parse (undici llhttp)'],
   ['/undici/', 'upstream write (undici dispatch)'],
   ['/uWebSockets.js/', 'front end (uWS, request head, reply)'],
-  ['/uws-js-unofficial/', 'front end (uWS, request head, reply)'],
+  ['/uws-build-', 'front end (uWS, request head, reply)'],
   // The floor relay's own code: its handler is what svc-router's relay stage does.
   ['/bench/e2e/floor-relay', 'relay (handler, codec, trace, sink)'],
 ]

@@ -8,6 +8,7 @@ import { join } from 'node:path'
 import { createBenchKey } from './bench-key.js'
 import type { RequestSpec } from './load.js'
 import { startChild, type Child } from './processes.js'
+import { uwsBuild } from '../../src/server/uws-build.js'
 
 /** fast: no pacing (request/response workloads); paced: TTFT; slow: long overlapping streams. */
 export const SIM_KINDS = ['fast', 'paced', 'slow'] as const
@@ -286,7 +287,7 @@ export async function floorTarget(root: string, sims: SimSet, fastNodeArgs: read
   const undici = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
   return {
     id: journalDir === null ? 'floor' : 'floor-billed',
-    version: `uWS 20.30 + undici ${undici}`,
+    version: `${uwsVersion()} + undici ${undici}`,
     unavailable: null,
     pid: byKind.fast.child.pid,
     pids: { fast: byKind.fast.child.pid, paced: byKind.paced.child.pid, slow: byKind.slow.child.pid },
@@ -322,4 +323,10 @@ export async function smokeCheck(target: Target): Promise<string | null> {
   } catch (err) {
     return `request failed: ${(err as Error).message}`
   }
+}
+
+/** The uWS build the floor relays run on (the one this Node loads, as they do), e.g. "uWS uws-build-uwebsockets 3.0.6". */
+function uwsVersion(): string {
+  const build = uwsBuild()
+  return `uWS ${build.candidate.name} ${build.version}`
 }

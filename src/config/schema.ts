@@ -18,6 +18,11 @@ const ServerSchema = z.strictObject({
   /** 0 asks the OS for an ephemeral port (tests). */
   port: z.int().min(0).max(65535).default(8080),
   max_json_body_bytes: byteSize(10 * 1024 * 1024),
+  /**
+   * Largest request head served (request line, fields, empty line); larger → 431. Handed to uWS, as
+   * UWS_HTTP_MAX_HEADERS_SIZE, before it loads (server/uws-build.ts): uWS reads it once.
+   */
+  max_head_bytes: z.int().min(1024).max(65536).default(4096),
   /** Largest multipart upload (image edits, transcriptions); larger → 413, and an attempt under way is cancelled. */
   max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */

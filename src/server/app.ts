@@ -2,13 +2,14 @@
  * The uWS front end: routes, request heads copied out synchronously, the 431 for oversized heads, and the
  * 404/405 envelope. The only module besides uws-reply.ts that sees uWS objects.
  *
- * What this uWS build (uWebSockets.js 20.30, uWS core 20.43) does before any of this runs, and so what no
- * code here can answer: a head it cannot parse (HTTP/1.0, more than 48 fields, no Host) is taken for an
- * incomplete one and held until its 10 s idle timeout (8–12 s) closes the connection, or closed at once
- * once 4 KiB of it are buffered; a request pipelined behind one still being answered closes the connection
- * (the pending one sees onAborted). README "Operations notes: front-end limits" has the measurements.
+ * What uWS does before any of this runs (uws-build.ts picks the build), and so what no code here can answer:
+ * HTTP/1.0 and other versions get its own 505 at once; a head past its limit (see UWS_HEAD_LIMIT_FACTOR) its
+ * own 431. A head it cannot parse (more than 98 fields, no Host, a malformed field line) gets 400 or 431 at
+ * once from a current core (the Node 22/24 builds); the Node 20 binary of uwebsockets 3.0.6 has an older core,
+ * which takes it for an incomplete head and holds it until its idle timeout (8–12 s). A request
+ * pipelined behind one still being answered closes the connection (the pending one sees onAborted). README
+ * "Operations notes: front-end limits" has the measurements.
  */
-import uWS from 'uWebSockets.js'
 import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
 import { trimOws } from '../vocabulary/http.js'
@@ -17,6 +18,7 @@ import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, typ
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
+import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from './uws-build.js'
 
 export type Handler = (head: RequestHead, reply: Reply) => void
 
@@ -36,15 +38,22 @@ export interface Route {
 const decoder = new TextDecoder()
 
 /**
- * The largest request head served, in bytes, counted as it is usually written: the request line, one
- * `Name: value` CRLF per field, and the empty line. It is uWS 20.43's own limit, made deterministic: uWS
- * parses a head of any size that arrives in one read (up to its 512 KiB receive buffer), but closes without
- * an answer one that arrives in pieces and is not complete within its 4 KiB fallback buffer (HttpParser.h
- * MAX_FALLBACK_SIZE). Refusing every larger head with 431 means a head is served or refused by its size,
- * never by how TCP happened to cut it. (A head written without the space after each colon is counted a
- * byte per field larger than it is: within 48 bytes of the limit it gets 431 where uWS could have taken it.)
+ * The largest request head served by default (config server.max_head_bytes), in bytes, counted as it is
+ * usually written: the request line, one `Name: value` CRLF per field, and the empty line. A larger head gets
+ * 431 whether it arrives in one read or in pieces: from the router in the API's envelope, or, past
+ * UWS_HEAD_LIMIT_FACTOR times the limit, from uWS itself. (A head written without the space after each colon
+ * is counted a byte per field larger than it is.)
  */
 export const MAX_HEADER_BYTES = 4096
+
+/**
+ * uWS's own head limit (UWS_HTTP_MAX_HEADERS_SIZE) as a multiple of the router's. uWS refuses a head past its
+ * limit with a plain HTML 431 before any route runs (a current core at once, the older core of the Node 20
+ * binary once its buffer for a head arriving in pieces overflows); a head between the router's limit and uWS's reaches
+ * headProblem(), which answers 431 in the envelope the client's API uses. Twice the limit keeps the envelope
+ * for every head that is merely over it, and bounds what uWS buffers per connection.
+ */
+export const UWS_HEAD_LIMIT_FACTOR = 2
 
 /**
  * The header names of HEADER, SESSION_HEADER, TRACE_HEADER then ANTHROPIC_HEADER, each at its slot in
@@ -155,10 +164,10 @@ class UwsRequestHead implements RequestHead {
   readonly headBytes: number
   /** Path parameters of the route pattern, in order. */
   readonly params: string[]
-  readonly #res: uWS.HttpResponse
+  readonly #res: HttpResponse
   #remote: string | null = null
 
-  constructor(req: uWS.HttpRequest, res: uWS.HttpResponse, paramCount: number) {
+  constructor(req: HttpRequest, res: HttpResponse, paramCount: number) {
     this.#res = res
     this.method = req.getMethod()
     this.path = req.getUrl()
@@ -228,8 +237,8 @@ export interface ListenOptions {
   /** How long a client may take to drain a streamed response's buffered output (uws-reply.ts). */
   readonly sendTimeoutMs?: number
   /**
-   * Heads larger than this get 431 (default MAX_HEADER_BYTES). Above 4096 this build of uWS still closes,
-   * without an answer, a larger head that arrives in more than one read; see MAX_HEADER_BYTES.
+   * Heads larger than this get 431 (default MAX_HEADER_BYTES). uWS takes its own limit from the first listen
+   * of the process (it reads it once, when it loads): a later listen with another value throws.
    */
   readonly maxHeaderBytes?: number
 }
@@ -256,7 +265,7 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * body) is read as another request. Written here rather than through UwsReply, whose send() closes only after
  * a 413.
  */
-function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
+function refuseHead(res: HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
   res.cork(() => {
     res
       .writeStatus(statusLine(err.status))
@@ -270,6 +279,7 @@ function refuseHead(res: uWS.HttpResponse, head: UwsRequestHead, err: RouterErro
 export function listen(host: string, port: number, routes: readonly Route[], options: ListenOptions = {}): Promise<AppHandle> {
   const sendTimeoutMs = options.sendTimeoutMs ?? SEND_TIMEOUT_MS
   const maxHeaderBytes = options.maxHeaderBytes ?? MAX_HEADER_BYTES
+  const uWS = uwsBuild({ maxHeadBytes: UWS_HEAD_LIMIT_FACTOR * maxHeaderBytes }).uws
   const app = uWS.App()
   const methodsByPath = new Map<string, string[]>()
   /** A path's own error envelope (Route.renderError), for the 405 and refused heads of the catch-all. */
@@ -337,7 +347,7 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
         reject(new Error(`could not listen on ${host}:${port}`))
         return
       }
-      const bound = uWS.us_socket_local_port(token as unknown as uWS.us_socket)
+      const bound = uWS.us_socket_local_port(token as unknown as us_socket)
       let listening = true
       resolve({
         port: bound,

@@ -11,7 +11,7 @@
  * writable again. The wait itself is bounded by the send timeout (`server.send_timeout_ms`, as nginx's
  * send_timeout bounds a client that accepts nothing), after which the response is closed and onAborted runs.
  */
-import type { HttpResponse } from 'uWebSockets.js'
+import type { HttpResponse } from './uws-build.js'
 import { RouterError, statusLine } from '../errors.js'
 import { release, type ChunkPool } from '../upstream/chunk-pool.js'
 import { ChunkGatherer, GrowingBody } from '../codecs/body-chunks.js'

@@ -7,6 +7,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { ProviderEntry } from '../routing/offers.js'
+import { loadedUwsBuild } from '../server/uws-build.js'
 import type { RoutingTable } from '../routing/table.js'
 import type { AttemptEvent, LedgerCommitEvent, RegistryRefreshEvent, RequestEndEvent, SettleEvent, TeeVerifyEvent } from './events.js'
 import { type CounterCell, CounterCells, type HistogramCell, level, SeriesHistogram } from './series.js'
@@ -124,6 +125,26 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     registers: [registry],
     collect() {
       committedCells.flush(this)
+    },
+  })
+  new Gauge({
+    name: 'svc_build_info',
+    help: 'Always 1: the Node.js version and ABI, and the uWebSockets.js build the front end runs on (its package, version and binary sha256).',
+    labelNames: ['node', 'abi', 'uws_build', 'uws_version', 'uws_sha256'] as const,
+    registers: [registry],
+    collect() {
+      this.reset()
+      const uws = loadedUwsBuild()
+      this.set(
+        {
+          node: process.version,
+          abi: process.versions.modules,
+          uws_build: uws?.candidate.name ?? 'not loaded',
+          uws_version: uws?.version ?? '',
+          uws_sha256: uws?.sha256 ?? '',
+        },
+        1,
+      )
     },
   })
   new Gauge({

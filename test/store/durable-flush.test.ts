@@ -6,7 +6,7 @@
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import Database from 'better-sqlite3'
+import { Database } from '../../src/store/sqlite/driver.js'
 import type { Worker } from 'node:worker_threads'
 import t from 'tap'
 import { SqliteLedger } from '../../src/store/sqlite/ledger.js'

@@ -6,7 +6,7 @@
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
+import { Database } from '../../src/store/sqlite/driver.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { SchemaTooNewError as StoreSchemaTooNewError, type StoreChange } from '../../src/store/store.js'
 import { CHARGE_SQL } from '../../src/store/sqlite/ledger.js'

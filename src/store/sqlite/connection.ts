@@ -7,7 +7,8 @@
 import { closeSync, fdatasync, mkdirSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { Worker } from 'node:worker_threads'
-import Database from 'better-sqlite3'
+import type BetterSqlite3 from 'better-sqlite3'
+import { Database } from './driver.js'
 import { migrate } from './migrate.js'
 
 /** How long stopUpkeep() waits for the upkeep thread (a fold of a long backlog) before closing anyway. */
@@ -35,7 +36,7 @@ export interface SqliteStoreOptions {
 }
 
 export class SqliteConnection {
-  readonly db: Database.Database
+  readonly db: BetterSqlite3.Database
   readonly now: () => number
   /** An in-memory database: no other connection can ever see or change it. */
   readonly memory: boolean
