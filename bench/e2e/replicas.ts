@@ -7,7 +7,7 @@
  * - Workload `replicas`: throughput at 64 connections of 2 replicas behind one port (`serve --workers 2`) and
  *   of 1 replica (`serve`), each on a fresh database of the same server, interleaved in rounds.
  * - Workload `charges`: charges per second the group commit sustains, the ChargeWriter straight on PgLedger and
- *   on the SQLite store's ledger (synchronous FULL), with 64 and 256 charges in flight; batch sizes and commit
+ *   on the SQLite store's ledger (synchronous FULL), with 1, 64 and 256 charges in flight; batch sizes and commit
  *   times from the writer's commit channel.
  *
  * PostgreSQL and Redis are started as the tests start them (test/helpers/postgres.ts and redis.ts, imported
@@ -203,8 +203,8 @@ async function replicaThroughput(o: ReplicasOptions): Promise<ReplicasRun['throu
 const ACCOUNT = '0x' + 'c'.repeat(40)
 const KEY_ID = '5b0e7c1e-0000-4000-8000-00000000c4a2'
 const PROVIDER = '0x' + '1'.repeat(40)
-/** In-flight levels of the charges workload. */
-const INFLIGHT = [64, 256] as const
+/** In-flight levels of the charges workload: 1 is the commit a lone request waits for (the latency workload's). */
+const INFLIGHT = [1, 64, 256] as const
 
 async function fundedStore(store: Store): Promise<void> {
   await store.ledger.addFunds(ACCOUNT, 'deposit', 10n ** 30n, 'bench', Date.now())

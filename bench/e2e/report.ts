@@ -722,7 +722,7 @@ function replicasSection(v: View): string[] {
       c.failed === 0 ? '0' : `${c.failed} (${(c.firstError ?? '').slice(0, 60)})`,
     ])
     out.push(
-      'Charges per second the group commit sustains (bench/e2e/replicas.ts): the ChargeWriter straight on each store\'s ledger, in the run\'s own process, with a fixed number of charges in flight (each one settled again as soon as its commit returned), after half a second not counted. One batch commits at a time; each is one transaction (PostgreSQL: the account lock and the append pipelined). These charges are not leased: in a replica they also pay out of its budget lease, one more statement in the same transaction.',
+      'Charges per second the group commit sustains (bench/e2e/replicas.ts): the ChargeWriter straight on each store\'s ledger, in the run\'s own process, with a fixed number of charges in flight (each one settled again as soon as its commit returned), after half a second not counted. One batch commits at a time; each is one transaction (PostgreSQL: BEGIN, the account lock, the append and COMMIT pipelined in one round trip). At 1 in flight the commit is what one request alone waits for before its last byte. These charges are not leased: in a replica they also pay out of its budget lease, one more statement in the same transaction.',
       '',
       ...table(['store', 'in flight', 'charges/s', 'transactions', 'batch size p50 / max', 'commit p50 / p99', 'failed'], rows),
       '',
