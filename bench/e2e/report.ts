@@ -686,10 +686,11 @@ function replicasSection(v: View): string[] {
   if (v.measured('router-pg') || v.data.results.latency?.['router-pg'] !== undefined) {
     const rows = (['router', 'router-pg'] as const).map((t) => {
       const fail = v.failure('latency', t)
-      if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '']
-      return [TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), ms(v.added('latency', t, 'p50')), ms(v.added('latency', t, 'p99')), formatRatio(v.added('latency', t, 'p50'), v.added('latency', 'router', 'p50'))]
+      if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '']
+      const added = v.added('latency', t, 'p50')
+      return [TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), ms(added), ms(v.added('latency', t, 'p99')), formatRatio(added, v.added('latency', 'router', 'p50')), ms(v.cpuPerRequest('latency', t))]
     })
-    out.push(`Latency at 1 connection (section 1's workload, the same rounds; target: added p50 ≤ 1.5× the SQLite router's):`, '', ...table(['', 'p50', 'p99', 'added p50', 'added p99', 'added p50 vs SQLite'], rows), '')
+    out.push(`Latency at 1 connection (section 1's workload, the same rounds; target: added p50 ≤ 1.5× the SQLite router's):`, '', ...table(['', 'p50', 'p99', 'added p50', 'added p99', 'added p50 vs SQLite', 'router CPU per request'], rows), '')
   }
   const tp = r.throughput
   if (tp !== undefined) {

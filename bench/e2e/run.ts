@@ -3,7 +3,7 @@
  * nginx, Portkey, svc-router), the same workloads for each, interleaved per workload so every comparison is
  * made minutes apart at most. A fifth target, the floor (a bare uWS + undici relay, floor-relay.ts), runs in
  * the latency and TTFT workloads only: what svc-router's stack costs before svc-router does anything. Load
- * comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes; --quick about 1½;
+ * comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes, plus about 2 for the replicas; --quick about 1½;
  * --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json);
  * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part and write nothing (a part that
  * includes the replicas prints their section 7 instead). Replicas (replicas.ts): the `router-pg` target in the
