@@ -13,6 +13,7 @@ import { formatMs, formatRatio, PERCENTILE_LABEL, PERCENTILES, type Distribution
 import { addedLatencySvg } from './svg.js'
 import type { MessagesRun } from './messages.js'
 import type { MultipartRun } from './multipart.js'
+import type { ChargeRate, ReplicasRun } from './replicas.js'
 import { STAGES, type Stage } from './stages.js'
 import { SIM_SETTINGS, TARGET_IDS, TARGET_NAMES, type TargetId } from './targets.js'
 import { PORTKEY_HONO_OVERRIDE } from './proxies.js'
@@ -78,6 +79,10 @@ export interface RunData {
   readonly messages?: MessagesRun
   /** Multipart upload throughput and the router's RSS under concurrent uploads (multipart.ts); absent when not run. */
   readonly multipart?: MultipartRun
+  /** Replicas on PostgreSQL + Redis: 1 vs 2 behind one port, charges/s of the group commit (replicas.ts); absent when not run. */
+  readonly replicas?: ReplicasRun
+  /** Why the replica workloads and `router-pg` were skipped (no PostgreSQL or redis-server binaries, …). */
+  readonly replicasSkipped?: string
 }
 
 /** One profiled target of the stage breakdown: CPU µs by stage over `requests` requests. */
@@ -97,7 +102,7 @@ const END = '<!-- micro:end -->'
 const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router', 'router-normal', 'floor']
 /** Targets that run in some workloads only (run.ts): a table lists them where they have a result. */
-const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'router-normal', 'router-logged', 'router-quiet']
+const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'router-normal', 'router-logged', 'router-quiet', 'router-pg']
 const COLORS: Readonly<Record<TargetId, string>> = {
   direct: '#999999',
   nginx: '#4e79a7',
@@ -108,6 +113,7 @@ const COLORS: Readonly<Record<TargetId, string>> = {
   'floor-billed': '#ff9da7',
   'router-logged': '#f28e2b',
   'router-quiet': '#76b7b2',
+  'router-pg': '#edc948',
 }
 
 class View {
@@ -273,6 +279,9 @@ function targetsSection(v: View): string[] {
         verdict(dbl.load.ok === mp.uploads && mp.memory.load.ok === mp.uploads ? growth2 - growth <= extra / 10 : null),
       ])
     }
+  }
+  if (v.measured('router-pg')) {
+    rows.push(ratioRow('replicas (issue #28): added p50, 1 connection, on PostgreSQL + Redis ≤ 1.5× the SQLite router\'s', v.added('latency', 'router-pg', 'p50'), v.added('latency', 'router', 'p50'), 1.5, ' (section 7)'))
   }
   rows.push(ratioRow('moonshot: added p50 (`full`) within 1.1× the floor\'s', v.added('latency', 'router', 'p50'), floorP50, 1.1, ''))
   const reference: string[][] = []
@@ -660,6 +669,69 @@ function memorySection(v: View): string[] {
   ]
 }
 
+/** Section 7, rendered alone (a partial run prints it: it writes no file). */
+export function replicasMarkdown(data: RunData): string {
+  return replicasSection(new View(data)).join('\n')
+}
+
+function replicasSection(v: View): string[] {
+  const r = v.data.replicas
+  const head = ['## 7. Replicas: PostgreSQL + Redis', '']
+  if (r === undefined) return v.data.replicasSkipped === undefined ? [] : [...head, `Not measured: ${v.data.replicasSkipped}.`, '']
+  const out = [
+    ...head,
+    `svc-router as replicas (README "Several replicas"): \`store.kind: postgres\` and Redis, on ${r.versions.postgres} and ${r.versions.redis} started by the run on 127.0.0.1 as the tests start them (test/helpers/postgres.ts, redis.ts): a fresh cluster with \`fsync\` and \`synchronous_commit\` on, \`shared_buffers\` 32 MB, on the same disk as the SQLite file; Redis persists nothing. Each router setup has a database of its own on that server and a Redis database of its own; the replicas config is the default (heartbeat 500 ms, pool of 10 connections per replica). A charge on PostgreSQL is durable when its transaction's commit returned (the WAL flushed), as SQLite's \`full\` is. **The machine's 2 cores are shared by the load generator, the simulator, PostgreSQL, Redis and the replicas**: a second replica has no core of its own, so 2 replicas cannot double the throughput here; what the row shows is that the shared store and Redis do not take it down.`,
+    '',
+  ]
+  if (v.measured('router-pg') || v.data.results.latency?.['router-pg'] !== undefined) {
+    const rows = (['router', 'router-pg'] as const).map((t) => {
+      const fail = v.failure('latency', t)
+      if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '']
+      const added = v.added('latency', t, 'p50')
+      return [TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), ms(added), ms(v.added('latency', t, 'p99')), formatRatio(added, v.added('latency', 'router', 'p50')), ms(v.cpuPerRequest('latency', t))]
+    })
+    out.push(`Latency at 1 connection (section 1's workload, the same rounds; target: added p50 ≤ 1.5× the SQLite router's):`, '', ...table(['', 'p50', 'p99', 'added p50', 'added p99', 'added p50 vs SQLite', 'router CPU per request'], rows), '')
+  }
+  const tp = r.throughput
+  if (tp !== undefined) {
+    const one = tp.one.load?.rps ?? Number.NaN
+    const row = (label: string, m: Measurement): string[] => {
+      if (m.load === null) return [label, `failed: ${m.error ?? '?'}`, '', '', '', '', '', '']
+      const cpu = m.usage === null || m.load.sent === 0 ? Number.NaN : m.usage.cpuMs / m.load.sent
+      return [label, int(m.load.rps), formatRatio(m.load.rps, one), ms(m.load.latency?.p50 ?? Number.NaN), ms(m.load.latency?.p99 ?? Number.NaN), errorsCell(m.load), ms(cpu), mb(m.usage?.peakRssMb ?? null)]
+    }
+    const rows = [row('1 replica (`serve`)', tp.one), row('2 replicas behind one port (`serve --workers 2`)', tp.two)]
+    const sqlite = v.data.results.throughput?.router
+    if (sqlite !== undefined) rows.push(row(`${TARGET_NAMES.router}, SQLite (section 2)`, sqlite))
+    out.push(
+      `Throughput at ${tp.connections} connections (closed loop, ${tp.durationMs / 1000} s after ${v.data.plan.throughput.warmupMs / 1000} s of warm-up${tp.rounds > 1 ? `, ${tp.rounds} interleaved rounds, the better one kept` : ''}; CPU and RSS are the router processes' only, the supervisor's and every worker's):`,
+      '',
+      ...table(['', 'req/s', 'vs 1 replica', 'p50', 'p99', 'errors', 'router CPU per request', 'peak RSS'], rows),
+      '',
+    )
+  }
+  const charges = r.charges
+  if (charges !== undefined && charges.length > 0) {
+    const d = (x: Distribution | null, p: 'p50' | 'p99' | 'max', digits: number): string => (x === null ? 'n/a' : x[p].toFixed(digits))
+    const rows = charges.map((c: ChargeRate) => [
+      c.store === 'sqlite' ? 'SQLite (WAL, synchronous FULL)' : r.versions.postgres,
+      String(c.inflight),
+      int(c.perS),
+      int(c.batches),
+      `${d(c.batchSize, 'p50', 0)} / ${d(c.batchSize, 'max', 0)}`,
+      `${d(c.commitMs, 'p50', 2)} / ${d(c.commitMs, 'p99', 2)} ms`,
+      c.failed === 0 ? '0' : `${c.failed} (${(c.firstError ?? '').slice(0, 60)})`,
+    ])
+    out.push(
+      'Charges per second the group commit sustains (bench/e2e/replicas.ts): the ChargeWriter straight on each store\'s ledger, in the run\'s own process, with a fixed number of charges in flight (each one settled again as soon as its commit returned), after half a second not counted. One batch commits at a time; each is one transaction (PostgreSQL: BEGIN, the account lock, the append and COMMIT pipelined in one round trip). At 1 in flight the commit is what one request alone waits for before its last byte. These charges are not leased: in a replica they also pay out of its budget lease, one more statement in the same transaction.',
+      '',
+      ...table(['store', 'in flight', 'charges/s', 'transactions', 'batch size p50 / max', 'commit p50 / p99', 'failed'], rows),
+      '',
+    )
+  }
+  return out
+}
+
 function notesSection(v: View): string[] {
   const notes: string[] = []
   for (const t of TARGET_IDS) {
@@ -773,6 +845,7 @@ export function writeReport(root: string, data: RunData): string[] {
     ...multipartSection(v),
     ...concurrentSection(v),
     ...memorySection(v),
+    ...replicasSection(v),
     ...notesSection(v),
     microSection(root),
     '',

@@ -3,9 +3,13 @@
  * nginx, Portkey, svc-router), the same workloads for each, interleaved per workload so every comparison is
  * made minutes apart at most. A fifth target, the floor (a bare uWS + undici relay, floor-relay.ts), runs in
  * the latency and TTFT workloads only: what svc-router's stack costs before svc-router does anything. Load
- * comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes; --quick about 1½;
+ * comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes, plus about 2 for the replicas; --quick about 1½;
  * --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json);
- * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part and write nothing.
+ * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part and write nothing (a part that
+ * includes the replicas prints their section 7 instead). Replicas (replicas.ts): the `router-pg` target in the
+ * latency workload, and the workloads `replicas` and `charges`, e.g.
+ * `--only=latency,replicas,charges --targets=router,router-pg`; skipped with a line when PostgreSQL or
+ * redis-server is missing.
  */
 import { execFile } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -18,7 +22,8 @@ import { measureMultipart } from './multipart.js'
 import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
-import { writeReport, type Measurement, type RunData, type StageRun, type WorkloadId } from './report.js'
+import { measureReplicas, pgRouterTarget, REPLICA_WORKLOADS, replicaStores, stopReplicaStores, type ReplicasRun } from './replicas.js'
+import { replicasMarkdown, writeReport, type Measurement, type RunData, type StageRun, type WorkloadId } from './report.js'
 import { readProfile, stageBreakdown, type Stage } from './stages.js'
 import {
   directTarget,
@@ -106,8 +111,10 @@ const json = (t: Target): RequestSpec => t.request('fast', false)
  * throughput to show what the flush costs there. The 500-stream workload is about memory: the proxies only.
  */
 const ALL: readonly TargetId[] = TARGET_IDS
-/** All but the two svc-routers of the cost of telemetry, which run in the latency workload only. */
-const MAIN: readonly TargetId[] = TARGET_IDS.filter((id) => !TELEMETRY_VARIANTS.includes(id))
+/** Extra targets of the latency workload only: the two svc-routers of the cost of telemetry, and the replica on PostgreSQL. */
+const LATENCY_ONLY: readonly TargetId[] = [...TELEMETRY_VARIANTS, 'router-pg']
+/** All but the latency-only targets. */
+const MAIN: readonly TargetId[] = TARGET_IDS.filter((id) => !LATENCY_ONLY.includes(id))
 const BUT_NORMAL: readonly TargetId[] = MAIN.filter((id) => id !== 'router-normal')
 const PROXIES_ONLY: readonly TargetId[] = BUT_NORMAL.filter((id) => id !== 'floor' && id !== 'floor-billed')
 
@@ -193,6 +200,16 @@ async function startTargets(workDir: string): Promise<{ targets: Target[]; sims:
     if (!wanted(id)) continue
     progress(`starting ${TARGET_NAMES[id]}`)
     targets.push(await guard(id, () => routerTarget(root, sims, workDir, id)))
+  }
+  if (wanted('router-pg')) {
+    const stores = await replicaStores(progress)
+    if (typeof stores === 'string') {
+      progress(`skipping ${TARGET_NAMES['router-pg']}: ${stores}`)
+      targets.push(unavailable('router-pg', stores))
+    } else {
+      progress(`starting ${TARGET_NAMES['router-pg']}`)
+      targets.push(await guard('router-pg', () => pgRouterTarget(root, sims, workDir, stores)))
+    }
   }
   if (wanted('floor')) {
     progress(`starting the ${TARGET_NAMES.floor} (one per simulator)`)
@@ -344,17 +361,45 @@ async function main(): Promise<void> {
         })
       : null
 
+  // Replicas on PostgreSQL + Redis (replicas.ts): 1 vs 2 behind one port, and the group commit's charges/s.
+  const replicaWorkloads = REPLICA_WORKLOADS.filter((w) => onlyWorkloads === null || onlyWorkloads.includes(w))
+  let replicas: ReplicasRun | null = null
+  let replicasSkipped: string | null = null
+  if (replicaWorkloads.length > 0) {
+    const stores = await replicaStores(progress)
+    if (typeof stores === 'string') {
+      replicasSkipped = stores
+      progress(`skipping ${replicaWorkloads.join(' and ')}: ${stores}`)
+    } else {
+      replicas = await measureReplicas({
+        root,
+        sims,
+        workDir,
+        quick,
+        stores,
+        workloads: replicaWorkloads,
+        connections: CONNECTIONS,
+        throughput: PLAN.throughput,
+        rounds: ROUNDS,
+        progress,
+        runLoad,
+        warmUp,
+      }).catch((err: unknown) => {
+        replicasSkipped = `failed: ${(err as Error).message.slice(0, 400)}`
+        progress(`replicas ${replicasSkipped}`)
+        return null
+      })
+    }
+  }
+
   progress('stopping the measured targets')
   await Promise.all(targets.map((t) => t.stop()))
   const stages = onlyWorkloads === null || onlyWorkloads.includes('stages') ? await profileStages(sims, workDir) : null
   progress('stopping the simulators')
   await Promise.all(Object.values(sims).map((s) => s.child.stop()))
+  await stopReplicaStores()
   rmSync(workDir, { recursive: true, force: true })
 
-  if (partial) {
-    progress('partial run (--only/--targets): nothing written')
-    return
-  }
   const undiciVersion = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
   const data: RunData = {
     quick,
@@ -383,6 +428,14 @@ async function main(): Promise<void> {
     stages,
     ...(messages === null ? {} : { messages }),
     ...(multipart === null ? {} : { multipart }),
+    ...(replicas === null ? {} : { replicas }),
+    ...(replicasSkipped === null ? {} : { replicasSkipped }),
+  }
+  if (partial) {
+    // The replicas' section needs nothing the partial run lacks: it is printed, to be read or pasted.
+    if (replicas !== null || replicasSkipped !== null || results.latency?.['router-pg'] !== undefined) process.stdout.write(replicasMarkdown(data) + '\n')
+    progress('partial run (--only/--targets): nothing written')
+    return
   }
   mkdirSync(dirname(LAST_RUN), { recursive: true })
   writeFileSync(LAST_RUN, JSON.stringify(data, null, 1) + '\n')

@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createBenchKey } from './bench-key.js'
 import type { RequestSpec } from './load.js'
-import { startChild, type Child } from './processes.js'
+import { freePort, startChild, type Child } from './processes.js'
 import { uwsBuild } from '../../src/server/uws-build.js'
 
 /** fast: no pacing (request/response workloads); paced: TTFT; slow: long overlapping streams. */
@@ -30,10 +30,13 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor' | 'floor-billed' | 'router-logged' | 'router-quiet'
-export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed', 'router-logged', 'router-quiet']
-/** The svc-router targets: the default (`full`), `normal` commits, and the two of the cost of telemetry (issue #13). */
-export type RouterId = 'router' | 'router-normal' | 'router-logged' | 'router-quiet'
+export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor' | 'floor-billed' | 'router-logged' | 'router-quiet' | 'router-pg'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed', 'router-logged', 'router-quiet', 'router-pg']
+/**
+ * The svc-router targets: the default (`full`), `normal` commits, the two of the cost of telemetry (issue #13),
+ * and a replica on PostgreSQL + Redis (issue #28, replicas.ts), an extra target of the latency workload only.
+ */
+export type RouterId = 'router' | 'router-normal' | 'router-logged' | 'router-quiet' | 'router-pg'
 /**
  * The cost of telemetry: svc-router with every access line written (level info) and metrics on, and with both
  * off. Extra targets of the latency workload only.
@@ -49,6 +52,7 @@ export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   'floor-billed': 'uWS + undici relay + required billing work',
   'router-logged': 'svc-router, access log written + metrics',
   'router-quiet': 'svc-router, no access log, no metrics',
+  'router-pg': 'svc-router on PostgreSQL + Redis',
 }
 /** What each router variant changes in the run's router config. */
 const VARIANT_CONFIG: Readonly<Record<RouterId, readonly string[]>> = {
@@ -56,6 +60,7 @@ const VARIANT_CONFIG: Readonly<Record<RouterId, readonly string[]>> = {
   'router-normal': ['log: { level: error }'],
   'router-logged': ['log: { level: info, format: json, access_log: true }', 'ops: { metrics: true }'],
   'router-quiet': ['log: { level: error, access_log: false }', 'ops: { metrics: false }'],
+  'router-pg': ['log: { level: error }'],
 }
 
 export interface Target {
@@ -156,6 +161,18 @@ export interface RouterVariant {
   readonly synchronous: 'full' | 'normal'
   /** Extra node flags (e.g. --cpu-prof for the stage breakdown). */
   readonly nodeArgs?: readonly string[]
+  /** A store replicas share instead of the run's SQLite file (replicas.ts); `synchronous` then does not apply. */
+  readonly shared?: SharedStore
+}
+
+/** svc-router as a replica: `store.kind: postgres` on `pgUrl`, Redis at `redisUrl`, `workers` processes on one port. */
+export interface SharedStore {
+  readonly pgUrl: string
+  readonly redisUrl: string
+  /** `serve --workers N` (N > 1 listens on a fixed free port, as the workers share it); default 1. */
+  readonly workers?: number
+  /** Its directory under the run's work dir (default: the target id). */
+  readonly name?: string
 }
 
 /**
@@ -171,16 +188,24 @@ export async function routerTarget(
   id: RouterId = 'router',
   variant: RouterVariant = { synchronous: id === 'router-normal' ? 'normal' : 'full' },
 ): Promise<Target> {
-  const dir = join(workDir, `${id}${variant.nodeArgs === undefined ? '' : '-profiled'}`)
+  const shared = variant.shared
+  const dir = join(workDir, shared?.name ?? `${id}${variant.nodeArgs === undefined ? '' : '-profiled'}`)
   mkdirSync(dir, { recursive: true })
   writeFileSync(join(dir, 'providers.yaml'), routerRegistry(sims))
   const configFile = join(dir, 'config.yaml')
+  const workers = shared?.workers ?? 1
+  // The workers of `serve --workers N` share one port, so it cannot be port 0.
+  const port = workers > 1 ? await freePort() : 0
+  const store =
+    shared === undefined
+      ? [`store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))}, synchronous: ${variant.synchronous} }`]
+      : [`store: { kind: postgres, url: ${JSON.stringify(shared.pgUrl)} }`, `redis: { url: ${JSON.stringify(shared.redisUrl)} }`]
   writeFileSync(
     configFile,
     [
-      'server: { host: 127.0.0.1, port: 0 }',
+      `server: { host: 127.0.0.1, port: ${port} }`,
       'registry: { source: file, path: providers.yaml, watch: false }',
-      `store: { kind: sqlite, path: ${JSON.stringify(join(dir, 'svc.db'))}, synchronous: ${variant.synchronous} }`,
+      ...store,
       'limits: { requests_per_minute: 100000000 }',
       'upstream: { connections_per_provider: 1024 }',
       ...VARIANT_CONFIG[id],
@@ -190,10 +215,11 @@ export async function routerTarget(
     ].join('\n'),
   )
   const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version
-  const args = [...(variant.nodeArgs ?? []), join(root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile]
-  const { child, match } = await startChild(TARGET_NAMES[id], process.execPath, args, {
+  const args = [...(variant.nodeArgs ?? []), join(root, 'dist', 'src', 'cli.js'), 'serve', '--config', configFile, ...(workers > 1 ? ['--workers', String(workers)] : [])]
+  const { child, match } = await startChild(shared?.name ?? TARGET_NAMES[id], process.execPath, args, {
     cwd: root,
-    ready: /svc-router listening on (http:\/\/[^\s]+)/,
+    // With workers, ready once every one of them printed its listening line.
+    ready: workers > 1 ? new RegExp(`(?:[\\s\\S]*?svc-router listening on (http://[^\\s]+)){${workers}}`) : /svc-router listening on (http:\/\/[^\s]+)/,
   })
   const url = match![1]!
   const key = await createBenchKey({ url, configFile, output: () => child.output() })
