@@ -50,7 +50,8 @@ export interface FleetOptions {
 }
 
 function startOne(t: TapLike, config: string, index: number): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', config], {
+  // SIGKILLed with this test process however it ends (a file past its time budget included): no orphan replica.
+  const child = spawn('setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, CLI, 'serve', '--config', config], {
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   t.teardown(() => {

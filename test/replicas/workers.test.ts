@@ -4,7 +4,7 @@
  */
 import t from 'tap'
 import { spawn, spawnSync } from 'node:child_process'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { stringify } from 'yaml'
@@ -16,9 +16,20 @@ import { eventually } from '../helpers/wait.js'
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 const WALLET = '0x' + '7'.repeat(40)
 
+/** The live child processes of `pid`, from /proc (field 4 of /proc/N/stat is the parent's pid). */
 function childrenOf(pid: number): number[] {
-  const out = spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).stdout
-  return out.split('\n').filter((l) => l !== '').map(Number)
+  const out: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^[0-9]+$/.test(name)) continue
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      if (Number(fields[1]) === pid && fields[0] !== 'Z') out.push(Number(name))
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out
 }
 
 function alive(pid: number): boolean {
