@@ -329,9 +329,18 @@ export class LeasedLedger implements Books {
 
   #maybeLinger(book: KeyBook): void {
     if (!book.idle || book.linger !== null) return
-    if (book.lease <= 0n) {
+    if (book.lease === 0n) {
       // Nothing to keep: forget the book (a revoked key's book goes too; the key cache refuses the key).
       this.#books.delete(book.keyId)
+      return
+    }
+    if (book.lease < 0n) {
+      // Charges paid out of free room after the lease was lost (leasesLost) left the count below the
+      // database's: whatever the database still holds for this replica goes back whole, and the book with it.
+      this.#books.delete(book.keyId)
+      this.#leases.giveBack(book.accountId, book.keyId, null).catch((err: unknown) => {
+        log.warn('billing: giving back a lease after it was lost failed; released when this replica leaves', { account: book.accountId, err: String(err) })
+      })
       return
     }
     if (this.#closed) return
