@@ -381,7 +381,9 @@ t.test('update() swaps in a new snapshot indexed by the worker, the same as an i
   // Providers reversed and D dropped: a new registry version (YAML is a superset of JSON).
   const current = parseRegistry(REGISTRY, 1, 'select.test').providers
   const providers = current.filter((p) => p.address !== D).reverse()
-  const next = parseRegistry(JSON.stringify({ providers: providers.map((p) => ({ ...p, simulate: undefined })) }), 2, 'select.test')
+  // Back to the file's fields: a record also carries what the file does not take (the base path, an empty signer).
+  const asFile = providers.map((p) => ({ ...p, simulate: undefined, api_path: undefined, tee_signer: p.tee_signer === '' ? undefined : p.tee_signer }))
+  const next = parseRegistry(JSON.stringify({ providers: asFile }), 2, 'select.test')
   await table.update(next)
   t.equal(table.pooled, true, 'the update went through the pool')
   t.equal(table.version, 2)
