@@ -81,7 +81,7 @@ export function replicaStores(progress: (line: string) => void): Promise<Replica
     } finally {
       await client.end().catch(() => {})
     }
-    const bin = process.env.SVC_TEST_REDIS_BIN ?? '/usr/bin/redis-server'
+    const bin = process.env.TEST_REDIS_BIN ?? '/usr/bin/redis-server'
     const printed = spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout ?? ''
     const redisVersion = /v=(\S+)/.exec(printed)?.[1]
     return { pg: pgServer, redis, versions: { postgres, redis: redisVersion === undefined ? 'redis-server' : `redis-server ${redisVersion}` } }

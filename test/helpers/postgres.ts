@@ -4,7 +4,7 @@
  * subtest a fresh empty database cheaply. The server can be stopped, killed, frozen and started again on the
  * same data and port, for the failure tests.
  *
- * With env `SVC_TEST_PG_URL` set, that server is used instead (databases are created there); it cannot be
+ * With env `TEST_PG_URL` set, that server is used instead (databases are created there); it cannot be
  * stopped or frozen by a test, so `controllable` is false and the failure tests skip.
  *
  * Never orphaned: the postmaster gets SIGKILL when the test process dies however it dies (`--pdeathsig`), its
@@ -18,9 +18,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 
-/** Debian's binaries: `SVC_TEST_PG_BIN`, else version 15, else the newest installed. */
+/** Debian's binaries: `TEST_PG_BIN`, else version 15, else the newest installed. */
 function binDir(): string {
-  if (process.env.SVC_TEST_PG_BIN) return process.env.SVC_TEST_PG_BIN
+  if (process.env.TEST_PG_BIN) return process.env.TEST_PG_BIN
   const preferred = '/usr/lib/postgresql/15/bin'
   if (existsSync(join(preferred, 'postgres')) || !existsSync('/usr/lib/postgresql')) return preferred
   const versions = readdirSync('/usr/lib/postgresql')
@@ -35,7 +35,7 @@ const AS_NOBODY = ['--reuid=nobody', '--regid=nogroup', '--clear-groups']
 export interface TestPostgres {
   /** The URL of the first database (created empty at start, also on an outside server). */
   readonly url: string
-  /** False when the server is an outside one (`SVC_TEST_PG_URL`): stop/kill/pause/start then throw. */
+  /** False when the server is an outside one (`TEST_PG_URL`): stop/kill/pause/start then throw. */
   readonly controllable: boolean
   /** Fast shutdown (SIGINT to the postmaster), waiting until it exited. */
   stop(): Promise<void>
@@ -186,14 +186,14 @@ async function createDatabase(adminUrl: string): Promise<string> {
   return url.toString()
 }
 
-/** Starts a PostgreSQL for this test file (or uses `SVC_TEST_PG_URL`), torn down with `t` when given. */
+/** Starts a PostgreSQL for this test file (or uses `TEST_PG_URL`), torn down with `t` when given. */
 export async function startPostgres(t?: TapLike, options: PostgresOptions = {}): Promise<TestPostgres> {
-  const outside = process.env.SVC_TEST_PG_URL
+  const outside = process.env.TEST_PG_URL
   if (outside) return { ...outsidePostgres(outside), url: await createDatabase(outside) }
 
   const BIN = binDir()
   if (!existsSync(join(BIN, 'postgres'))) {
-    throw new Error(`no PostgreSQL binaries in ${BIN} (apt-get install postgresql-15, or set SVC_TEST_PG_URL)`)
+    throw new Error(`no PostgreSQL binaries in ${BIN} (apt-get install postgresql-15, or set TEST_PG_URL)`)
   }
   installExitHook()
   const root = mkdtempSync(join(tmpdir(), 'svc-pg-'))
@@ -319,7 +319,7 @@ async function allGone(pids: number[], ms = 10_000): Promise<void> {
 
 function outsidePostgres(url: string): TestPostgres {
   const refuse = () => {
-    throw new Error('SVC_TEST_PG_URL names an outside server: it cannot be stopped, killed or frozen by a test')
+    throw new Error('TEST_PG_URL names an outside server: it cannot be stopped, killed or frozen by a test')
   }
   return {
     url,

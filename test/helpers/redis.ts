@@ -1,7 +1,7 @@
 /**
  * A real Redis for tests: Debian's `redis-server` on a free port of 127.0.0.1, nothing persisted (`--save ''
  * --appendonly no`). It can be stopped, killed, frozen and started again on the same port, for the failure
- * tests. With env `SVC_TEST_REDIS_URL` set, that server is used instead (`controllable` false: the failure
+ * tests. With env `TEST_REDIS_URL` set, that server is used instead (`controllable` false: the failure
  * tests skip). Never orphaned: SIGKILL when the test process dies (`--pdeathsig`) and an exit handler.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs'
 import { connect } from 'node:net'
 import { freePort } from './postgres.js'
 
-const SERVER = process.env.SVC_TEST_REDIS_BIN ?? '/usr/bin/redis-server'
+const SERVER = process.env.TEST_REDIS_BIN ?? '/usr/bin/redis-server'
 
 export interface TestRedis {
   /** redis://127.0.0.1:PORT/0 */
@@ -72,12 +72,12 @@ function exited(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once('exit', () => resolve()))
 }
 
-/** Starts a redis-server for this test file (or uses `SVC_TEST_REDIS_URL`), torn down with `t` when given. */
+/** Starts a redis-server for this test file (or uses `TEST_REDIS_URL`), torn down with `t` when given. */
 export async function startRedis(t?: TapLike): Promise<TestRedis> {
-  const outside = process.env.SVC_TEST_REDIS_URL
+  const outside = process.env.TEST_REDIS_URL
   if (outside) {
     const refuse = () => {
-      throw new Error('SVC_TEST_REDIS_URL names an outside server: it cannot be stopped, killed or frozen')
+      throw new Error('TEST_REDIS_URL names an outside server: it cannot be stopped, killed or frozen')
     }
     return {
       url: outside,
@@ -89,7 +89,7 @@ export async function startRedis(t?: TapLike): Promise<TestRedis> {
       start: async () => refuse(),
     }
   }
-  if (!existsSync(SERVER)) throw new Error(`no ${SERVER} (apt-get install redis-server, or set SVC_TEST_REDIS_URL)`)
+  if (!existsSync(SERVER)) throw new Error(`no ${SERVER} (apt-get install redis-server, or set TEST_REDIS_URL)`)
   installExitHook()
   const port = await freePort()
   const args = [

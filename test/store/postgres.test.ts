@@ -87,7 +87,7 @@ function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {
 }
 
 
-const notControllable = server.controllable ? false : 'SVC_TEST_PG_URL names an outside server: it cannot be frozen or restarted here'
+const notControllable = server.controllable ? false : 'TEST_PG_URL names an outside server: it cannot be frozen or restarted here'
 
 /** Resolves true once `call` succeeds (the server is back and the pool has reconnected). */
 const answers = (call: () => Promise<unknown>) =>
