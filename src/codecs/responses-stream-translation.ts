@@ -7,12 +7,11 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import { SSE_HEADERS } from './anthropic-native.js'
-import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
+import { isHeaderSafeId } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
 import { outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
-import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
 
@@ -276,64 +275,17 @@ export class ResponsesStreamTranslator {
 }
 
 /** An OpenAI SSE answer to a translated `stream: true` Responses request, relayed as Responses SSE. */
-export class ResponsesTranslatedStreamCodec implements ResponseCodec, ResponsesCodec {
-  readonly streaming = true
-  readonly responseHeaders = SSE_HEADERS
-  readonly translator: ResponsesStreamTranslator
-  #out = ''
+export class ResponsesTranslatedStreamCodec extends ChatChunkStreamCodec<ResponsesStreamTranslator> implements ResponsesCodec {
   /** Events of the item kept() finished, sent by complete(). */
   #closing = ''
-  #sawDone = false
   #usage: ChatUsage | null = null
-  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
-  #malformed = false
-  readonly #framer: SseFramer
 
   constructor(meta: ResponseMeta) {
-    this.translator = new ResponsesStreamTranslator(meta)
-    this.#framer = new SseFramer(() => this.#onEvent())
-  }
-
-  accepts(contentType: string): boolean {
-    return isEventStream(contentType)
-  }
-
-  push(chunk: Buffer, emit: Emit): void {
-    this.#framer.push(chunk)
-    this.#flush(emit)
-  }
-
-  get pendingBytes(): number {
-    return this.#framer.pendingBytes
-  }
-
-  finish(emit: Emit): void {
-    this.#framer.finish()
-    this.#flush(emit)
-  }
-
-  get ended(): boolean {
-    return !this.#malformed && (this.#sawDone || this.translator.finished || this.translator.error !== null)
-  }
-
-  get streamError(): boolean {
-    return this.#malformed
-  }
-
-  get terminated(): boolean {
-    return this.#sawDone
-  }
-
-  read(): boolean {
-    return false
+    super(new ResponsesStreamTranslator(meta))
   }
 
   get id(): string {
     return isHeaderSafeId(this.translator.id) ? this.translator.id : ''
-  }
-
-  get produced(): boolean {
-    return this.translator.started
   }
 
   usage(promptBytes: number): ChatUsage {
@@ -371,34 +323,4 @@ export class ResponsesTranslatedStreamCodec implements ResponseCodec, ResponsesC
   errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
     return openAiErrorOf(status, body, requestId)
   }
-
-  #flush(emit: Emit): void {
-    if (this.#out === '') return
-    emit(Buffer.from(this.#out))
-    this.#out = ''
-  }
-
-  #onEvent(): void {
-    const f = this.#framer
-    if (f.continuation || f.dataLines === 0) return
-    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
-    if (kind === 'blank') return
-    const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
-    if (kind === 'other') {
-      if (data.trim() === '[DONE]') this.#sawDone = true
-      else this.#malformed = true
-      return
-    }
-    let chunk: Json
-    try {
-      chunk = JSON.parse(data) as Json
-    } catch {
-      this.#malformed = true
-      return
-    }
-    const error = chunk.error
-    if (error !== null && typeof error === 'object') this.translator.error = error
-    else this.#out += this.translator.chunk(chunk)
-  }
 }
-
