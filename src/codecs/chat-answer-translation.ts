@@ -9,13 +9,13 @@ import { renderError, type RouterError } from '../errors.js'
 import { chatUsageOf, meteredAnthropicStreamUsage, meteredAnthropicUsage } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { openAiEnvelopeOf } from './openai-error.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
 
 const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
-const JSON_HEADERS = ['Content-Type', 'application/json']
 
 function now(): number {
   return Math.floor(Date.now() / 1000)
@@ -32,35 +32,18 @@ function chatUsage(u: Json | null | undefined): Json | undefined {
 }
 
 /** An Anthropic JSON message answering a translated chat request. */
-export class ChatFromAnthropicJsonCodec implements ResponseCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
-  readonly pendingBytes = 0
-  readonly ended = true
+export class ChatFromAnthropicJsonCodec extends JsonAnswerCodec {
   #parsed: Json | null = null
   readonly #model: string
 
   constructor(model: string) {
+    super()
     this.#model = model
   }
 
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
-
   read(body: Buffer): boolean {
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value === null || typeof value !== 'object' || !Array.isArray((value as Json).content)) return false
-      this.#parsed = value as Json
-      return true
-    } catch {
-      return false
-    }
+    this.#parsed = answerObject(body, 'content')
+    return this.#parsed !== null
   }
 
   get id(): string {

@@ -8,34 +8,21 @@ import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { ChatFromAnthropicJsonCodec, ChatFromAnthropicStreamCodec } from './chat-answer-translation.js'
 import type { Emit, ResponseCodec } from './codec.js'
+import { JsonAnswerCodec } from './json-answer.js'
 import { ResponsesTranslatedJsonCodec, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { ResponsesTranslatedStreamCodec } from './responses-stream-translation.js'
 import type { ResponseMeta } from './responses-wire.js'
 
 /** An Anthropic JSON message, made a chat completion, made a response object. */
-export class ResponsesViaAnthropicJsonCodec implements ResponseCodec, ResponsesCodec {
-  readonly streaming = false
-  readonly pendingBytes = 0
-  readonly ended = true
+export class ResponsesViaAnthropicJsonCodec extends JsonAnswerCodec implements ResponsesCodec {
   readonly #anthropic: ChatFromAnthropicJsonCodec
   readonly #responses: ResponsesTranslatedJsonCodec
 
   constructor(meta: ResponseMeta) {
+    super()
     this.#anthropic = new ChatFromAnthropicJsonCodec(meta.model)
     this.#responses = new ResponsesTranslatedJsonCodec(meta)
   }
-
-  get responseHeaders() {
-    return this.#responses.responseHeaders
-  }
-
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
 
   read(body: Buffer): boolean {
     // The chat completion's trace member (empty here) is not read by the next step.
