@@ -13,6 +13,13 @@ import { ResponsesTranslatedJsonCodec, type KeptAnswer, type ResponsesCodec } fr
 import { ResponsesTranslatedStreamCodec } from './responses-stream-translation.js'
 import type { ResponseMeta } from './responses-wire.js'
 
+/** The usage the Anthropic step measured; the Responses step bills by it, not by its own estimate. */
+function billedAsMeasured(anthropic: ResponseCodec, responses: { bill(usage: ChatUsage): void }, promptBytes: number): ChatUsage {
+  const usage = anthropic.usage(promptBytes)
+  responses.bill(usage)
+  return usage
+}
+
 /** An Anthropic JSON message, made a chat completion, made a response object. */
 export class ResponsesViaAnthropicJsonCodec extends JsonAnswerCodec implements ResponsesCodec {
   readonly #anthropic: ChatFromAnthropicJsonCodec
@@ -38,9 +45,7 @@ export class ResponsesViaAnthropicJsonCodec extends JsonAnswerCodec implements R
   }
 
   usage(promptBytes: number): ChatUsage {
-    const usage = this.#anthropic.usage(promptBytes)
-    this.#responses.bill(usage)
-    return usage
+    return billedAsMeasured(this.#anthropic, this.#responses, promptBytes)
   }
 
   kept(): KeptAnswer {
@@ -120,9 +125,7 @@ export class ResponsesViaAnthropicStreamCodec implements ResponseCodec, Response
   }
 
   usage(promptBytes: number): ChatUsage {
-    const usage = this.#anthropic.usage(promptBytes)
-    this.#responses.bill(usage)
-    return usage
+    return billedAsMeasured(this.#anthropic, this.#responses, promptBytes)
   }
 
   /** The Anthropic codec's last chat chunks (finish, usage), translated: the answer is whole after it. */
