@@ -9,6 +9,7 @@ import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { anthropicErrorEvent, anthropicErrorOf, anthropicUsageOf } from './anthropic-wire.js'
 import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
+import { holdCall, type HeldCall } from './held-tool-calls.js'
 import { longestStop, matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
 
 const NONE = 0
@@ -18,24 +19,6 @@ const TOOL = 3
 
 function event(name: string, data: string): string {
   return `event: ${name}\ndata: ${data}\n\n`
-}
-
-/** A tool call held back while another one's block is open: its id, its name and its arguments so far. */
-interface HeldCall {
-  id: string
-  name: string
-  args: string
-}
-
-/** Whether `args` is a whole JSON value: a tool call whose arguments are complete can take no more of them. */
-function complete(args: string): boolean {
-  if (args === '') return false
-  try {
-    JSON.parse(args)
-    return true
-  } catch {
-    return false
-  }
 }
 
 /**
@@ -195,17 +178,9 @@ export class AnthropicStreamTranslator {
     const fn = call?.function ?? {}
     const args = typeof fn.arguments === 'string' ? fn.arguments : ''
     if (this.#block === TOOL && this.#tool !== index) {
-      const held = this.#held?.get(index)
-      if (held !== undefined) {
-        // A later chunk of a held call: its id or name may come late too.
-        if (held.id === '' && typeof call.id === 'string') held.id = call.id
-        if (typeof fn.name === 'string') held.name += fn.name
-        held.args += args
-        return ''
-      }
-      if (this.#held !== null || !complete(this.#args)) {
-        this.#held ??= new Map()
-        this.#held.set(index, { id: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
+      const held = holdCall(this.#held, index, call, fn, args, this.#args)
+      if (held !== null) {
+        this.#held = held
         return ''
       }
     }

@@ -9,6 +9,7 @@ import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
 import { isHeaderSafeId } from './codec.js'
+import { holdCall, type HeldCall } from './held-tool-calls.js'
 import { openAiErrorOf } from './openai-error.js'
 import { outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
@@ -22,24 +23,6 @@ const NONE = 0
 const TEXT = 1
 const REASONING = 2
 const TOOL = 3
-
-/** A tool call held back while another item is open: its call id, name and arguments as they came. */
-interface HeldCall {
-  callId: string
-  name: string
-  args: string
-}
-
-/** Whether `args` is a whole JSON value: a call whose arguments are complete can take no more of them. */
-function whole(args: string): boolean {
-  if (args === '') return false
-  try {
-    JSON.parse(args)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /**
  * The translator's state; pure: OpenAI chunk objects in, Responses event text out.
@@ -226,7 +209,7 @@ export class ResponsesStreamTranslator {
     if (held === null) return out
     this.#held = null
     for (const [index, call] of held) {
-      out += this.#openTool(call.callId === '' ? `call_${index}` : call.callId, call.name)
+      out += this.#openTool(call.id === '' ? `call_${index}` : call.id, call.name)
       if (call.args !== '') out += this.#argsDelta(call.args)
       out += this.#close()
     }
@@ -248,17 +231,9 @@ export class ResponsesStreamTranslator {
     const fn = call?.function ?? {}
     const args = typeof fn.arguments === 'string' ? fn.arguments : ''
     if (this.#kind === TOOL && this.#tool !== index) {
-      const held = this.#held?.get(index)
-      if (held !== undefined) {
-        // A later chunk of a held call: its id or name may come late too.
-        if (held.callId === '' && typeof call.id === 'string') held.callId = call.id
-        if (typeof fn.name === 'string') held.name += fn.name
-        held.args += args
-        return ''
-      }
-      if (this.#held !== null || !whole(this.#text)) {
-        this.#held ??= new Map()
-        this.#held.set(index, { callId: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
+      const held = holdCall(this.#held, index, call, fn, args, this.#text)
+      if (held !== null) {
+        this.#held = held
         return ''
       }
     }
