@@ -4,11 +4,8 @@
  * malformed event are read the same way whatever the stream becomes. A subclass says what the translated answer
  * is called (id), billed (usage) and ended with (complete, fail, errorBody).
  */
-import type { ChatUsage } from '../billing/cost.js'
-import type { RouterError } from '../errors.js'
-import { SSE_HEADERS } from './anthropic-native.js'
-import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
-import { payloadKind, SseFramer } from './sse-framing.js'
+import { payloadKind, type SseFramer } from './sse-framing.js'
+import { SseTranslationCodec } from './sse-translation-codec.js'
 
 type Json = Record<string, any>
 
@@ -24,91 +21,46 @@ export interface ChatChunkTranslator {
 }
 
 /** An OpenAI SSE answer relayed as another surface's SSE through `translator`. */
-export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> implements ResponseCodec {
-  readonly streaming = true
-  readonly responseHeaders = SSE_HEADERS
+export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> extends SseTranslationCodec {
   readonly translator: T
-  #out = ''
   #sawDone = false
-  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
-  #malformed = false
-  readonly #framer: SseFramer
 
   constructor(translator: T) {
+    super()
     this.translator = translator
-    this.#framer = new SseFramer(() => this.#onEvent())
-  }
-
-  accepts(contentType: string): boolean {
-    return isEventStream(contentType)
-  }
-
-  push(chunk: Buffer, emit: Emit): void {
-    this.#framer.push(chunk)
-    this.#flush(emit)
-  }
-
-  get pendingBytes(): number {
-    return this.#framer.pendingBytes
-  }
-
-  finish(emit: Emit): void {
-    this.#framer.finish()
-    this.#flush(emit)
   }
 
   get ended(): boolean {
-    return !this.#malformed && (this.#sawDone || this.translator.finished || this.translator.error !== null)
-  }
-
-  get streamError(): boolean {
-    return this.#malformed
+    return !this.streamError && (this.#sawDone || this.translator.finished || this.translator.error !== null)
   }
 
   get terminated(): boolean {
     return this.#sawDone
   }
 
-  read(): boolean {
-    return false
-  }
-
   get produced(): boolean {
     return this.translator.started
   }
 
-  abstract readonly id: string
-  abstract usage(promptBytes: number): ChatUsage
-  abstract complete(trace: Record<string, unknown>): string
-  abstract fail(err: RouterError, requestId: string, trace: Record<string, unknown>): string
-  abstract errorBody(status: number, body: Buffer, requestId: string): string | Buffer
-
-  #flush(emit: Emit): void {
-    if (this.#out === '') return
-    emit(Buffer.from(this.#out))
-    this.#out = ''
-  }
-
-  #onEvent(): void {
-    const f = this.#framer
+  protected onEvent(f: SseFramer): void {
     if (f.continuation || f.dataLines === 0) return
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
     if (kind === 'blank') return
     const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
     if (kind === 'other') {
       if (data.trim() === '[DONE]') this.#sawDone = true
-      else this.#malformed = true
+      else this.markMalformed()
       return
     }
     let chunk: Json
     try {
       chunk = JSON.parse(data) as Json
     } catch {
-      this.#malformed = true
+      this.markMalformed()
       return
     }
     const error = chunk.error
     if (error !== null && typeof error === 'object') this.translator.error = error
-    else this.#out += this.translator.chunk(chunk)
+    else this.write(this.translator.chunk(chunk))
   }
 }
