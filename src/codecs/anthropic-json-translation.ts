@@ -5,9 +5,8 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import { JSON_HEADERS } from './anthropic-native.js'
 import { anthropicErrorOf, anthropicUsageOf, renderAnthropicError } from './anthropic-wire.js'
-import type { ResponseCodec } from './codec.js'
+import { answerObject, firstMessageEstimate, JsonAnswerCodec } from './json-answer.js'
 import { matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
 
 type Json = Record<string, any>
@@ -53,39 +52,22 @@ export function toAnthropicMessage(completion: Json, model: string, names: ToolN
 }
 
 /** A JSON answer of an OpenAI provider to a translated messages request. */
-export class AnthropicTranslatedJsonCodec implements ResponseCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
-  readonly pendingBytes = 0
-  readonly ended = true
+export class AnthropicTranslatedJsonCodec extends JsonAnswerCodec {
   #parsed: Json | null = null
   readonly #model: string
   readonly #names: ToolNames
   readonly #stops: readonly string[]
 
   constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
+    super()
     this.#model = model
     this.#names = names
     this.#stops = stops
   }
 
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
-
   read(body: Buffer): boolean {
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value === null || typeof value !== 'object' || Array.isArray(value) || !Array.isArray((value as Json).choices)) return false
-      this.#parsed = value as Json
-      return true
-    } catch {
-      return false
-    }
+    this.#parsed = answerObject(body, 'choices')
+    return this.#parsed !== null
   }
 
   get id(): string {
@@ -98,9 +80,7 @@ export class AnthropicTranslatedJsonCodec implements ResponseCodec {
   }
 
   usage(promptBytes: number): ChatUsage {
-    const message = this.#parsed?.choices?.[0]?.message
-    const bytes = (typeof message?.content === 'string' ? message.content.length : 0) + (message?.tool_calls ? JSON.stringify(message.tool_calls).length : 0)
-    return meteredUsage(this.#parsed?.usage, promptBytes, Math.ceil(bytes / 4))
+    return meteredUsage(this.#parsed?.usage, promptBytes, firstMessageEstimate(this.#parsed))
   }
 
   complete(trace: Record<string, unknown>): string {

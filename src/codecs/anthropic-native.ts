@@ -9,11 +9,11 @@ import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { anthropicErrorEvent, meteredAnthropicStreamUsage, meteredAnthropicUsage, renderAnthropicError } from './anthropic-wire.js'
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 import { spliceTrace } from './trace-splice.js'
 
 export const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
-export const JSON_HEADERS = ['Content-Type', 'application/json']
 
 type Usage = Record<string, unknown>
 type NativeMessage = { id?: unknown; usage?: unknown; content?: unknown }
@@ -157,31 +157,14 @@ export class AnthropicStreamCodec implements ResponseCodec {
 }
 
 /** A native Anthropic JSON message, held whole, read for its id and usage, the trace spliced in. */
-export class AnthropicJsonCodec implements ResponseCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
-  readonly pendingBytes = 0
-  readonly ended = true
+export class AnthropicJsonCodec extends JsonAnswerCodec {
   #body: Buffer | null = null
   #parsed: NativeMessage | null = null
 
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
-
   read(body: Buffer): boolean {
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      // No content: not a message (an error object sent with a 200, say), so not an answer to relay and bill.
-      if (value === null || typeof value !== 'object' || !Array.isArray((value as NativeMessage).content)) return false
-      this.#parsed = value as NativeMessage
-    } catch {
-      return false
-    }
+    const parsed = answerObject(body, 'content')
+    if (parsed === null) return false
+    this.#parsed = parsed as NativeMessage
     this.#body = body
     return true
   }

@@ -8,10 +8,9 @@
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { anthropicErrorEvent, anthropicErrorOf, anthropicUsageOf } from './anthropic-wire.js'
-import { SSE_HEADERS } from './anthropic-native.js'
-import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
+import { holdCall, type HeldCall } from './held-tool-calls.js'
 import { longestStop, matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
-import { payloadKind, SseFramer } from './sse-framing.js'
 
 const NONE = 0
 const TEXT = 1
@@ -20,24 +19,6 @@ const TOOL = 3
 
 function event(name: string, data: string): string {
   return `event: ${name}\ndata: ${data}\n\n`
-}
-
-/** A tool call held back while another one's block is open: its id, its name and its arguments so far. */
-interface HeldCall {
-  id: string
-  name: string
-  args: string
-}
-
-/** Whether `args` is a whole JSON value: a tool call whose arguments are complete can take no more of them. */
-function complete(args: string): boolean {
-  if (args === '') return false
-  try {
-    JSON.parse(args)
-    return true
-  } catch {
-    return false
-  }
 }
 
 /**
@@ -197,17 +178,9 @@ export class AnthropicStreamTranslator {
     const fn = call?.function ?? {}
     const args = typeof fn.arguments === 'string' ? fn.arguments : ''
     if (this.#block === TOOL && this.#tool !== index) {
-      const held = this.#held?.get(index)
-      if (held !== undefined) {
-        // A later chunk of a held call: its id or name may come late too.
-        if (held.id === '' && typeof call.id === 'string') held.id = call.id
-        if (typeof fn.name === 'string') held.name += fn.name
-        held.args += args
-        return ''
-      }
-      if (this.#held !== null || !complete(this.#args)) {
-        this.#held ??= new Map()
-        this.#held.set(index, { id: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
+      const held = holdCall(this.#held, index, call, fn, args, this.#args)
+      if (held !== null) {
+        this.#held = held
         return ''
       }
     }
@@ -227,61 +200,13 @@ export class AnthropicStreamTranslator {
 }
 
 /** An OpenAI SSE answer to a translated `stream: true` messages request, relayed as Anthropic SSE. */
-export class AnthropicTranslatedStreamCodec implements ResponseCodec {
-  readonly streaming = true
-  readonly responseHeaders = SSE_HEADERS
-  readonly translator: AnthropicStreamTranslator
-  #out = ''
-  #sawDone = false
-  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
-  #malformed = false
-  readonly #framer: SseFramer
-
+export class AnthropicTranslatedStreamCodec extends ChatChunkStreamCodec<AnthropicStreamTranslator> {
   constructor(model: string, names: ToolNames, stops: readonly string[] = []) {
-    this.translator = new AnthropicStreamTranslator(model, names, stops)
-    this.#framer = new SseFramer(() => this.#onEvent())
-  }
-
-  accepts(contentType: string): boolean {
-    return isEventStream(contentType)
-  }
-
-  push(chunk: Buffer, emit: Emit): void {
-    this.#framer.push(chunk)
-    this.#flush(emit)
-  }
-
-  get pendingBytes(): number {
-    return this.#framer.pendingBytes
-  }
-
-  finish(emit: Emit): void {
-    this.#framer.finish()
-    this.#flush(emit)
-  }
-
-  get ended(): boolean {
-    return !this.#malformed && (this.#sawDone || this.translator.finished || this.translator.error !== null)
-  }
-
-  get streamError(): boolean {
-    return this.#malformed
-  }
-
-  get terminated(): boolean {
-    return this.#sawDone
-  }
-
-  read(): boolean {
-    return false
+    super(new AnthropicStreamTranslator(model, names, stops))
   }
 
   get id(): string {
     return this.translator.id
-  }
-
-  get produced(): boolean {
-    return this.translator.started
   }
 
   usage(promptBytes: number): ChatUsage {
@@ -298,34 +223,5 @@ export class AnthropicTranslatedStreamCodec implements ResponseCodec {
 
   errorBody(status: number, body: Buffer, requestId: string): string {
     return anthropicErrorOf(status, body, requestId)
-  }
-
-  #flush(emit: Emit): void {
-    if (this.#out === '') return
-    emit(Buffer.from(this.#out))
-    this.#out = ''
-  }
-
-  #onEvent(): void {
-    const f = this.#framer
-    if (f.continuation || f.dataLines === 0) return
-    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
-    if (kind === 'blank') return
-    const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
-    if (kind === 'other') {
-      if (data.trim() === '[DONE]') this.#sawDone = true
-      else this.#malformed = true
-      return
-    }
-    let chunk: object
-    try {
-      chunk = JSON.parse(data) as object
-    } catch {
-      this.#malformed = true
-      return
-    }
-    const error = (chunk as Record<string, any>).error
-    if (error !== null && typeof error === 'object') this.translator.error = error
-    else this.#out += this.translator.chunk(chunk as Record<string, any>)
   }
 }

@@ -8,14 +8,13 @@ import type { ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
 import { chatUsageOf, meteredAnthropicStreamUsage, meteredAnthropicUsage } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
-import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
+import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { openAiEnvelopeOf } from './openai-error.js'
-import { payloadKind, SseFramer } from './sse-framing.js'
+import { payloadKind, type SseFramer } from './sse-framing.js'
+import { SseTranslationCodec } from './sse-translation-codec.js'
 
 type Json = Record<string, any>
 
-const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
-const JSON_HEADERS = ['Content-Type', 'application/json']
 
 function now(): number {
   return Math.floor(Date.now() / 1000)
@@ -32,35 +31,18 @@ function chatUsage(u: Json | null | undefined): Json | undefined {
 }
 
 /** An Anthropic JSON message answering a translated chat request. */
-export class ChatFromAnthropicJsonCodec implements ResponseCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
-  readonly pendingBytes = 0
-  readonly ended = true
+export class ChatFromAnthropicJsonCodec extends JsonAnswerCodec {
   #parsed: Json | null = null
   readonly #model: string
 
   constructor(model: string) {
+    super()
     this.#model = model
   }
 
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
-
   read(body: Buffer): boolean {
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value === null || typeof value !== 'object' || !Array.isArray((value as Json).content)) return false
-      this.#parsed = value as Json
-      return true
-    } catch {
-      return false
-    }
+    this.#parsed = answerObject(body, 'content')
+    return this.#parsed !== null
   }
 
   get id(): string {
@@ -108,9 +90,7 @@ export class ChatFromAnthropicJsonCodec implements ResponseCodec {
 }
 
 /** An Anthropic SSE stream answering a translated `stream: true` chat request, relayed as chat chunks. */
-export class ChatFromAnthropicStreamCodec implements ResponseCodec {
-  readonly streaming = true
-  readonly responseHeaders = SSE_HEADERS
+export class ChatFromAnthropicStreamCodec extends SseTranslationCodec {
   #id = ''
   #usage: Json | null = null
   #stop: unknown = null
@@ -120,51 +100,21 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
   /** message_delta brought the usage: its output_tokens is the whole count, not message_start's early one. */
   #finalUsage = false
   #tool = -1
-  #out = ''
-  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
-  #malformed = false
   readonly #model: string
   readonly #clientWantsUsage: boolean
-  readonly #framer: SseFramer
 
   constructor(model: string, clientWantsUsage: boolean) {
+    super()
     this.#model = model
     this.#clientWantsUsage = clientWantsUsage
-    this.#framer = new SseFramer(() => this.#onEvent())
-  }
-
-  accepts(contentType: string): boolean {
-    return isEventStream(contentType)
-  }
-
-  push(chunk: Buffer, emit: Emit): void {
-    this.#framer.push(chunk)
-    this.#flush(emit)
-  }
-
-  get pendingBytes(): number {
-    return this.#framer.pendingBytes
-  }
-
-  finish(emit: Emit): void {
-    this.#framer.finish()
-    this.#flush(emit)
   }
 
   get ended(): boolean {
-    return !this.#malformed && (this.#stopped || this.#stop !== null)
-  }
-
-  get streamError(): boolean {
-    return this.#malformed
+    return !this.streamError && (this.#stopped || this.#stop !== null)
   }
 
   get terminated(): boolean {
     return this.#stopped
-  }
-
-  read(): boolean {
-    return false
   }
 
   get id(): string {
@@ -195,12 +145,6 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
     return openAiEnvelopeOf(status, body, requestId)
   }
 
-  #flush(emit: Emit): void {
-    if (this.#out === '') return
-    emit(Buffer.from(this.#out))
-    this.#out = ''
-  }
-
   #head(): Json {
     return { id: this.#id, object: 'chat.completion.chunk', created: now(), model: this.#model }
   }
@@ -209,8 +153,7 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
     return `data: ${JSON.stringify({ ...this.#head(), choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`
   }
 
-  #onEvent(): void {
-    const f = this.#framer
+  protected onEvent(f: SseFramer): void {
     if (f.continuation || f.dataLines === 0) return
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
     if (kind === 'blank') return
@@ -221,7 +164,7 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
       } catch {}
     }
     if (e === null) {
-      this.#malformed = true
+      this.markMalformed()
       return
     }
     switch (e?.type) {
@@ -229,22 +172,22 @@ export class ChatFromAnthropicStreamCodec implements ResponseCodec {
         if (typeof e.message?.id === 'string') this.#id = e.message.id
         this.#usage = e.message?.usage ?? null
         this.#events++
-        this.#out += this.#chunk({ role: 'assistant', content: '' })
+        this.write(this.#chunk({ role: 'assistant', content: '' }))
         return
       case 'content_block_start':
         if (e.content_block?.type === 'tool_use') {
           this.#tool++
           this.#events++
           const call = { index: this.#tool, id: e.content_block.id, type: 'function', function: { name: e.content_block.name, arguments: '' } }
-          this.#out += this.#chunk({ tool_calls: [call] })
+          this.write(this.#chunk({ tool_calls: [call] }))
         }
         return
       case 'content_block_delta': {
         const d = e.delta
         this.#events++
-        if (d?.type === 'text_delta') this.#out += this.#chunk({ content: d.text })
-        else if (d?.type === 'input_json_delta') this.#out += this.#chunk({ tool_calls: [{ index: this.#tool, function: { arguments: d.partial_json } }] })
-        else if (d?.type === 'thinking_delta') this.#out += this.#chunk({ reasoning_content: d.thinking })
+        if (d?.type === 'text_delta') this.write(this.#chunk({ content: d.text }))
+        else if (d?.type === 'input_json_delta') this.write(this.#chunk({ tool_calls: [{ index: this.#tool, function: { arguments: d.partial_json } }] }))
+        else if (d?.type === 'thinking_delta') this.write(this.#chunk({ reasoning_content: d.thinking }))
         return
       }
       case 'message_stop':

@@ -6,13 +6,13 @@
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
 import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { JsonAnswerCodec } from './json-answer.js'
 import { openAiErrorOf } from './openai-error.js'
 import { OpenAiSseCodec } from './openai-sse.js'
 import { spliceTrace } from './trace-splice.js'
 import { isUtf8 } from 'node:buffer'
 
 const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
-const JSON_HEADERS = ['Content-Type', 'application/json']
 const DONE_EVENT = 'data: [DONE]\n\n'
 
 /** An SSE answer to a `stream: true` chat request. */
@@ -99,23 +99,9 @@ type ChatResponse = { id?: unknown; usage?: unknown; choices?: unknown }
  * A JSON answer to a chat request: held whole, parsed once for its id and usage, the trace spliced in. A body
  * that is not a JSON object with a `choices` array is no answer: the provider failed (invalid_json).
  */
-export class ChatJsonCodec implements ResponseCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
+export class ChatJsonCodec extends JsonAnswerCodec {
   #body: Buffer | null = null
   #parsed: ChatResponse | null = null
-
-  readonly pendingBytes = 0
-  readonly ended = true
-
-  accepts(): boolean {
-    // Judged by parsing: a body that is not a chat completion object fails in read().
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
 
   read(body: Buffer): boolean {
     const parsed = parseObject(body)

@@ -5,9 +5,8 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
-import { JSON_HEADERS } from './anthropic-native.js'
-import type { ResponseCodec } from './codec.js'
 import { isHeaderSafeId } from './codec.js'
+import { answerObject, firstMessageEstimate, JsonAnswerCodec } from './json-answer.js'
 import { openAiErrorOf } from './openai-error.js'
 import { newId, responseObject, responsesUsage, type Outcome, type ResponseMeta } from './responses-wire.js'
 
@@ -66,37 +65,20 @@ export interface ResponsesCodec {
 }
 
 /** A JSON answer of an OpenAI provider to a translated Responses request. */
-export class ResponsesTranslatedJsonCodec implements ResponseCodec, ResponsesCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
-  readonly pendingBytes = 0
-  readonly ended = true
+export class ResponsesTranslatedJsonCodec extends JsonAnswerCodec implements ResponsesCodec {
   #parsed: Json | null = null
   #usage: ChatUsage | null = null
   #answer: KeptAnswer | null = null
   readonly #meta: ResponseMeta
 
   constructor(meta: ResponseMeta) {
+    super()
     this.#meta = meta
   }
 
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
-
   read(body: Buffer): boolean {
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value === null || typeof value !== 'object' || Array.isArray(value) || !Array.isArray((value as Json).choices)) return false
-      this.#parsed = value as Json
-      return true
-    } catch {
-      return false
-    }
+    this.#parsed = answerObject(body, 'choices')
+    return this.#parsed !== null
   }
 
   get id(): string {
@@ -109,9 +91,7 @@ export class ResponsesTranslatedJsonCodec implements ResponseCodec, ResponsesCod
   }
 
   usage(promptBytes: number): ChatUsage {
-    const message = this.#parsed?.choices?.[0]?.message
-    const bytes = (typeof message?.content === 'string' ? message.content.length : 0) + (message?.tool_calls ? JSON.stringify(message.tool_calls).length : 0)
-    this.#usage = meteredUsage(this.#parsed?.usage, promptBytes, Math.ceil(bytes / 4))
+    this.#usage = meteredUsage(this.#parsed?.usage, promptBytes, firstMessageEstimate(this.#parsed))
     return this.#usage
   }
 

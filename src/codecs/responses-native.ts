@@ -9,8 +9,9 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
-import { JSON_HEADERS, SSE_HEADERS } from './anthropic-native.js'
+import { SSE_HEADERS } from './anthropic-native.js'
 import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { openAiErrorOf } from './openai-error.js'
 import type { KeptAnswer, ResponsesCodec } from './responses-json-translation.js'
 import { chatUsageOfResponses, failureEvents, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
@@ -37,36 +38,18 @@ function bytesOfOutput(output: unknown): number {
 }
 
 /** A native JSON response, held whole, its id made ours and the trace added. */
-export class ResponsesNativeJsonCodec implements ResponseCodec, ResponsesCodec {
-  readonly streaming = false
-  readonly responseHeaders = JSON_HEADERS
-  readonly pendingBytes = 0
-  readonly ended = true
+export class ResponsesNativeJsonCodec extends JsonAnswerCodec implements ResponsesCodec {
   #parsed: Json | null = null
   readonly #meta: ResponseMeta
 
   constructor(meta: ResponseMeta) {
+    super()
     this.#meta = meta
   }
 
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
-
   read(body: Buffer): boolean {
-    try {
-      const value: unknown = JSON.parse(body.toString('utf8'))
-      // No output array: not a response (an error object sent with a 200, say), so nothing to relay and bill.
-      if (value === null || typeof value !== 'object' || Array.isArray(value) || !Array.isArray((value as Json).output)) return false
-      this.#parsed = value as Json
-      return true
-    } catch {
-      return false
-    }
+    this.#parsed = answerObject(body, 'output')
+    return this.#parsed !== null
   }
 
   get id(): string {

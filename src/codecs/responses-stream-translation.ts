@@ -7,12 +7,12 @@
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import { SSE_HEADERS } from './anthropic-native.js'
-import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './codec.js'
+import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
+import { isHeaderSafeId } from './codec.js'
+import { holdCall, type HeldCall } from './held-tool-calls.js'
 import { openAiErrorOf } from './openai-error.js'
 import { outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
-import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
 
@@ -23,24 +23,6 @@ const NONE = 0
 const TEXT = 1
 const REASONING = 2
 const TOOL = 3
-
-/** A tool call held back while another item is open: its call id, name and arguments as they came. */
-interface HeldCall {
-  callId: string
-  name: string
-  args: string
-}
-
-/** Whether `args` is a whole JSON value: a call whose arguments are complete can take no more of them. */
-function whole(args: string): boolean {
-  if (args === '') return false
-  try {
-    JSON.parse(args)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /**
  * The translator's state; pure: OpenAI chunk objects in, Responses event text out.
@@ -227,7 +209,7 @@ export class ResponsesStreamTranslator {
     if (held === null) return out
     this.#held = null
     for (const [index, call] of held) {
-      out += this.#openTool(call.callId === '' ? `call_${index}` : call.callId, call.name)
+      out += this.#openTool(call.id === '' ? `call_${index}` : call.id, call.name)
       if (call.args !== '') out += this.#argsDelta(call.args)
       out += this.#close()
     }
@@ -249,17 +231,9 @@ export class ResponsesStreamTranslator {
     const fn = call?.function ?? {}
     const args = typeof fn.arguments === 'string' ? fn.arguments : ''
     if (this.#kind === TOOL && this.#tool !== index) {
-      const held = this.#held?.get(index)
-      if (held !== undefined) {
-        // A later chunk of a held call: its id or name may come late too.
-        if (held.callId === '' && typeof call.id === 'string') held.callId = call.id
-        if (typeof fn.name === 'string') held.name += fn.name
-        held.args += args
-        return ''
-      }
-      if (this.#held !== null || !whole(this.#text)) {
-        this.#held ??= new Map()
-        this.#held.set(index, { callId: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
+      const held = holdCall(this.#held, index, call, fn, args, this.#text)
+      if (held !== null) {
+        this.#held = held
         return ''
       }
     }
@@ -276,64 +250,17 @@ export class ResponsesStreamTranslator {
 }
 
 /** An OpenAI SSE answer to a translated `stream: true` Responses request, relayed as Responses SSE. */
-export class ResponsesTranslatedStreamCodec implements ResponseCodec, ResponsesCodec {
-  readonly streaming = true
-  readonly responseHeaders = SSE_HEADERS
-  readonly translator: ResponsesStreamTranslator
-  #out = ''
+export class ResponsesTranslatedStreamCodec extends ChatChunkStreamCodec<ResponsesStreamTranslator> implements ResponsesCodec {
   /** Events of the item kept() finished, sent by complete(). */
   #closing = ''
-  #sawDone = false
   #usage: ChatUsage | null = null
-  /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
-  #malformed = false
-  readonly #framer: SseFramer
 
   constructor(meta: ResponseMeta) {
-    this.translator = new ResponsesStreamTranslator(meta)
-    this.#framer = new SseFramer(() => this.#onEvent())
-  }
-
-  accepts(contentType: string): boolean {
-    return isEventStream(contentType)
-  }
-
-  push(chunk: Buffer, emit: Emit): void {
-    this.#framer.push(chunk)
-    this.#flush(emit)
-  }
-
-  get pendingBytes(): number {
-    return this.#framer.pendingBytes
-  }
-
-  finish(emit: Emit): void {
-    this.#framer.finish()
-    this.#flush(emit)
-  }
-
-  get ended(): boolean {
-    return !this.#malformed && (this.#sawDone || this.translator.finished || this.translator.error !== null)
-  }
-
-  get streamError(): boolean {
-    return this.#malformed
-  }
-
-  get terminated(): boolean {
-    return this.#sawDone
-  }
-
-  read(): boolean {
-    return false
+    super(new ResponsesStreamTranslator(meta))
   }
 
   get id(): string {
     return isHeaderSafeId(this.translator.id) ? this.translator.id : ''
-  }
-
-  get produced(): boolean {
-    return this.translator.started
   }
 
   usage(promptBytes: number): ChatUsage {
@@ -371,34 +298,4 @@ export class ResponsesTranslatedStreamCodec implements ResponseCodec, ResponsesC
   errorBody(status: number, body: Buffer, requestId: string): string | Buffer {
     return openAiErrorOf(status, body, requestId)
   }
-
-  #flush(emit: Emit): void {
-    if (this.#out === '') return
-    emit(Buffer.from(this.#out))
-    this.#out = ''
-  }
-
-  #onEvent(): void {
-    const f = this.#framer
-    if (f.continuation || f.dataLines === 0) return
-    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
-    if (kind === 'blank') return
-    const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
-    if (kind === 'other') {
-      if (data.trim() === '[DONE]') this.#sawDone = true
-      else this.#malformed = true
-      return
-    }
-    let chunk: Json
-    try {
-      chunk = JSON.parse(data) as Json
-    } catch {
-      this.#malformed = true
-      return
-    }
-    const error = chunk.error
-    if (error !== null && typeof error === 'object') this.translator.error = error
-    else this.#out += this.translator.chunk(chunk)
-  }
 }
-

@@ -8,34 +8,28 @@ import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { ChatFromAnthropicJsonCodec, ChatFromAnthropicStreamCodec } from './chat-answer-translation.js'
 import type { Emit, ResponseCodec } from './codec.js'
+import { JsonAnswerCodec } from './json-answer.js'
 import { ResponsesTranslatedJsonCodec, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { ResponsesTranslatedStreamCodec } from './responses-stream-translation.js'
 import type { ResponseMeta } from './responses-wire.js'
 
+/** The usage the Anthropic step measured; the Responses step bills by it, not by its own estimate. */
+function billedAsMeasured(anthropic: ResponseCodec, responses: { bill(usage: ChatUsage): void }, promptBytes: number): ChatUsage {
+  const usage = anthropic.usage(promptBytes)
+  responses.bill(usage)
+  return usage
+}
+
 /** An Anthropic JSON message, made a chat completion, made a response object. */
-export class ResponsesViaAnthropicJsonCodec implements ResponseCodec, ResponsesCodec {
-  readonly streaming = false
-  readonly pendingBytes = 0
-  readonly ended = true
+export class ResponsesViaAnthropicJsonCodec extends JsonAnswerCodec implements ResponsesCodec {
   readonly #anthropic: ChatFromAnthropicJsonCodec
   readonly #responses: ResponsesTranslatedJsonCodec
 
   constructor(meta: ResponseMeta) {
+    super()
     this.#anthropic = new ChatFromAnthropicJsonCodec(meta.model)
     this.#responses = new ResponsesTranslatedJsonCodec(meta)
   }
-
-  get responseHeaders() {
-    return this.#responses.responseHeaders
-  }
-
-  accepts(): boolean {
-    return true
-  }
-
-  push(): void {}
-
-  finish(): void {}
 
   read(body: Buffer): boolean {
     // The chat completion's trace member (empty here) is not read by the next step.
@@ -51,9 +45,7 @@ export class ResponsesViaAnthropicJsonCodec implements ResponseCodec, ResponsesC
   }
 
   usage(promptBytes: number): ChatUsage {
-    const usage = this.#anthropic.usage(promptBytes)
-    this.#responses.bill(usage)
-    return usage
+    return billedAsMeasured(this.#anthropic, this.#responses, promptBytes)
   }
 
   kept(): KeptAnswer {
@@ -133,9 +125,7 @@ export class ResponsesViaAnthropicStreamCodec implements ResponseCodec, Response
   }
 
   usage(promptBytes: number): ChatUsage {
-    const usage = this.#anthropic.usage(promptBytes)
-    this.#responses.bill(usage)
-    return usage
+    return billedAsMeasured(this.#anthropic, this.#responses, promptBytes)
   }
 
   /** The Anthropic codec's last chat chunks (finish, usage), translated: the answer is whole after it. */

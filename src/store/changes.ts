@@ -50,6 +50,26 @@ export interface ChangeFeed {
   catchUp?(): Promise<number>
 }
 
+/** A `changes` row as both stores read it. */
+export interface ChangeRow {
+  seq: number
+  kind: 'account' | 'key' | 'funds'
+  account_id: string
+  key_id: string | null
+}
+
+/** The change a row records. */
+export function toChange(row: ChangeRow): StoreChange {
+  switch (row.kind) {
+    case 'key':
+      return { kind: 'key', accountId: row.account_id, keyId: row.key_id ?? '' }
+    case 'funds':
+      return { kind: 'funds', accountId: row.account_id }
+    case 'account':
+      return { kind: 'account', accountId: row.account_id }
+  }
+}
+
 export const UNKNOWN_CHANGE: StoreChange = Object.freeze({ kind: 'unknown' })
 
 /** The listener set every ChangeFeed implementation keeps; one listener that throws never stops the others. */

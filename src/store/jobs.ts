@@ -76,3 +76,47 @@ export interface JobStore {
    */
   claimUnfinished?(replicaId: string, liveReplicaIds: readonly string[]): Promise<JobRecord[]>
 }
+
+/** A `jobs` row as both stores read it (the replica that owns it is PostgreSQL's alone). */
+export interface JobRow {
+  id: string
+  account_id: string
+  key_id: string | null
+  surface: string
+  model: string
+  provider_address: string
+  params: string
+  body: Buffer | null
+  body_path: string | null
+  status: JobStatus
+  provider: string | null
+  result: string | null
+  trace: string | null
+  error: string | null
+  res_key: string
+  created_at: number
+  updated_at: number
+}
+
+/** The record of a `jobs` row, without its owner. */
+export function toJob(row: JobRow): JobRecord {
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    keyId: row.key_id,
+    surface: row.surface,
+    model: row.model,
+    providerAddress: row.provider_address,
+    params: row.params,
+    body: row.body,
+    bodyPath: row.body_path,
+    status: row.status,
+    provider: row.provider,
+    result: row.result,
+    trace: row.trace,
+    error: row.error,
+    resKey: row.res_key,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  }
+}

@@ -97,3 +97,75 @@ export interface KeyStore {
   /** Resolves a secret's hash to its key, of either kind, with the account (revoked keys too). */
   findCredential(hash: string): Promise<Credential | null>
 }
+
+/**
+ * An `api_keys` row as both stores read it; `L` is how the engine holds a list (SQLite: JSON text, PostgreSQL:
+ * a text[]), decoded by the store.
+ */
+export interface ApiKeyRow<L> {
+  id: string
+  account_id: string
+  hash: string
+  preview: string
+  name: string
+  trust_mode: string | null
+  revoked_at: number | null
+  credit_limit: string | null
+  reset_period: string
+  expires_at: number | null
+  allowed_models: L | null
+  allowed_providers: L | null
+  created_at: number
+}
+
+/** A `mgmt_keys` row as both stores read it; `S` is how the engine holds the scopes (SQLite: text, PostgreSQL: text[]). */
+export interface MgmtKeyRow<S> {
+  id: string
+  account_id: string
+  hash: string
+  preview: string
+  name: string
+  scopes: S
+  revoked_at: number | null
+  created_at: number
+  last_used_at: number | null
+  last_source_ip: string | null
+}
+
+/** The record of an `api_keys` row, its lists decoded by `list`. */
+export function apiKeyRecord<L>(row: ApiKeyRow<L>, list: (stored: L | null) => string[] | null): ApiKeyRecord {
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    hash: row.hash,
+    preview: row.preview,
+    name: row.name,
+    // The column's CHECK admits only the TRUST_MODES names.
+    trustMode: row.trust_mode as TrustMode | null,
+    revoked: row.revoked_at !== null,
+    revokedAt: row.revoked_at,
+    creditLimit: row.credit_limit === null ? null : BigInt(row.credit_limit),
+    resetPeriod: row.reset_period as ResetPeriod,
+    expiresAt: row.expires_at,
+    allowedModels: list(row.allowed_models),
+    allowedProviders: list(row.allowed_providers),
+    createdAt: row.created_at,
+  }
+}
+
+/** The record of a `mgmt_keys` row, its scopes decoded by `scopes`. */
+export function mgmtKeyRecord<S>(row: MgmtKeyRow<S>, scopes: (stored: S) => Scope[]): MgmtKeyRecord {
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    hash: row.hash,
+    preview: row.preview,
+    name: row.name,
+    scopes: scopes(row.scopes),
+    revoked: row.revoked_at !== null,
+    revokedAt: row.revoked_at,
+    createdAt: row.created_at,
+    lastUsedAt: row.last_used_at,
+    lastSourceIp: row.last_source_ip,
+  }
+}

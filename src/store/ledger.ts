@@ -113,3 +113,73 @@ export interface LedgerStore {
   /** Daily roll-up rows, ordered by day, model, key. */
   usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]>
 }
+
+/** A `journal` row as both stores read it (money as decimal text). */
+export interface JournalRow {
+  seq: number
+  account_id: string
+  kind: string
+  amount: string
+  request_id: string | null
+  key_id: string | null
+  memo: string
+  created_at: number
+}
+
+/** A `usage_daily` row as both stores read it (money as decimal text). */
+export interface UsageDailyRow {
+  day: string
+  model: string
+  key_id: string
+  requests: number
+  prompt_tokens: number
+  completion_tokens: number
+  images: number
+  audio_ms: number
+  cost: string
+}
+
+/** The journal entry of a `journal` row. */
+export function toJournal(row: JournalRow): JournalEntry {
+  return {
+    seq: row.seq,
+    accountId: row.account_id,
+    kind: row.kind as JournalKind,
+    amount: BigInt(row.amount),
+    requestId: row.request_id,
+    keyId: row.key_id,
+    memo: row.memo,
+    createdAt: row.created_at,
+  }
+}
+
+/** The roll-up row of a `usage_daily` row. */
+export function toUsageRow(r: UsageDailyRow): UsageRow {
+  return {
+    day: r.day,
+    model: r.model,
+    keyId: r.key_id,
+    requests: r.requests,
+    promptTokens: r.prompt_tokens,
+    completionTokens: r.completion_tokens,
+    images: r.images,
+    audioMs: r.audio_ms,
+    cost: BigInt(r.cost),
+  }
+}
+
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0
+}
+
+/** The error recordCharge gives a malformed charge before touching the database, or null. */
+export function invalidCharge(c: Charge): RangeError | null {
+  if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
+  if (c.requestId.length === 0) return new RangeError('a charge must name its request')
+  // Checked without building a list per charge (this runs for every charge on the commit path).
+  if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
+  for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {
+    if (!isCount(c[what])) return new RangeError(`${what} must be a non-negative integer (got ${c[what]})`)
+  }
+  return null
+}

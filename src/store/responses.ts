@@ -49,3 +49,30 @@ export interface ResponseStore {
   /** Deletes the responses (and their items) that expired at or before `now`; returns how many. */
   removeExpiredResponses(now: number): Promise<number>
 }
+
+/** A `responses` row as both stores read it. */
+export interface ResponseRow {
+  id: string
+  account_id: string
+  model: string
+  created_at: number
+  expires_at: number
+  input: string
+  output: string
+  response: string
+}
+
+/** The stored response of a `responses` row, its items not yet read. */
+export function toResponse(row: ResponseRow): StoredResponse {
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    model: row.model,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    input: row.input,
+    output: row.output,
+    response: row.response,
+    items: [],
+  }
+}

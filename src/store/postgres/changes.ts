@@ -13,18 +13,13 @@
  */
 import pg from 'pg'
 import { log } from '../../log.js'
-import { ChangeListeners, UNKNOWN_CHANGE, type ChangeFeed, type ChangeListener, type StoreChange } from '../changes.js'
+import { ChangeListeners, toChange, UNKNOWN_CHANGE, type ChangeFeed, type ChangeListener, type ChangeRow as StoredChangeRow } from '../changes.js'
 import { StoreUnavailableError } from '../store.js'
 import type { PgConnection } from './connection.js'
 import { CHANGES_KEPT } from './migrations.js'
 
-interface ChangeRow {
-  seq: number
-  kind: 'account' | 'key' | 'funds'
-  account_id: string
-  key_id: string | null
-  origin: string | null
-}
+/** A change row with the handle that wrote it (its own rows are left out). */
+type ChangeRow = StoredChangeRow & { origin: string | null }
 
 export const CHANGES_SQL = {
   listen: 'LISTEN svc_changes',
@@ -34,17 +29,6 @@ export const CHANGES_SQL = {
 
 const FIRST_RETRY_MS = 100
 const MAX_RETRY_MS = 2_000
-
-function toChange(row: ChangeRow): StoreChange {
-  switch (row.kind) {
-    case 'key':
-      return { kind: 'key', accountId: row.account_id, keyId: row.key_id ?? '' }
-    case 'funds':
-      return { kind: 'funds', accountId: row.account_id }
-    case 'account':
-      return { kind: 'account', accountId: row.account_id }
-  }
-}
 
 export class PgChanges implements ChangeFeed {
   readonly #conn: PgConnection

@@ -187,15 +187,19 @@ export class PgConnection {
     if (seq !== null && seq !== undefined && seq > this.ownSeq) this.ownSeq = seq
   }
 
-  /** One statement on a pooled connection; a connection that broke is dropped, others go back to the pool. */
-  async query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>> {
+  /** A pooled connection of an open store; StoreUnavailableError when none can be had. */
+  async #connect(): Promise<pg.PoolClient> {
     this.check()
-    let client: pg.PoolClient
     try {
-      client = await this.pool.connect()
+      return await this.pool.connect()
     } catch (err) {
       throw unavailable(err)
     }
+  }
+
+  /** One statement on a pooled connection; a connection that broke is dropped, others go back to the pool. */
+  async query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    const client = await this.#connect()
     let broken: Error | undefined
     try {
       return typeof text === 'string' ? await client.query<R>(text, values) : await client.query<R>(text)
@@ -217,13 +221,7 @@ export class PgConnection {
    */
   async transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
-      this.check()
-      let client: pg.PoolClient
-      try {
-        client = await this.pool.connect()
-      } catch (err) {
-        throw unavailable(err)
-      }
+      const client = await this.#connect()
       let broken: Error | undefined
       try {
         await client.query('BEGIN')
@@ -257,13 +255,7 @@ export class PgConnection {
    */
   async pipelined(statements: readonly pg.QueryConfig[]): Promise<pg.QueryResult[]> {
     for (let attempt = 1; ; attempt++) {
-      this.check()
-      let client: pg.PoolClient
-      try {
-        client = await this.pool.connect()
-      } catch (err) {
-        throw unavailable(err)
-      }
+      const client = await this.#connect()
       const sent = [client.query('BEGIN'), ...statements.map((s) => client.query(s)), client.query('COMMIT')]
       const settled = await Promise.allSettled(sent)
       const failure = settled.find((r) => r.status === 'rejected')

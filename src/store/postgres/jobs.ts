@@ -2,29 +2,10 @@
  * The JobStore on PostgreSQL: the `jobs` table. A job created through a store opened with a replica id is owned
  * by that replica; when a replica dies, another takes its unfinished jobs over with claimUnfinished().
  */
-import type { JobOutcome, JobRecord, JobStatus, JobStore, NewJob } from '../jobs.js'
+import { toJob as toUnownedJob, type JobOutcome, type JobRecord, type JobRow as StoredJobRow, type JobStore, type NewJob } from '../jobs.js'
 import type { PgConnection } from './connection.js'
 
-interface JobRow {
-  id: string
-  account_id: string
-  key_id: string | null
-  surface: string
-  model: string
-  provider_address: string
-  params: string
-  body: Buffer | null
-  body_path: string | null
-  status: JobStatus
-  provider: string | null
-  result: string | null
-  trace: string | null
-  error: string | null
-  res_key: string
-  owner: string | null
-  created_at: number
-  updated_at: number
-}
+type JobRow = StoredJobRow & { owner: string | null }
 
 const COLUMN_NAMES = ['id', 'account_id', 'key_id', 'surface', 'model', 'provider_address', 'params', 'body', 'body_path', 'status',
   'provider', 'result', 'trace', 'error', 'res_key', 'owner', 'created_at', 'updated_at']
@@ -66,26 +47,7 @@ export const JOB_SQL = {
 } as const
 
 function toJob(row: JobRow): JobRecord {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    keyId: row.key_id,
-    surface: row.surface,
-    model: row.model,
-    providerAddress: row.provider_address,
-    params: row.params,
-    body: row.body,
-    bodyPath: row.body_path,
-    status: row.status,
-    provider: row.provider,
-    result: row.result,
-    trace: row.trace,
-    error: row.error,
-    resKey: row.res_key,
-    owner: row.owner,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-  }
+  return { ...toUnownedJob(row), owner: row.owner }
 }
 
 export class PgJobs implements JobStore {

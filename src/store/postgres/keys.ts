@@ -3,50 +3,26 @@
  * 'key' change in the same statement (a CTE on the write's RETURNING), so the change exists exactly when the
  * write committed; the audit write (touchMgmtKey) records none.
  */
-import type { TrustMode } from '../../vocabulary/trust.js'
-import type {
-  ApiKeyPatch,
-  ApiKeyRecord,
-  Credential,
-  KeyStore,
-  MgmtKeyPatch,
-  MgmtKeyRecord,
-  NewApiKey,
-  NewMgmtKey,
-  ResetPeriod,
-  Scope,
+import {
+  apiKeyRecord,
+  mgmtKeyRecord,
+  type ApiKeyPatch,
+  type ApiKeyRecord,
+  type ApiKeyRow as StoredApiKeyRow,
+  type Credential,
+  type KeyStore,
+  type MgmtKeyPatch,
+  type MgmtKeyRecord,
+  type MgmtKeyRow as StoredMgmtKeyRow,
+  type NewApiKey,
+  type NewMgmtKey,
+  type Scope,
 } from '../keys.js'
 import { toAccount } from './accounts.js'
 import type { PgConnection } from './connection.js'
 
-interface ApiKeyRow {
-  id: string
-  account_id: string
-  hash: string
-  preview: string
-  name: string
-  trust_mode: string | null
-  revoked_at: number | null
-  credit_limit: string | null
-  reset_period: string
-  expires_at: number | null
-  allowed_models: string[] | null
-  allowed_providers: string[] | null
-  created_at: number
-}
-
-interface MgmtKeyRow {
-  id: string
-  account_id: string
-  hash: string
-  preview: string
-  name: string
-  scopes: string[]
-  revoked_at: number | null
-  created_at: number
-  last_used_at: number | null
-  last_source_ip: string | null
-}
+type ApiKeyRow = StoredApiKeyRow<string[]>
+type MgmtKeyRow = StoredMgmtKeyRow<string[]>
 
 type Changed<R> = R & { change_seq: number | null }
 type WithAccount<R> = R & { account_rate_limit: number | null; account_created_at: number }
@@ -126,39 +102,11 @@ function listParam(list: readonly string[] | null | undefined): string[] | null 
 }
 
 function toApiKey(row: ApiKeyRow): ApiKeyRecord {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    hash: row.hash,
-    preview: row.preview,
-    name: row.name,
-    // The column's CHECK admits only the TRUST_MODES names.
-    trustMode: row.trust_mode as TrustMode | null,
-    revoked: row.revoked_at !== null,
-    revokedAt: row.revoked_at,
-    creditLimit: row.credit_limit === null ? null : BigInt(row.credit_limit),
-    resetPeriod: row.reset_period as ResetPeriod,
-    expiresAt: row.expires_at,
-    allowedModels: row.allowed_models,
-    allowedProviders: row.allowed_providers,
-    createdAt: row.created_at,
-  }
+  return apiKeyRecord(row, (list) => list)
 }
 
 function toMgmtKey(row: MgmtKeyRow): MgmtKeyRecord {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    hash: row.hash,
-    preview: row.preview,
-    name: row.name,
-    scopes: row.scopes as Scope[],
-    revoked: row.revoked_at !== null,
-    revokedAt: row.revoked_at,
-    createdAt: row.created_at,
-    lastUsedAt: row.last_used_at,
-    lastSourceIp: row.last_source_ip,
-  }
+  return mgmtKeyRecord(row, (scopes) => scopes as Scope[])
 }
 
 export class PgKeys implements KeyStore {

@@ -12,35 +12,25 @@
  */
 import type pg from 'pg'
 import { utcDay } from '../days.js'
-import type { AccountTotals, Charge, JournalEntry, JournalKind, LeasedTotals, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
+import {
+  invalidCharge,
+  toJournal,
+  toUsageRow,
+  type AccountTotals,
+  type Charge,
+  type JournalEntry,
+  type JournalRow,
+  type LeasedTotals,
+  type LedgerStore,
+  type UsageDailyRow,
+  type UsageFilter,
+  type UsageRow,
+} from '../ledger.js'
 import { StoreConflictError } from '../store.js'
 import { LeaseLostError } from '../leases.js'
 import { ACCOUNT_SQL } from './accounts.js'
 import type { PgConnection } from './connection.js'
 import { LEASE_SQL } from './leases.js'
-
-interface JournalRow {
-  seq: number
-  account_id: string
-  kind: string
-  amount: string
-  request_id: string | null
-  key_id: string | null
-  memo: string
-  created_at: number
-}
-
-interface UsageDailyRow {
-  day: string
-  model: string
-  key_id: string
-  requests: number
-  prompt_tokens: number
-  completion_tokens: number
-  images: number
-  audio_ms: number
-  cost: string
-}
 
 const JOURNAL_COLUMNS = 'seq, account_id, kind, amount, request_id, key_id, memo, created_at'
 
@@ -125,38 +115,10 @@ export const FUNDS_SQL = {
     ORDER BY day COLLATE "C", model COLLATE "C", key_id COLLATE "C"`,
 } as const
 
-function toJournal(row: JournalRow): JournalEntry {
-  return {
-    seq: row.seq,
-    accountId: row.account_id,
-    kind: row.kind as JournalKind,
-    amount: BigInt(row.amount),
-    requestId: row.request_id,
-    keyId: row.key_id,
-    memo: row.memo,
-    createdAt: row.created_at,
-  }
-}
-
 /** The request a batch's lease payment could not pay (svc_lease_pay_all's 'svc: lease lost'), or null. */
 function lostLease(err: unknown): string | null {
   const e = err as { code?: string; message?: string; detail?: string } | null
   return e?.code === 'P0001' && e.message === 'svc: lease lost' && typeof e.detail === 'string' ? e.detail : null
-}
-
-function isCount(n: number): boolean {
-  return Number.isSafeInteger(n) && n >= 0
-}
-
-/** The error recordCharge gives a malformed charge before touching the database, or null. */
-function invalidCharge(c: Charge): RangeError | null {
-  if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
-  if (c.requestId.length === 0) return new RangeError('a charge must name its request')
-  if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
-  for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {
-    if (!isCount(c[what])) return new RangeError(`${what} must be a non-negative integer (got ${c[what]})`)
-  }
-  return null
 }
 
 /** What the transaction of a batch learnt: the accounts that exist, and the seq of each charge appended. */
@@ -326,16 +288,6 @@ export class PgLedger implements LedgerStore {
 
   async usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]> {
     const { rows } = await this.#conn.query<UsageDailyRow>(FUNDS_SQL.usage, [accountId, filter.fromDay, filter.toDay, filter.keyId ?? null, filter.model ?? null])
-    return rows.map((r) => ({
-      day: r.day,
-      model: r.model,
-      keyId: r.key_id,
-      requests: r.requests,
-      promptTokens: r.prompt_tokens,
-      completionTokens: r.completion_tokens,
-      images: r.images,
-      audioMs: r.audio_ms,
-      cost: BigInt(r.cost),
-    }))
+    return rows.map(toUsageRow)
   }
 }

@@ -3,20 +3,9 @@
  * stored through one replica is continued, fetched or deleted through any. Every read names the account and
  * the time: another account's row, or an expired one, is as absent as a missing one.
  */
-import type { ResponseStore, StoredResponse } from '../responses.js'
+import { toResponse, type ResponseRow, type ResponseStore, type StoredResponse } from '../responses.js'
 import { StoreConflictError } from '../store.js'
 import { isUniqueViolation, type PgConnection } from './connection.js'
-
-interface ResponseRow {
-  id: string
-  account_id: string
-  model: string
-  created_at: number
-  expires_at: number
-  input: string
-  output: string
-  response: string
-}
 
 export const RESPONSES_MIGRATION = `
 CREATE TABLE responses (
@@ -89,19 +78,7 @@ export class PgResponses implements ResponseStore {
 
   async getResponse(accountId: string, id: string, now: number): Promise<StoredResponse | null> {
     const { rows } = await this.#conn.query<ResponseRow>(RESPONSE_SQL.byId, [id, accountId, now])
-    const row = rows[0]
-    if (row === undefined) return null
-    return {
-      id: row.id,
-      accountId: row.account_id,
-      model: row.model,
-      createdAt: row.created_at,
-      expiresAt: row.expires_at,
-      input: row.input,
-      output: row.output,
-      response: row.response,
-      items: [],
-    }
+    return rows[0] === undefined ? null : toResponse(rows[0])
   }
 
   async getItems(accountId: string, ids: readonly string[], now: number): Promise<Map<string, string>> {

@@ -10,16 +10,9 @@
  */
 import type { Statement } from 'better-sqlite3'
 import { log } from '../../log.js'
-import { ChangeListeners, UNKNOWN_CHANGE, type ChangeFeed, type ChangeListener, type StoreChange } from '../changes.js'
+import { ChangeListeners, toChange, UNKNOWN_CHANGE, type ChangeFeed, type ChangeListener, type ChangeRow } from '../changes.js'
 import type { SqliteConnection } from './connection.js'
 import { CHANGES_KEPT } from './migrations.js'
-
-interface ChangeRow {
-  seq: number
-  kind: 'account' | 'key' | 'funds'
-  account_id: string
-  key_id: string | null
-}
 
 interface Statements {
   readonly since: Statement<[number], ChangeRow>
@@ -27,17 +20,6 @@ interface Statements {
   readonly ownSeqs: Statement<[], number>
   readonly lastOwn: Statement<[], number | null>
   readonly forgetOwn: Statement<[number]>
-}
-
-function toChange(row: ChangeRow): StoreChange {
-  switch (row.kind) {
-    case 'key':
-      return { kind: 'key', accountId: row.account_id, keyId: row.key_id ?? '' }
-    case 'funds':
-      return { kind: 'funds', accountId: row.account_id }
-    case 'account':
-      return { kind: 'account', accountId: row.account_id }
-  }
 }
 
 export class SqliteChanges implements ChangeFeed {

@@ -1,48 +1,6 @@
 /** The JobStore on SQLite: the `jobs` table (migration 4). */
-import type { JobOutcome, JobRecord, JobStatus, JobStore, NewJob } from '../jobs.js'
+import { toJob, type JobOutcome, type JobRecord, type JobRow, type JobStore, type NewJob } from '../jobs.js'
 import type { SqliteConnection } from './connection.js'
-
-interface JobRow {
-  id: string
-  account_id: string
-  key_id: string | null
-  surface: string
-  model: string
-  provider_address: string
-  params: string
-  body: Buffer | null
-  body_path: string | null
-  status: JobStatus
-  provider: string | null
-  result: string | null
-  trace: string | null
-  error: string | null
-  res_key: string
-  created_at: number
-  updated_at: number
-}
-
-function toJob(row: JobRow): JobRecord {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    keyId: row.key_id,
-    surface: row.surface,
-    model: row.model,
-    providerAddress: row.provider_address,
-    params: row.params,
-    body: row.body,
-    bodyPath: row.body_path,
-    status: row.status,
-    provider: row.provider,
-    result: row.result,
-    trace: row.trace,
-    error: row.error,
-    resKey: row.res_key,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-  }
-}
 
 function prepareStatements(conn: SqliteConnection) {
   const db = conn.db

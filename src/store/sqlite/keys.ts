@@ -1,48 +1,24 @@
 /** The KeyStore on SQLite: the `api_keys` and `mgmt_keys` tables. */
-import type { TrustMode } from '../../vocabulary/trust.js'
-import type {
-  ApiKeyPatch,
-  ApiKeyRecord,
-  Credential,
-  KeyStore,
-  MgmtKeyPatch,
-  MgmtKeyRecord,
-  NewApiKey,
-  NewMgmtKey,
-  ResetPeriod,
-  Scope,
+import {
+  apiKeyRecord,
+  mgmtKeyRecord,
+  type ApiKeyPatch,
+  type ApiKeyRecord,
+  type ApiKeyRow as StoredApiKeyRow,
+  type Credential,
+  type KeyStore,
+  type MgmtKeyPatch,
+  type MgmtKeyRecord,
+  type MgmtKeyRow as StoredMgmtKeyRow,
+  type NewApiKey,
+  type NewMgmtKey,
+  type Scope,
 } from '../keys.js'
 import { ACCOUNT_BY_ID, toAccount, type AccountRow } from './accounts.js'
 import type { SqliteConnection } from './connection.js'
 
-interface ApiKeyRow {
-  id: string
-  account_id: string
-  hash: string
-  preview: string
-  name: string
-  trust_mode: string | null
-  revoked_at: number | null
-  credit_limit: string | null
-  reset_period: string
-  expires_at: number | null
-  allowed_models: string | null
-  allowed_providers: string | null
-  created_at: number
-}
-
-interface MgmtKeyRow {
-  id: string
-  account_id: string
-  hash: string
-  preview: string
-  name: string
-  scopes: string
-  revoked_at: number | null
-  created_at: number
-  last_used_at: number | null
-  last_source_ip: string | null
-}
+type ApiKeyRow = StoredApiKeyRow<string>
+type MgmtKeyRow = StoredMgmtKeyRow<string>
 
 function jsonList(text: string | null): string[] | null {
   return text === null ? null : (JSON.parse(text) as string[])
@@ -53,39 +29,11 @@ function listJson(list: readonly string[] | null | undefined): string | null {
 }
 
 function toApiKey(row: ApiKeyRow): ApiKeyRecord {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    hash: row.hash,
-    preview: row.preview,
-    name: row.name,
-    // The column's CHECK admits only the TRUST_MODES names.
-    trustMode: row.trust_mode as TrustMode | null,
-    revoked: row.revoked_at !== null,
-    revokedAt: row.revoked_at,
-    creditLimit: row.credit_limit === null ? null : BigInt(row.credit_limit),
-    resetPeriod: row.reset_period as ResetPeriod,
-    expiresAt: row.expires_at,
-    allowedModels: jsonList(row.allowed_models),
-    allowedProviders: jsonList(row.allowed_providers),
-    createdAt: row.created_at,
-  }
+  return apiKeyRecord(row, jsonList)
 }
 
 function toMgmtKey(row: MgmtKeyRow): MgmtKeyRecord {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    hash: row.hash,
-    preview: row.preview,
-    name: row.name,
-    scopes: row.scopes.length === 0 ? [] : (row.scopes.split(' ') as Scope[]),
-    revoked: row.revoked_at !== null,
-    revokedAt: row.revoked_at,
-    createdAt: row.created_at,
-    lastUsedAt: row.last_used_at,
-    lastSourceIp: row.last_source_ip,
-  }
+  return mgmtKeyRecord(row, (scopes) => (scopes.length === 0 ? [] : (scopes.split(' ') as Scope[])))
 }
 
 function prepareStatements(conn: SqliteConnection) {

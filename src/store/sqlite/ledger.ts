@@ -7,7 +7,20 @@
 import type { Transaction } from 'better-sqlite3'
 import { log } from '../../log.js'
 import { utcDay } from '../days.js'
-import type { AccountTotals, Charge, JournalEntry, JournalKind, LedgerStore, UsageFilter, UsageRow } from '../ledger.js'
+import {
+  invalidCharge,
+  toJournal,
+  toUsageRow,
+  type AccountTotals,
+  type Charge,
+  type JournalEntry,
+  type JournalKind,
+  type JournalRow,
+  type LedgerStore,
+  type UsageDailyRow,
+  type UsageFilter,
+  type UsageRow,
+} from '../ledger.js'
 import { StoreConflictError } from '../store.js'
 import { ACCOUNT_BY_ID, INSERT_ACCOUNT, type AccountRow } from './accounts.js'
 import { isUniqueViolation, type SqliteConnection } from './connection.js'
@@ -15,29 +28,6 @@ import { isUniqueViolation, type SqliteConnection } from './connection.js'
 /** A row that names a missing parent (a charge of an account that does not exist: the journal's foreign key). */
 function isForeignKeyViolation(err: unknown): boolean {
   return (err as { code?: string }).code === 'SQLITE_CONSTRAINT_FOREIGNKEY'
-}
-
-interface JournalRow {
-  seq: number
-  account_id: string
-  kind: string
-  amount: string
-  request_id: string | null
-  key_id: string | null
-  memo: string
-  created_at: number
-}
-
-interface UsageDailyRow {
-  day: string
-  model: string
-  key_id: string
-  requests: number
-  prompt_tokens: number
-  completion_tokens: number
-  images: number
-  audio_ms: number
-  cost: string
 }
 
 /**
@@ -89,35 +79,6 @@ type ChargeRow = [
   audioMs: number,
   amount: string,
 ]
-
-function toJournal(row: JournalRow): JournalEntry {
-  return {
-    seq: row.seq,
-    accountId: row.account_id,
-    kind: row.kind as JournalKind,
-    amount: BigInt(row.amount),
-    requestId: row.request_id,
-    keyId: row.key_id,
-    memo: row.memo,
-    createdAt: row.created_at,
-  }
-}
-
-function isCount(n: number): boolean {
-  return Number.isSafeInteger(n) && n >= 0
-}
-
-/** The error recordCharge gives a malformed charge before touching the database, or null. */
-function invalidCharge(c: Charge): RangeError | null {
-  if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
-  if (c.requestId.length === 0) return new RangeError('a charge must name its request')
-  // Checked without building a list per charge (this runs for every charge on the commit path).
-  if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
-  for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {
-    if (!isCount(c[what])) return new RangeError(`${what} must be a non-negative integer (got ${c[what]})`)
-  }
-  return null
-}
 
 /** One (account, day, model, key) roll-up row's share of a batch. */
 interface DailySum {
@@ -410,16 +371,6 @@ export class SqliteLedger implements LedgerStore {
   async usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]> {
     await this.#foldForRead()
     const params = { account: accountId, from: filter.fromDay, to: filter.toDay, key: filter.keyId ?? null, model: filter.model ?? null }
-    return this.#q.usage.all(params).map((r) => ({
-      day: r.day,
-      model: r.model,
-      keyId: r.key_id,
-      requests: r.requests,
-      promptTokens: r.prompt_tokens,
-      completionTokens: r.completion_tokens,
-      images: r.images,
-      audioMs: r.audio_ms,
-      cost: BigInt(r.cost),
-    }))
+    return this.#q.usage.all(params).map(toUsageRow)
   }
 }

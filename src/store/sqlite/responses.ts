@@ -1,35 +1,10 @@
 /** The ResponseStore on SQLite: the `responses` and `response_items` tables (migration 5). */
-import type { ResponseStore, StoredResponse } from '../responses.js'
+import { toResponse, type ResponseRow, type ResponseStore, type StoredResponse } from '../responses.js'
 import { StoreConflictError } from '../store.js'
 import type { SqliteConnection } from './connection.js'
 
-interface ResponseRow {
-  id: string
-  account_id: string
-  model: string
-  created_at: number
-  expires_at: number
-  input: string
-  output: string
-  response: string
-}
-
 /** The most ids looked up by one statement (SQLite's default limit of bound parameters is 32766). */
 const IDS_PER_QUERY = 500
-
-function toResponse(row: ResponseRow): StoredResponse {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    model: row.model,
-    createdAt: row.created_at,
-    expiresAt: row.expires_at,
-    input: row.input,
-    output: row.output,
-    response: row.response,
-    items: [],
-  }
-}
 
 function prepareStatements(conn: SqliteConnection) {
   const db = conn.db

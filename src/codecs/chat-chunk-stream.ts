@@ -1,0 +1,66 @@
+/**
+ * The relay of an OpenAI chat stream through a translator into another surface's stream (Anthropic's Messages,
+ * the Responses API): the SSE framing of the provider's chunks, `[DONE]`, a mid-stream `{"error":…}` chunk and a
+ * malformed event are read the same way whatever the stream becomes. A subclass says what the translated answer
+ * is called (id), billed (usage) and ended with (complete, fail, errorBody).
+ */
+import { payloadKind, type SseFramer } from './sse-framing.js'
+import { SseTranslationCodec } from './sse-translation-codec.js'
+
+type Json = Record<string, any>
+
+/** A translator of OpenAI chat chunks: pure, chunk objects in, the other surface's event text out. */
+export interface ChatChunkTranslator {
+  /** An OpenAI-style `{"error":…}` chunk the provider sent mid-stream. */
+  error: Json | null
+  /** A chunk was translated (the answer has begun). */
+  readonly started: boolean
+  /** The provider's finish chunk arrived. */
+  readonly finished: boolean
+  chunk(chunk: Json): string
+}
+
+/** An OpenAI SSE answer relayed as another surface's SSE through `translator`. */
+export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> extends SseTranslationCodec {
+  readonly translator: T
+  #sawDone = false
+
+  constructor(translator: T) {
+    super()
+    this.translator = translator
+  }
+
+  get ended(): boolean {
+    return !this.streamError && (this.#sawDone || this.translator.finished || this.translator.error !== null)
+  }
+
+  get terminated(): boolean {
+    return this.#sawDone
+  }
+
+  get produced(): boolean {
+    return this.translator.started
+  }
+
+  protected onEvent(f: SseFramer): void {
+    if (f.continuation || f.dataLines === 0) return
+    const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
+    if (kind === 'blank') return
+    const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
+    if (kind === 'other') {
+      if (data.trim() === '[DONE]') this.#sawDone = true
+      else this.markMalformed()
+      return
+    }
+    let chunk: Json
+    try {
+      chunk = JSON.parse(data) as Json
+    } catch {
+      this.markMalformed()
+      return
+    }
+    const error = chunk.error
+    if (error !== null && typeof error === 'object') this.translator.error = error
+    else this.write(this.translator.chunk(chunk))
+  }
+}
