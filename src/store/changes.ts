@@ -37,6 +37,12 @@ export interface ChangeFeed {
    */
   settled?(): Promise<void>
   /**
+   * A networked store's subscription takes effect once its listener is connected (PostgreSQL: LISTEN, then the
+   * feed's position): resolves then. A change committed after ready() resolved is reported to every listener
+   * subscribed before it. Absent where subscribe() takes effect at once (SQLite).
+   */
+  ready?(): Promise<void>
+  /**
    * Stores shared by processes over a network (PostgreSQL, postgres/changes.ts) only; absent elsewhere.
    * `current`: true only while this process's listener is connected and caught up, so that every change
    * committed before the last confirmed read has been reported (a synchronous getter: no I/O). `lastSeq`: the

@@ -601,6 +601,7 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     const other = await open(t)
     const heard: StoreChange[] = []
     t.teardown(store.changes.subscribe((c) => heard.push(c)))
+    await store.changes.ready?.()
     // A marker after each write: every change committed before it is reported before it.
     const M = '0x' + '5'.repeat(40)
     const isMarker = (c: StoreChange): boolean => c.kind === 'account' && c.accountId === M
@@ -659,6 +660,7 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     const gone: StoreChange[] = []
     t.teardown(store.changes.subscribe((c) => heard.push(c)))
     store.changes.subscribe((c) => gone.push(c))()
+    await store.changes.ready?.()
     // Ours and theirs interleaved between two reads of the feed.
     await store.ledger.addFunds(A, 'deposit', usd('1'), '', T0)
     await other.ledger.addFunds(B, 'deposit', usd('1'), '', T0)

@@ -54,6 +54,8 @@ export class PgChanges implements ChangeFeed {
   #retry: NodeJS.Timeout | null = null
   #retryMs = FIRST_RETRY_MS
   readonly #applied = new Set<(seq: number) => void>()
+  /** Waiting for the first connect to take its position (ready()). */
+  #whenReady: (() => void)[] = []
   /** How a write through this handle waits for the replicas to apply it (replicas.ts); none: it does not. */
   #barrier: (() => Promise<void>) | null = null
 
@@ -91,6 +93,11 @@ export class PgChanges implements ChangeFeed {
   /** Makes `settled()` wait on `barrier` (the replica registry's, or the CLI's wait for the replicas). */
   settleWith(barrier: () => Promise<void>): void {
     this.#barrier = barrier
+  }
+
+  ready(): Promise<void> {
+    if (this.#caughtUp) return Promise.resolve()
+    return new Promise((resolve) => this.#whenReady.push(resolve))
   }
 
   settled(): Promise<void> {
@@ -143,6 +150,8 @@ export class PgChanges implements ChangeFeed {
     const client = this.#client
     this.#client = null
     if (client !== null) this.#drop(client)
+    // Nobody listens any more: a wait for the subscription to take effect ends too.
+    for (const resolve of this.#whenReady.splice(0)) resolve()
   }
 
   #drop(client: pg.Client): void {
@@ -175,6 +184,7 @@ export class PgChanges implements ChangeFeed {
       if (this.#client !== client) return
       this.#retryMs = FIRST_RETRY_MS
       this.#caughtUp = true
+      for (const resolve of this.#whenReady.splice(0)) resolve()
       this.#heartbeat ??= setInterval(() => {
         if (this.#client !== null && this.#caughtUp) void this.#read(this.#client)
       }, this.#heartbeatMs)
