@@ -98,7 +98,8 @@ t.test('two workers share one port on PostgreSQL; a dead worker is started again
   t.ok(first !== undefined, 'a worker process')
   process.kill(first!, 'SIGKILL')
   t.ok(await eventually(() => childrenOf(supervisor.pid!).length === 2 && !childrenOf(supervisor.pid!).includes(first!), 20_000), 'started again')
-  t.ok(await eventually(async () => (await chat()) === 200, 10_000), 'serving')
+  // A connection the kernel had queued on the killed worker's socket is reset: asked again until served.
+  t.ok(await eventually(async () => (await chat().catch(() => 0)) === 200, 10_000), 'serving')
   const workers = childrenOf(supervisor.pid!)
   supervisor.kill('SIGTERM')
   const code = await new Promise<number | null>((resolve) => supervisor.once('exit', (c) => resolve(c)))
