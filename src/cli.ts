@@ -11,7 +11,6 @@ import { installProcessNet } from './process-net.js'
 import { log, setLogLevel } from './log.js'
 import { serve } from './serve.js'
 import { describeUwsBuild, NoUwsBuildError, uwsBuild } from './server/uws-build.js'
-import { simulateProviderCommand } from './simulator/cli.js'
 import { superviseWorkers, workersProblem } from './workers.js'
 
 const USAGE = `usage: svc-router <command> [options]
@@ -132,7 +131,7 @@ async function main(argv: string[]): Promise<void> {
     case 'serve':
       return serveCommand(rest)
     case 'simulate-provider':
-      return simulateProviderCommand(rest)
+      return (await import('./simulator/cli.js')).simulateProviderCommand(rest)
     case 'accounts':
       process.exitCode = await accountsCommand(rest, operatorIo)
       return

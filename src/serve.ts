@@ -14,21 +14,17 @@ import { SessionBook } from './auth/session.js'
 import { createSessionAuthenticators } from './auth/session-auth.js'
 import { createConsoleFiles } from './console/static-files.js'
 import { RateLimiter, type RateGate } from './auth/rate-limit.js'
-import { HealthExchange } from './coordination/health-exchange.js'
-import { SharedRateLimiter } from './coordination/rate-window.js'
-import { RedisLink } from './coordination/redis.js'
 import type { Config } from './config/index.js'
 import { HealthBook, type HealthSettings } from './health/health.js'
 import { startProbes } from './health/probes.js'
 import { log, setLogLevel } from './log.js'
-import { createChainSource } from './registry/chain-source.js'
 import { createFileSource } from './registry/file-source.js'
 import type { RegistrySnapshot, RegistrySource } from './registry/types.js'
 import { TeeStanding } from './tee/standing.js'
 import { TeeVerifier } from './tee/verify.js'
 import { RoutingTable } from './routing/table.js'
 import { listen, type Route } from './server/app.js'
-import { startSimulator, type SimulatorHandle } from './simulator/simulator.js'
+import type { SimulatorHandle } from './simulator/simulator.js'
 import { bootstrapDevAccount, type DevKeys } from './operator/bootstrap.js'
 import { openStore } from './store/open.js'
 import type { Store } from './store/store.js'
@@ -89,11 +85,14 @@ export interface RunningRouter {
   close(): Promise<void>
 }
 
-/** Registry sources by `registry.source` (DESIGN.md §7): the one place a source is picked. */
-const REGISTRY_SOURCES: Readonly<Record<Config['registry']['source'], (registry: Config['registry']) => RegistrySource>> = {
+/**
+ * Registry sources by `registry.source` (DESIGN.md §7): the one place a source is picked. The chain source is
+ * loaded only when configured: viem costs a router that reads a file about 30 MB of memory.
+ */
+const REGISTRY_SOURCES: Readonly<Record<Config['registry']['source'], (registry: Config['registry']) => RegistrySource | Promise<RegistrySource>>> = {
   file: (r) => createFileSource(r.path, r.watch),
-  chain: (r) =>
-    createChainSource({
+  chain: async (r) =>
+    (await import('./registry/chain-source.js')).createChainSource({
       rpcUrl: r.chain.rpc_url,
       contract: r.chain.contract as `0x${string}`,
       refreshMs: r.chain.refresh_ms,
@@ -110,6 +109,8 @@ async function reconcileSimulators(snapshot: RegistrySnapshot, running: Map<stri
     wanted.add(provider.address)
     if (running.has(provider.address)) continue
     const url = new URL(provider.url)
+    // Loaded only for a registry that asks for simulated providers (the demo): it brings viem for their TEE keys.
+    const { startSimulator } = await import('./simulator/simulator.js')
     const sim = await startSimulator({
       host: url.hostname,
       port: Number(url.port),
@@ -165,16 +166,18 @@ interface Coordination {
  * health exchange with Redis only. Redis down at start is a degraded state, not a failed start.
  */
 async function coordinate(config: Config, store: Store, writer: ChargeWriter, book: HealthBook): Promise<Coordination> {
-  const redis = config.redis.url === '' ? null : new RedisLink(config.redis.url)
+  // Loaded only with a Redis to talk to: ioredis costs a router without one about 20 MB of memory.
+  const shared = config.redis.url === '' ? null : await loadCoordination()
+  const redis = shared === null ? null : new shared.RedisLink(config.redis.url)
   if (redis !== null && !(await redis.ready(2_000))) log.warn('redis: not reachable at start; serving without it until it is')
   const ledger = store.leases !== undefined
     ? new LeasedLedger(store.leases, writer, { budgetWaitMs: config.limits.budget_wait_ms, lingerMs: config.replicas.lease_linger_ms })
     : new Ledger(store.ledger, writer, { budgetWaitMs: config.limits.budget_wait_ms })
   const stopLosing = ledger instanceof LeasedLedger ? store.replica?.onLeasesLost(() => ledger.leasesLost()) : undefined
-  const limiter = redis === null
+  const limiter = redis === null || shared === null
     ? new RateLimiter(config.limits.requests_per_minute)
-    : new SharedRateLimiter(redis, config.limits.requests_per_minute, { replicas: () => store.replica?.live ?? 1 })
-  const exchange = redis === null ? null : new HealthExchange(redis, book, { replicaId: store.replica?.id ?? randomUUID(), ewmaAlpha: config.routing.latency_ewma_alpha })
+    : new shared.SharedRateLimiter(redis, config.limits.requests_per_minute, { replicas: () => store.replica?.live ?? 1 })
+  const exchange = redis === null || shared === null ? null : new shared.HealthExchange(redis, book, { replicaId: store.replica?.id ?? randomUUID(), ewmaAlpha: config.routing.latency_ewma_alpha })
   return {
     ledger,
     limiter,
@@ -185,6 +188,15 @@ async function coordinate(config: Config, store: Store, writer: ChargeWriter, bo
       await redis?.close()
     },
   }
+}
+
+async function loadCoordination() {
+  const [{ RedisLink }, { SharedRateLimiter }, { HealthExchange }] = await Promise.all([
+    import('./coordination/redis.js'),
+    import('./coordination/rate-window.js'),
+    import('./coordination/health-exchange.js'),
+  ])
+  return { RedisLink, SharedRateLimiter, HealthExchange }
 }
 
 interface AuthParts {
@@ -199,7 +211,7 @@ interface AuthParts {
 async function serveWith(config: Config, { store, credentials, auth, devKeys, stopWatchingStore }: AuthParts): Promise<RunningRouter> {
   // What the table routes on: the source's snapshot, with providers whose TEE signatures failed lowered
   // (tee/standing.ts). Either changing republishes it whole under a new version.
-  const source = REGISTRY_SOURCES[config.registry.source](config.registry)
+  const source = await REGISTRY_SOURCES[config.registry.source](config.registry)
   let routedVersion = 0
   const standing = new TeeStanding(() => publishRegistry('tee standing changed'))
   let sourceSnapshot = await source.start({

@@ -1,6 +1,5 @@
 /** Opens the store the configuration names (DESIGN.md §3 `store:`). */
 import type { Config } from '../config/index.js'
-import { openPostgresStore } from './postgres/postgres-store.js'
 import { openSqliteStore } from './sqlite/sqlite-store.js'
 import type { Store } from './store.js'
 
@@ -19,7 +18,9 @@ export async function openStore(config: StoreConfig, options: OpenStoreOptions =
   switch (config.kind) {
     case 'sqlite':
       return openSqliteStore({ path: config.path, synchronous: config.synchronous })
-    case 'postgres':
+    case 'postgres': {
+      // Loaded only when configured: pg costs a router on SQLite about 15 MB of memory.
+      const { openPostgresStore } = await import('./postgres/postgres-store.js')
       return openPostgresStore({
         url: config.url ?? '',
         poolSize: config.pool_size,
@@ -34,6 +35,7 @@ export async function openStore(config: StoreConfig, options: OpenStoreOptions =
           },
         }),
       })
+    }
   }
 }
 
