@@ -96,6 +96,8 @@ export interface HeapStages {
   /** Samples charged (each stands for about `intervalBytes` of allocation, or its object's size when larger). */
   readonly samples: number
   readonly intervalBytes: number
+  /** Node flags of the sampled run beyond the inspector's (heap-sampling.ts: no inlining); absent: none. */
+  readonly nodeFlags?: readonly string[]
   readonly bytes: Readonly<Partial<Record<Stage, number>>>
 }
 
@@ -460,14 +462,18 @@ function stagesSection(v: View): string[] {
   const sampled = profiled.filter((t) => st[t]!.heap !== undefined)
   const missing = profiled.flatMap((t) => {
     const p = st[t]!
-    return p.heap !== undefined ? [] : [`${label(t)}: ${p.heapError ?? 'not measured in this run (recorded before bytes were)'}`]
+    return p.heap !== undefined ? [] : [`${label(t)}: ${p.heapError ?? 'a run recorded before bytes were measured'}`]
   })
   if (sampled.length > 0) {
     const heapRows = render((p, stage) => (p.heap === undefined ? null : (p.heap.bytes[stage] ?? 0) / p.heap.requests), bytes, 1)
     heapRows.push(['requests counted (samples)', ...profiled.map((t) => { const h = st[t]!.heap; return h === undefined ? 'n/a' : `${int(h.requests)} (${int(h.samples)})` }), ...(base === undefined ? [] : [''])])
     const interval = st[sampled[0]!]!.heap!.intervalBytes
+    const flags = st[sampled[0]!]!.heap!.nodeFlags ?? []
+    const inlining = flags.includes('--no-turbo-inlining')
+      ? " The sampled runs run with `--no-turbo-inlining`: V8's sampler records a stack's physical frames, so an allocation in a function TurboFan inlined into another would be charged to that other one and its stage (in the billed floor, its trace landed in its commit); without inlining each allocation keeps its own frame, and what a request allocates barely changes (within 3% in both directions, measured with and without, bench/e2e/heap-sampling.ts)."
+      : " V8's sampler records a stack's physical frames: an allocation in a function TurboFan inlined into another is charged to that other one and its stage (the CPU table keeps inlined frames apart)."
     out.push(
-      `Bytes allocated per request by stage, from a second run of each (not the CPU-profiled one): started again with its inspector open, warmed up with ${int(v.data.plan.stages.warmup * 2)} unsampled requests, then ${int(v.data.plan.stages.count)} requests of the latency workload under V8's sampling heap profiler (DevTools \`HeapProfiler.startSampling\`, a sample every ${int(interval)} bytes on average, with \`includeObjectsCollectedByMajorGC\` and \`includeObjectsCollectedByMinorGC\`, checked to be honoured by this Node's V8 before the run: objects the garbage collector freed before the end count, so this is what a request allocates, not what it keeps). Each sample is charged to the innermost frame of its allocation stack that names a stage, by the rules of the CPU table; an allocation made with no JavaScript on the stack (uWS and Node's C++ creating a callback's arguments) is native. The figures are V8's estimates (each sample stands for the bytes sampled at its size's odds), of the JavaScript heap of the main thread: the memory behind ArrayBuffers and Buffers (socket reads, uWS's chunks, SQLite's pages) lies outside it and is not counted, only their JavaScript objects.`,
+      `Bytes allocated per request by stage, from a second run of each (not the CPU-profiled one): started again with its inspector open, warmed up with ${int(v.data.plan.stages.warmup * 2)} unsampled requests, then ${int(v.data.plan.stages.count)} requests of the latency workload under V8's sampling heap profiler (DevTools \`HeapProfiler.startSampling\`, a sample every ${int(interval)} bytes on average, with \`includeObjectsCollectedByMajorGC\` and \`includeObjectsCollectedByMinorGC\`, checked to be honoured by this Node's V8 before the run: objects the garbage collector freed before the end count, so this is what a request allocates, not what it keeps). Each sample is charged to the innermost frame of its allocation stack that names a stage, by the rules of the CPU table; an allocation made with no JavaScript on the stack (uWS and Node's C++ creating a callback's arguments) is native. The figures are V8's estimates (each sample stands for the bytes sampled at its size's odds), of the JavaScript heap of the main thread: the memory behind ArrayBuffers and Buffers (socket reads, uWS's chunks, SQLite's pages) lies outside it and is not counted, only their JavaScript objects.${inlining}`,
       '',
       ...table(head, heapRows),
       '',

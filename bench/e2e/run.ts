@@ -23,7 +23,7 @@ import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
 import { measureMessages } from './messages.js'
 import { measureMultipart } from './multipart.js'
 import { freePort, killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
-import { checkCollectedSamples, HEAP_SAMPLING_INTERVAL, inspectArg, Inspector, sampleHeap } from './heap-sampling.js'
+import { checkCollectedSamples, HEAP_NODE_FLAGS, HEAP_SAMPLING_INTERVAL, inspectArgs, Inspector, sampleHeap } from './heap-sampling.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
 import { measureReplicas, pgRouterTarget, REPLICA_WORKLOADS, replicaStores, stopReplicaStores, type ReplicasRun } from './replicas.js'
@@ -317,14 +317,14 @@ async function profileStages(sims: Awaited<ReturnType<typeof startSimulators>>, 
 }
 
 /**
- * The bytes of one stage target: started again with its inspector open, warmed up (the JIT's own allocations
+ * The bytes of one stage target: started again with its inspector open (and HEAP_NODE_FLAGS), warmed up (the JIT's own allocations
  * stay outside the window), then PLAN.stages.count requests of the latency workload under the sampling heap
  * profiler; every sample of the window is charged to its stage and the sums divided by the requests.
  */
 async function sampleStages(id: StageTarget, start: (dir: string, nodeArgs: readonly string[]) => Promise<Target>, dir: string): Promise<HeapStages> {
   const port = await freePort()
   progress(`stage breakdown: ${TARGET_NAMES[id]} under the sampling heap profiler …`)
-  const target = await start(dir, [inspectArg(port)])
+  const target = await start(dir, inspectArgs(port))
   try {
     // Twice the time bound of a latency run: the sampler slows allocation, and the window is a count of requests.
     const spec: LoadSpec = { mode: 'latency', request: json(target), warmup: 0, count: PLAN.stages.count, maxMs: PLAN.latency.maxMs * 2 }
@@ -334,7 +334,7 @@ async function sampleStages(id: StageTarget, start: (dir: string, nodeArgs: read
       const { result: load, profile } = await sampleHeap(inspector, () => runLoad(spec, PLAN.latency.maxMs * 2 + 30_000))
       if (load.errors > 0 || load.sent === 0) throw new Error(`the sampled window had ${load.errors} errors of ${load.sent} requests${load.firstError === null ? '' : ` (first: ${load.firstError.slice(0, 120)})`}`)
       const { byStage, samples } = heapBreakdown(profile)
-      return { requests: load.sent, samples, intervalBytes: HEAP_SAMPLING_INTERVAL, bytes: Object.fromEntries(byStage) as Record<Stage, number> }
+      return { requests: load.sent, samples, intervalBytes: HEAP_SAMPLING_INTERVAL, nodeFlags: HEAP_NODE_FLAGS, bytes: Object.fromEntries(byStage) as Record<Stage, number> }
     } finally {
       inspector.close()
     }
