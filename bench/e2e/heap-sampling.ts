@@ -89,8 +89,12 @@ export class Inspector {
     if (url === undefined) throw new Error(`no inspector target on port ${port}`)
     const ws = new WebSocket(url)
     await new Promise<void>((resolve, reject) => {
-      ws.addEventListener('open', () => resolve(), { once: true })
-      ws.addEventListener('error', () => reject(new Error(`inspector: could not connect to ${url}`)), { once: true })
+      const timer = setTimeout(() => {
+        ws.close()
+        reject(new Error(`inspector: no connection to ${url} within 5 s`))
+      }, 5_000)
+      ws.addEventListener('open', () => (clearTimeout(timer), resolve()), { once: true })
+      ws.addEventListener('error', () => (clearTimeout(timer), reject(new Error(`inspector: could not connect to ${url}`))), { once: true })
     })
     return new Inspector(ws)
   }
