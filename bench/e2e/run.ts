@@ -293,12 +293,27 @@ async function profileStages(sims: Awaited<ReturnType<typeof startSimulators>>, 
       continue
     }
     const spec: LoadSpec = { mode: 'latency', request: json(target), warmup: PLAN.stages.warmup, count: PLAN.stages.count, maxMs: PLAN.latency.maxMs }
-    await runLoad({ ...spec, warmup: 0, count: PLAN.stages.warmup }, PLAN.latency.maxMs + 30_000) // JIT warm-up, outside the window
-    const from = Number(process.hrtime.bigint() / 1000n)
-    const load = await runLoad(spec, PLAN.latency.maxMs + 30_000)
-    const to = Number(process.hrtime.bigint() / 1000n)
+    let measured: { load: LoadResult; from: number; to: number }
+    try {
+      await runLoad({ ...spec, warmup: 0, count: PLAN.stages.warmup }, PLAN.latency.maxMs + 30_000) // JIT warm-up, outside the window
+      const from = Number(process.hrtime.bigint() / 1000n)
+      const load = await runLoad(spec, PLAN.latency.maxMs + 30_000)
+      measured = { load, from, to: Number(process.hrtime.bigint() / 1000n) }
+    } catch (err) {
+      progress(`stage breakdown: ${TARGET_NAMES[id]} failed: ${(err as Error).message}`)
+      await target.stop()
+      continue
+    }
     await target.stop()
-    const { byStage, windowed } = stageBreakdown(readProfile(dir), from, to)
+    const { load, from, to } = measured
+    let profile: ReturnType<typeof readProfile>
+    try {
+      profile = readProfile(dir)
+    } catch (err) {
+      progress(`stage breakdown: ${TARGET_NAMES[id]}: ${(err as Error).message}`)
+      continue
+    }
+    const { byStage, windowed } = stageBreakdown(profile, from, to)
     // `sent` counts the load's warm-up too; outside the window the earlier JIT warm-up was served as well.
     const requests = load.sent + (windowed ? 0 : PLAN.stages.warmup)
     const perRequest = [...byStage].sort((a, b) => b[1] - a[1]).map(([stage, us]) => `${stage.split(' (')[0]} ${(us / requests).toFixed(1)}`)
@@ -317,9 +332,9 @@ async function profileStages(sims: Awaited<ReturnType<typeof startSimulators>>, 
 }
 
 /**
- * The bytes of one stage target: started again with its inspector open (and HEAP_NODE_FLAGS), warmed up (the JIT's own allocations
- * stay outside the window), then PLAN.stages.count requests of the latency workload under the sampling heap
- * profiler; every sample of the window is charged to its stage and the sums divided by the requests.
+ * The bytes of one stage target: started again with its inspector open (and HEAP_NODE_FLAGS), warmed up (the
+ * JIT's own allocations stay outside the window), then PLAN.stages.count requests of the latency workload under
+ * the sampling heap profiler; every sample of the window is charged to its stage, the sums divided by requests.
  */
 async function sampleStages(id: StageTarget, start: (dir: string, nodeArgs: readonly string[]) => Promise<Target>, dir: string): Promise<HeapStages> {
   const port = await freePort()
