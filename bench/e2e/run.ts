@@ -1,12 +1,15 @@
 /**
  * `npm run bench:e2e [-- --quick]`: one run, one machine, four ways to the same simulated provider (direct,
  * nginx, Portkey, svc-router), the same workloads for each, interleaved per workload so every comparison is
- * made minutes apart at most. A fifth target, the floor (a bare uWS + undici relay, floor-relay.ts), runs in
- * the latency and TTFT workloads only: what svc-router's stack costs before svc-router does anything. Load
- * comes from a separate process (load.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes, plus about 2 for the replicas; --quick about 1½;
- * --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json);
- * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part and write nothing (a part that
- * includes the replicas prints their section 7 instead). Replicas (replicas.ts): the `router-pg` target in the
+ * made minutes apart at most. Two more targets run wherever requests are billed (all but the 500 streams): the
+ * floor (a bare uWS + undici relay, floor-relay.ts), what svc-router's stack costs before svc-router does
+ * anything, and the billed floor (`floor-billed`, the same relay with `--bill`), the reference of the targets
+ * (issue 30). Load comes from a separate process (load.ts). The `stages` phase profiles svc-router, the billed
+ * floor and the floor for CPU and, in a run of each of its own, for bytes allocated (heap-sampling.ts). Writes
+ * BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes, plus
+ * about 2 for the replicas; --quick about 1½; --report-only renders both again from the last run's raw results
+ * (bench/e2e/.work/last-run.json); --only=<workloads> and --targets=<targets> (comma lists of ids) measure a
+ * part, write nothing and print the tables of what they measured. Replicas (replicas.ts): the `router-pg` target in the
  * latency workload, and the workloads `replicas` and `charges`, e.g.
  * `--only=latency,replicas,charges --targets=router,router-pg`; skipped with a line when PostgreSQL or
  * redis-server is missing.
@@ -19,12 +22,13 @@ import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
 import { measureMessages } from './messages.js'
 import { measureMultipart } from './multipart.js'
-import { killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
+import { freePort, killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
+import { checkCollectedSamples, HEAP_NODE_FLAGS, HEAP_SAMPLING_INTERVAL, inspectArgs, Inspector, sampleHeap } from './heap-sampling.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
 import { measureReplicas, pgRouterTarget, REPLICA_WORKLOADS, replicaStores, stopReplicaStores, type ReplicasRun } from './replicas.js'
-import { replicasMarkdown, writeReport, type Measurement, type RunData, type StageRun, type WorkloadId } from './report.js'
-import { readProfile, stageBreakdown, type Stage } from './stages.js'
+import { NOT_STARTED, partialMarkdown, writeReport, STAGE_TARGETS, type HeapStages, type Measurement, type RunData, type StageProfile, type StageRun, type StageTarget, type WorkloadId } from './report.js'
+import { heapBreakdown, readProfile, stageBreakdown, type Stage } from './stages.js'
 import {
   directTarget,
   floorTarget,
@@ -97,7 +101,7 @@ interface Workload {
   readonly sim: SimKind
   /** Run ROUNDS times, interleaved across targets, keeping each target's best round. */
   readonly repeat?: boolean
-  /** Only these targets (default: all but the floor, which is a reference for latency and TTFT only). */
+  /** Only these targets (default: the proxies only, PROXIES_ONLY). */
   readonly targets?: readonly TargetId[]
   spec(target: Target): LoadSpec
   /** Upper bound of the load process's run time. */
@@ -106,7 +110,8 @@ interface Workload {
 
 const json = (t: Target): RequestSpec => t.request('fast', false)
 /**
- * Who runs where. The floor relay is the reference of every latency, throughput and stream target; svc-router
+ * Who runs where. The billed floor is the reference of every latency, throughput and stream target (issue 30)
+ * and runs in all of those workloads (the open loops included), the bare floor beside it; svc-router
  * with synchronous=normal runs where a target compares the two commit modes (latency) or names normal, and in
  * throughput to show what the flush costs there. The 500-stream workload is about memory: the proxies only.
  */
@@ -260,38 +265,97 @@ async function measure(w: Workload, t: Target): Promise<Measurement> {
 }
 
 /**
- * The stage breakdown (stages.ts): svc-router (synchronous full) and the floor relay, each started again under
- * `node --cpu-prof`, serve the latency workload alone; only the samples taken while it ran are counted (the
- * profile's clock is the monotonic clock this process reads too), so start-up is left out.
+ * The stage breakdown (stages.ts): svc-router (synchronous full), the billed floor and the bare floor, each
+ * started again under `node --cpu-prof`, serve the latency workload alone; only the samples taken while it ran
+ * are counted (the profile's clock is the monotonic clock this process reads too), so start-up is left out.
+ * Then each is started once more, with its inspector open, for the bytes: a counted window of the same
+ * workload under V8's sampling heap profiler (heap-sampling.ts), apart from the CPU profile so that neither
+ * profiler's cost lands in the other's figures. A partial run profiles the ones of --targets among the three.
  */
 async function profileStages(sims: Awaited<ReturnType<typeof startSimulators>>, workDir: string): Promise<StageRun | null> {
-  const out: { -readonly [K in keyof StageRun]?: StageRun[K] } = {}
-  for (const id of ['router', 'floor'] as const) {
-    const dir = join(workDir, `profile-${id}`)
+  const out: { -readonly [K in StageTarget]?: StageProfile } = {}
+  const ids = STAGE_TARGETS.filter((id) => onlyTargets === null || onlyTargets.includes(id))
+  const heapUnsupported = ids.length === 0 ? null : await checkCollectedSamples().catch((err: unknown) => `the check failed: ${(err as Error).message}`)
+  if (heapUnsupported !== null) progress(`stage breakdown: no heap sampling: ${heapUnsupported}`)
+  const start = (id: StageTarget, dir: string, nodeArgs: readonly string[]): Promise<Target> => {
     mkdirSync(dir, { recursive: true })
+    return id === 'router' ? routerTarget(root, sims, dir, 'router', { synchronous: 'full', nodeArgs }) : floorTarget(root, sims, nodeArgs, id === 'floor-billed' ? dir : null)
+  }
+  for (const id of ids) {
+    const dir = join(workDir, `profile-${id}`)
     const nodeArgs = ['--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=100']
     progress(`stage breakdown: ${TARGET_NAMES[id]} under --cpu-prof …`)
     let target: Target
     try {
-      target = id === 'router' ? await routerTarget(root, sims, workDir, 'router', { synchronous: 'full', nodeArgs }) : await floorTarget(root, sims, nodeArgs)
+      target = await start(id, dir, nodeArgs)
     } catch (err) {
       progress(`stage breakdown: ${TARGET_NAMES[id]} did not start: ${(err as Error).message}`)
-      return null
+      continue
     }
     const spec: LoadSpec = { mode: 'latency', request: json(target), warmup: PLAN.stages.warmup, count: PLAN.stages.count, maxMs: PLAN.latency.maxMs }
-    await runLoad({ ...spec, warmup: 0, count: PLAN.stages.warmup }, PLAN.latency.maxMs + 30_000) // JIT warm-up, outside the window
-    const from = Number(process.hrtime.bigint() / 1000n)
-    const load = await runLoad(spec, PLAN.latency.maxMs + 30_000)
-    const to = Number(process.hrtime.bigint() / 1000n)
+    let measured: { load: LoadResult; from: number; to: number }
+    try {
+      await runLoad({ ...spec, warmup: 0, count: PLAN.stages.warmup }, PLAN.latency.maxMs + 30_000) // JIT warm-up, outside the window
+      const from = Number(process.hrtime.bigint() / 1000n)
+      const load = await runLoad(spec, PLAN.latency.maxMs + 30_000)
+      measured = { load, from, to: Number(process.hrtime.bigint() / 1000n) }
+    } catch (err) {
+      progress(`stage breakdown: ${TARGET_NAMES[id]} failed: ${(err as Error).message}`)
+      await target.stop()
+      continue
+    }
     await target.stop()
-    const { byStage, windowed } = stageBreakdown(readProfile(dir), from, to)
+    const { load, from, to } = measured
+    let profile: ReturnType<typeof readProfile>
+    try {
+      profile = readProfile(dir)
+    } catch (err) {
+      progress(`stage breakdown: ${TARGET_NAMES[id]}: ${(err as Error).message}`)
+      continue
+    }
+    const { byStage, windowed } = stageBreakdown(profile, from, to)
     // `sent` counts the load's warm-up too; outside the window the earlier JIT warm-up was served as well.
     const requests = load.sent + (windowed ? 0 : PLAN.stages.warmup)
-    out[id] = { requests, windowed, us: Object.fromEntries(byStage) as Record<Stage, number> }
-    const perRequest = [...byStage].sort((a, b) => b[1] - a[1]).map(([stage, us]) => `${stage.split(' (')[0]} ${(us / out[id]!.requests).toFixed(1)}`)
+    const perRequest = [...byStage].sort((a, b) => b[1] - a[1]).map(([stage, us]) => `${stage.split(' (')[0]} ${(us / requests).toFixed(1)}`)
     progress(`stage breakdown: ${TARGET_NAMES[id]}, CPU µs per request${windowed ? '' : ' (whole process life: the window was not found)'}: ${perRequest.join(', ')}`)
+    const cpu = { requests, windowed, us: Object.fromEntries(byStage) as Record<Stage, number> }
+    if (heapUnsupported !== null) {
+      out[id] = { ...cpu, heapError: heapUnsupported }
+      continue
+    }
+    const heap = await sampleStages(id, (heapDir, args) => start(id, heapDir, args), join(workDir, `heap-${id}`)).catch((err: unknown) => (err as Error).message.slice(0, 300))
+    if (typeof heap === 'string') progress(`stage breakdown: heap sampling of ${TARGET_NAMES[id]} failed: ${heap}`)
+    else progress(`stage breakdown: ${TARGET_NAMES[id]}, bytes allocated per request: ${Object.entries(heap.bytes).sort((a, b) => b[1] - a[1]).map(([stage, b]) => `${stage.split(' (')[0]} ${(b / heap.requests).toFixed(0)}`).join(', ')}`)
+    out[id] = typeof heap === 'string' ? { ...cpu, heapError: heap } : { ...cpu, heap }
   }
-  return out as StageRun
+  return Object.keys(out).length === 0 ? null : (out as StageRun)
+}
+
+/**
+ * The bytes of one stage target: started again with its inspector open (and HEAP_NODE_FLAGS), warmed up (the
+ * JIT's own allocations stay outside the window), then PLAN.stages.count requests of the latency workload under
+ * the sampling heap profiler; every sample of the window is charged to its stage, the sums divided by requests.
+ */
+async function sampleStages(id: StageTarget, start: (dir: string, nodeArgs: readonly string[]) => Promise<Target>, dir: string): Promise<HeapStages> {
+  const port = await freePort()
+  progress(`stage breakdown: ${TARGET_NAMES[id]} under the sampling heap profiler …`)
+  const target = await start(dir, inspectArgs(port))
+  try {
+    // Twice the time bound of a latency run: the sampler slows allocation, and the window is a count of requests.
+    const spec: LoadSpec = { mode: 'latency', request: json(target), warmup: 0, count: PLAN.stages.count, maxMs: PLAN.latency.maxMs * 2 }
+    await runLoad({ ...spec, count: PLAN.stages.warmup * 2 }, PLAN.latency.maxMs * 2 + 30_000)
+    const inspector = await Inspector.connect(port)
+    try {
+      const { result: load, profile } = await sampleHeap(inspector, () => runLoad(spec, PLAN.latency.maxMs * 2 + 30_000))
+      if (load.errors > 0 || load.sent === 0) throw new Error(`the sampled window had ${load.errors} errors of ${load.sent} requests${load.firstError === null ? '' : ` (first: ${load.firstError.slice(0, 120)})`}`)
+      const { byStage, samples } = heapBreakdown(profile)
+      return { requests: load.sent, samples, intervalBytes: HEAP_SAMPLING_INTERVAL, nodeFlags: HEAP_NODE_FLAGS, bytes: Object.fromEntries(byStage) as Record<Stage, number> }
+    } finally {
+      inspector.close()
+    }
+  } finally {
+    await target.stop()
+  }
 }
 
 /** Of two rounds of one target, the one with the lower p99 (outside load only ever adds latency). */
@@ -418,7 +482,7 @@ async function main(): Promise<void> {
     targets: Object.fromEntries(
       [...TARGET_IDS, ...TELEMETRY_VARIANTS].map((id) => {
         const t = targets.find((x) => x.id === id)
-        if (t === undefined) return [id, { version: 'n/a', unavailable: 'not started', idleRssMb: null }]
+        if (t === undefined) return [id, { version: 'n/a', unavailable: NOT_STARTED, idleRssMb: null }]
         return [id, { version: t.version, unavailable: t.unavailable, idleRssMb: idle[id] ?? null }]
       }),
     ) as RunData['targets'],
@@ -432,8 +496,8 @@ async function main(): Promise<void> {
     ...(replicasSkipped === null ? {} : { replicasSkipped }),
   }
   if (partial) {
-    // The replicas' section needs nothing the partial run lacks: it is printed, to be read or pasted.
-    if (replicas !== null || replicasSkipped !== null || results.latency?.['router-pg'] !== undefined) process.stdout.write(replicasMarkdown(data) + '\n')
+    // The tables of what ran are printed, to be read or pasted (rows of what did not run say so).
+    process.stdout.write(partialMarkdown(data) + '\n')
     progress('partial run (--only/--targets): nothing written')
     return
   }

@@ -74,13 +74,27 @@ export function addedLatencySvg(title: string, subtitle: string, groups: readonl
     })
   })
 
-  const legendY = H - 22
-  const step = 150
-  const legendX = W / 2 - (series.length * step) / 2
-  series.forEach((s, k) => {
-    const x = legendX + k * step
-    out.push(`<rect x="${x}" y="${legendY - 10}" width="12" height="12" fill="${s.color}"/>`)
-    out.push(`<text x="${x + 18}" y="${legendY}" font-size="12">${esc(s.name)}</text>`)
+  // The legend flows into centred rows (six series with long names do not fit one): each entry's width is
+  // estimated from its name at about 6.6 px a character of 12 px Helvetica.
+  const width = (s: Series): number => 18 + Math.ceil(s.name.length * 6.6) + 16
+  const rows: Series[][] = [[]]
+  let used = 0
+  for (const s of series) {
+    if (used > 0 && used + width(s) > W - 2 * 16) {
+      rows.push([])
+      used = 0
+    }
+    rows[rows.length - 1]!.push(s)
+    used += width(s)
+  }
+  rows.forEach((row, r) => {
+    const legendY = H - 8 - (rows.length - 1 - r) * 20
+    let x = W / 2 - row.reduce((sum, s) => sum + width(s), 0) / 2
+    for (const s of row) {
+      out.push(`<rect x="${x.toFixed(1)}" y="${legendY - 10}" width="12" height="12" fill="${s.color}"/>`)
+      out.push(`<text x="${(x + 18).toFixed(1)}" y="${legendY}" font-size="12">${esc(s.name)}</text>`)
+      x += width(s)
+    }
   })
   out.push('</svg>')
   return out.join('\n') + '\n'
