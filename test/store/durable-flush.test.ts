@@ -210,8 +210,11 @@ t.test('writes go on while the upkeep thread checkpoints and reads the sums; hel
 t.test('an upkeep thread that ends mid-upkeep without an error (terminated) releases the writes held for it', async (t) => {
   // The connection's thread, caught as it starts.
   let thread: Worker | undefined
+  let online: Promise<void> | undefined
   const onWorker = (worker: Worker): void => {
-    thread ??= worker
+    if (thread !== undefined) return
+    thread = worker
+    online = new Promise<void>((resolve) => worker.once('online', () => resolve()))
   }
   process.on('worker', onWorker)
   const { conn, ledger } = await open(t, 'full', 1_000_000).finally(() => process.off('worker', onWorker))
@@ -222,6 +225,8 @@ t.test('an upkeep thread that ends mid-upkeep without an error (terminated) rele
   t.teardown(() => process.off('warning', onWarning))
   // A long upkeep (the fold of 20,000 charges), ended from outside while it runs: an 'exit' with no 'error'.
   appendUnfolded(conn, 'other', 20_000)
+  // Running its own code first: a thread terminated while it still loads may report exit code 0 (seen under load).
+  await online
   t.ok(conn.upkeep(), 'an upkeep is under way')
   await new Promise((resolve) => setTimeout(resolve, 5))
   await thread.terminate()
@@ -230,7 +235,8 @@ t.test('an upkeep thread that ends mid-upkeep without an error (terminated) rele
   t.equal(credit.amount, 3n, 'a write after the loss goes through')
   await ledger.recordCharges([charge(1)])
   t.notOk(conn.upkeep(), 'no upkeep thread any more: the ledger folds inline')
-  t.match(warnings, [/SQLite upkeep thread stopped \(exit code 1\)/], 'the loss is reported once')
+  t.equal(warnings.length, 1, 'the loss is reported once')
+  t.match(warnings[0], /SQLite upkeep thread stopped \(exit code \d+\)/, 'as the thread stopping, with its exit code')
   const totals = await ledger.totals(ACCOUNT)
   t.equal(totals.spent, 140_010n, 'every charge counted once, whatever the thread had folded')
   t.equal(totals.credited, 3n)
