@@ -25,8 +25,10 @@ import {
   uwsBuild,
   type UwsCandidate,
 } from '../../src/server/uws-build.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
 import { addr, startStack } from '../helpers/stack.js'
 import { KNOWN_BINARIES, knownBinary, runningGlibc } from '../helpers/uws-builds.js'
+import { eventually } from '../helpers/wait.js'
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url))
@@ -243,6 +245,24 @@ t.test('a core recorded as honouring pause() reads at most one receive buffer pe
   t.comment(`${real.candidate.name} ${real.file}: at most ${(most / 1048576).toFixed(2)} MiB read in one turn of a ${total / 1048576} MiB upload`)
   if (known?.readsPastPause === false) t.ok(most <= UWS_RECV_BUFFER_BYTES, `one receive buffer at most (${most} bytes)`)
   else t.pass('a core that reads past pause() may read more in one turn; README "Known issues"')
+})
+
+t.test('the router warns at start exactly where an upload can outrun pause()', async (t) => {
+  const expected = pauseWarning(real, tcpReceiveBufferMax())
+  const provider = { address: addr('a'), url: 'http://127.0.0.1:9', models: [{ id: 'm-chat', price: { prompt: 0.1, completion: 0.1 } }] }
+  const router = await spawnRouter(t, [provider], { health: { probes: false }, log: { level: 'warn', format: 'json' } }, { captureStderr: true })
+  const warned = () => router.stderr().includes('keeps reading a request body after pause()')
+  if (expected === null) {
+    // Logged before the router listens: by its listening line it would be out.
+    t.notOk(warned(), `no warning with ${real.candidate.name} ${real.file}`)
+    return
+  }
+  t.ok(await eventually(warned), 'the warning is logged')
+  const line = router
+    .stderr()
+    .split('\n')
+    .find((l) => l.includes('keeps reading a request body after pause()'))
+  t.match(JSON.parse(line!), { level: 'warn', build: real.candidate.name, file: real.file, tcp_rmem_max: tcpReceiveBufferMax(), msg: expected })
 })
 
 t.test('a second listen in one process cannot change the head limit uWS was loaded with', async (t) => {
