@@ -27,25 +27,32 @@ export interface UwsCandidate {
   readonly source: string
   /** The folder inside the package that holds the uws_<platform>_<arch>_<abi>.node files. */
   readonly binaryDir: string
+  /**
+   * The ABIs whose binary here is an older core that stops reading a request body at res.pause(); every other
+   * binary keeps reading past it while the client keeps its socket full (readsPastPause). As measured, not
+   * guessed: absent means none.
+   */
+  readonly pauseHoldsOn?: readonly string[]
 }
 
 /**
  * The builds, in the order tried. `uWebSockets.js` comes first and is not a dependency: an operator who installs
  * an official release under that name (`npm install uWebSockets.js@github:uNetworking/uWebSockets.js#v20.57.0`)
  * gets it without a code change. uwebsockets 3.0.6 comes before btc-vision's 20.57.0 although its package is
- * a less clear republish: its binaries carry the paths of uWebSockets.js's own CI, and on Node 24 a 240 MiB
- * upload through the router (test/media/multipart.test.ts) sometimes grew the router's RSS with the upload,
- * more often with btc-vision's build (3 of 7 runs) than with uwebsockets' (1 of 10). btc-vision's binaries all
- * need glibc 2.38, where uwebsockets' own load too, so it is reached only for an ABI uwebsockets does not ship.
+ * a less clear republish (its binaries carry the paths of uWebSockets.js's own CI): its Node 20 binary is an
+ * older core that honours res.pause() (`pauseHoldsOn`), where btc-vision's reads past it, and btc-vision's
+ * binaries all need glibc 2.38, where uwebsockets' own load too, so it is reached only for an ABI uwebsockets
+ * does not ship.
  */
 export const UWS_CANDIDATES: readonly UwsCandidate[] = [
   { name: 'uWebSockets.js', source: 'uWebSockets.js as installed by the operator (not a dependency)', binaryDir: '.' },
-  { name: 'uws-build-uwebsockets', source: 'npm uwebsockets@3.0.6, a republished uWebSockets.js v20', binaryDir: '.' },
+  { name: 'uws-build-uwebsockets', source: 'npm uwebsockets@3.0.6, a republished uWebSockets.js v20', binaryDir: '.', pauseHoldsOn: ['115'] },
   { name: 'uws-build-btc-vision', source: 'npm @btc-vision/uwebsockets.js@20.57.0, uWebSockets.js v20.57.0', binaryDir: '.' },
   {
     name: 'uws-build-trufflesuite',
     source: 'npm @trufflesuite/uws-js-unofficial@20.30.0-unofficial.0, uWS core 20.43',
     binaryDir: 'binaries',
+    pauseHoldsOn: ['115'],
   },
 ]
 
@@ -177,6 +184,9 @@ export function uwsBuild(options: { maxHeadBytes?: number } = {}): UwsBuild {
       sha256: loaded.sha256,
       skipped: loaded.skipped,
     })
+    const rmemMax = tcpReceiveBufferMax()
+    const warning = pauseWarning(loaded, rmemMax)
+    if (warning !== null) log.warn(warning, { build: loaded.candidate.name, file: loaded.file, tcp_rmem_max: rmemMax })
   } else if (options.maxHeadBytes !== undefined && options.maxHeadBytes !== (loadedHeadBytes ?? UWS_DEFAULT_HEAD_BYTES)) {
     throw new Error(
       `uWS was loaded with a head limit of ${loadedHeadBytes ?? UWS_DEFAULT_HEAD_BYTES} bytes; it cannot take ${options.maxHeadBytes} in the same process`,
@@ -193,4 +203,55 @@ export function loadedUwsBuild(): UwsBuild | null {
 /** One line for logs and --version: which build, its file, its sha256. */
 export function describeUwsBuild(build: UwsBuild): string {
   return `uWS build ${build.candidate.name} ${build.version} (${build.candidate.source}), ${build.file}, sha256 ${build.sha256}`
+}
+
+/** uSockets reads a socket into a buffer of this size (LIBUS_RECV_BUFFER_LENGTH, the same in every build). */
+export const UWS_RECV_BUFFER_BYTES = 512 * 1024
+
+/**
+ * Whether this build keeps delivering a request body after res.pause(). Every current uSockets (since its
+ * "Always read again immediately after reading a full recv buffer", February 2024) reads a readable socket again
+ * at once, within the same event, whenever a read filled its whole UWS_RECV_BUFFER_BYTES buffer, whether or not
+ * onData paused the socket meanwhile: pause() only takes the socket out of the poll, which that loop never
+ * looks at. A client that keeps the socket's kernel queue at 512 KiB or more (one on the same host or a fast
+ * network, faster than the router reads) is read on, in one synchronous run that also holds off the upstream
+ * writes waiting for the event loop, until it slows down or its upload ends. README "Known issues".
+ */
+export function readsPastPause(build: Pick<UwsBuild, 'candidate' | 'file'>): boolean {
+  const abi = /_(\d+)\.node$/.exec(build.file)?.[1]
+  return abi === undefined || build.candidate.pauseHoldsOn?.includes(abi) !== true
+}
+
+/**
+ * The largest receive buffer the kernel lets a TCP socket grow to here (the third field of Linux's
+ * net.ipv4.tcp_rmem, per network namespace), or null where it cannot be read. `text` stands for the file's.
+ */
+export function tcpReceiveBufferMax(text?: string): number | null {
+  let fields = text
+  if (fields === undefined) {
+    try {
+      fields = readFileSync('/proc/sys/net/ipv4/tcp_rmem', 'utf8')
+    } catch {
+      return null
+    }
+  }
+  const max = Number(fields.trim().split(/\s+/)[2])
+  return Number.isSafeInteger(max) && max > 0 ? max : null
+}
+
+/**
+ * Why a streamed upload may be held in the router's memory in full with this build here, or null when it cannot
+ * be: the build reads past a pause, and the kernel lets a socket's receive buffer reach the UWS_RECV_BUFFER_BYTES
+ * a read must fill for the core to read again (unknown counts as yes).
+ */
+export function pauseWarning(build: Pick<UwsBuild, 'candidate' | 'file'>, rmemMax: number | null): string | null {
+  if (!readsPastPause(build)) return null
+  if (rmemMax !== null && rmemMax < UWS_RECV_BUFFER_BYTES) return null
+  const allowed = rmemMax === null ? 'may grow' : `may grow to ${rmemMax} bytes (net.ipv4.tcp_rmem)`
+  return (
+    `this uWS build keeps reading a request body after pause() while each read fills its ${UWS_RECV_BUFFER_BYTES}-byte buffer, ` +
+    `and a socket's receive buffer ${allowed}: a client faster than the provider can make the router hold a multipart ` +
+    `upload whole (up to server.max_multipart_body_bytes). A third field of net.ipv4.tcp_rmem below ${UWS_RECV_BUFFER_BYTES} ` +
+    `in the router's network namespace bounds it (README "Known issues")`
+  )
 }

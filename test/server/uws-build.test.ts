@@ -13,9 +13,22 @@ import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { request } from 'undici'
 import { MAX_HEADER_BYTES, UWS_HEAD_LIMIT_FACTOR } from '../../src/server/app.js'
-import { NoUwsBuildError, packageRoot, selectUwsBuild, UWS_CANDIDATES, uwsBuild, type UwsCandidate } from '../../src/server/uws-build.js'
+import {
+  NoUwsBuildError,
+  packageRoot,
+  pauseWarning,
+  readsPastPause,
+  selectUwsBuild,
+  tcpReceiveBufferMax,
+  UWS_CANDIDATES,
+  UWS_RECV_BUFFER_BYTES,
+  uwsBuild,
+  type UwsCandidate,
+} from '../../src/server/uws-build.js'
+import { spawnRouter } from '../helpers/spawn-router.js'
 import { addr, startStack } from '../helpers/stack.js'
 import { KNOWN_BINARIES, knownBinary, runningGlibc } from '../helpers/uws-builds.js'
+import { eventually } from '../helpers/wait.js'
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url))
@@ -154,6 +167,102 @@ t.test('the build loaded here is a recorded binary, the first pinned one this No
     UWS_CANDIDATES.slice(0, UWS_CANDIDATES.findIndex((c) => c.name === real.candidate.name)).map((c) => c.name),
     'every candidate before it was tried and skipped',
   )
+})
+
+t.test('whether a build reads a request body past pause() is as recorded for each pinned binary', async (t) => {
+  for (const known of KNOWN_BINARIES) {
+    const candidate = UWS_CANDIDATES.find((c) => c.name === known.build)!
+    const pkg = packageRoot(known.build, HERE)
+    if (pkg === null) continue
+    t.equal(readsPastPause({ candidate, file: join(pkg.root, known.file) }), known.readsPastPause, `${known.build}/${known.file}`)
+  }
+  const official = UWS_CANDIDATES[0]!
+  t.equal(readsPastPause({ candidate: official, file: `/x/uws_linux_x64_${ABI}.node` }), true, 'an official release is taken to have the current core')
+})
+
+t.test('the start warning: where the build reads past pause() and the kernel lets a read fill its buffer', async (t) => {
+  const holds = { candidate: { name: 'old', source: 'old core', binaryDir: '.', pauseHoldsOn: ['115'] }, file: '/x/uws_linux_x64_115.node' }
+  const reads = { candidate: holds.candidate, file: '/x/uws_linux_x64_137.node' }
+  t.equal(pauseWarning(holds, 32 * 1024 * 1024), null, 'a core that honours pause: nothing to say')
+  t.equal(pauseWarning(reads, UWS_RECV_BUFFER_BYTES - 1), null, 'a receive buffer a read can never fill: pause holds')
+  t.match(pauseWarning(reads, UWS_RECV_BUFFER_BYTES), /keeps reading a request body after pause\(\).*may grow to 524288 bytes \(net\.ipv4\.tcp_rmem\).*below 524288/)
+  t.match(pauseWarning(reads, null), /keeps reading .* may grow: /, 'unknown (no /proc): said, without a number')
+  t.equal(tcpReceiveBufferMax('4096\t131072\t6291456\n'), 6291456)
+  t.equal(tcpReceiveBufferMax('4096 131072'), null)
+  t.equal(tcpReceiveBufferMax('garbage'), null)
+  if (process.platform === 'linux') t.ok((tcpReceiveBufferMax() ?? 0) > 0, 'read from /proc here')
+})
+
+t.test('a core recorded as honouring pause() reads at most one receive buffer per event loop turn', async (t) => {
+  // The property pause() relies on: a core that reads again within the same event whenever a read filled its
+  // buffer (readsPastPause) goes on reading a paused socket. A client in another process sends as fast as it can.
+  const known = knownBinary(real.sha256)
+  let turn = 0
+  let ticking = true
+  const tick = (): void => {
+    turn++
+    if (ticking) setImmediate(tick)
+  }
+  setImmediate(tick)
+  let lastTurn = -1
+  let inTurn = 0
+  let most = 0
+  const total = 64 * 1024 * 1024
+  const app = real.uws.App()
+  let port = 0
+  const done = new Promise<void>((resolve) => {
+    app.post('/*', (res) => {
+      res.onAborted(() => resolve())
+      res.onData((chunk, last) => {
+        inTurn = turn === lastTurn ? inTurn + chunk.byteLength : chunk.byteLength
+        lastTurn = turn
+        most = Math.max(most, inTurn)
+        if (last) {
+          res.end('ok')
+          resolve()
+        }
+      })
+    })
+  })
+  let listenSocket: unknown = null
+  app.listen('127.0.0.1', 0, (ls) => {
+    listenSocket = ls
+    if (ls !== false) port = real.uws.us_socket_local_port(ls)
+  })
+  t.teardown(() => {
+    ticking = false
+    if (listenSocket !== null && listenSocket !== false) real.uws.us_listen_socket_close(listenSocket as never)
+  })
+  const sender = `const s = require('net').connect(${port}, '127.0.0.1', () => {
+    s.write('POST /up HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: ${total}\\r\\n\\r\\n')
+    const chunk = Buffer.alloc(1024 * 1024, 7); let n = 0
+    const pump = () => { while (n < ${total / (1024 * 1024)}) { n++; if (!s.write(chunk)) return s.once('drain', pump) } }
+    pump()
+  }); s.on('data', () => s.destroy())`
+  const child = spawn(process.execPath, ['-e', sender], { stdio: 'ignore' })
+  await done
+  await new Promise((resolve) => child.on('close', resolve))
+  t.comment(`${real.candidate.name} ${real.file}: at most ${(most / 1048576).toFixed(2)} MiB read in one turn of a ${total / 1048576} MiB upload`)
+  if (known?.readsPastPause === false) t.ok(most <= UWS_RECV_BUFFER_BYTES, `one receive buffer at most (${most} bytes)`)
+  else t.pass('a core that reads past pause() may read more in one turn; README "Known issues"')
+})
+
+t.test('the router warns at start exactly where an upload can outrun pause()', async (t) => {
+  const expected = pauseWarning(real, tcpReceiveBufferMax())
+  const provider = { address: addr('a'), url: 'http://127.0.0.1:9', models: [{ id: 'm-chat', price: { prompt: 0.1, completion: 0.1 } }] }
+  const router = await spawnRouter(t, [provider], { health: { probes: false }, log: { level: 'warn', format: 'json' } }, { captureStderr: true })
+  const warned = () => router.stderr().includes('keeps reading a request body after pause()')
+  if (expected === null) {
+    // Logged before the router listens: by its listening line it would be out.
+    t.notOk(warned(), `no warning with ${real.candidate.name} ${real.file}`)
+    return
+  }
+  t.ok(await eventually(warned), 'the warning is logged')
+  const line = router
+    .stderr()
+    .split('\n')
+    .find((l) => l.includes('keeps reading a request body after pause()'))
+  t.match(JSON.parse(line!), { level: 'warn', build: real.candidate.name, file: real.file, tcp_rmem_max: tcpReceiveBufferMax(), msg: expected })
 })
 
 t.test('a second listen in one process cannot change the head limit uWS was loaded with', async (t) => {
