@@ -1,0 +1,153 @@
+/**
+ * `node dist/bench/e2e/perf-cpu.js [--mode=throughput|latency] [--targets=router,floor-billed] [--sync=full|normal]`:
+ * where the main thread's CPU goes, per request, by CPU time only. The stage table of run.ts comes from
+ * `node --cpu-prof`, which samples wall time: on 2 shared cores a thread that waits for a core is charged to what
+ * it was running (an `fdatasync` submission showed 8-34 µs per request that way). This samples the target's main
+ * thread with `perf record -e cpu-clock` (10 kHz), names JIT frames with `--perf-basic-prof-only-functions`, and
+ * prints per request: CPU by where it ran (JavaScript, V8's runtime and builtins, the kernel, each native
+ * library), the largest symbols, and, for two targets, the symbols by difference. Each target also gets its
+ * threads' CPU from /proc (GC helpers, the thread pool, the store's upkeep). Needs `perf` (Debian: linux-perf);
+ * writes nothing. Latency mode (one connection, `normal`) is the one to compare builds with: its CPU per request
+ * does not depend on how requests batch, and moves about 3% from run to run on a quiet machine.
+ */
+import { execFile, execFileSync, spawn } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type { LoadResult, LoadSpec } from './load.js'
+import { killAllNow } from './processes.js'
+import { floorTarget, routerTarget, startSimulators, type Target } from './targets.js'
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+const arg = (name: string, fallback: string): string => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback
+const mode = arg('mode', 'latency')
+const sync = arg('sync', mode === 'latency' ? 'normal' : 'full') as 'full' | 'normal'
+const ids = arg('targets', 'router,floor-billed').split(',')
+const NODE_ARGS = ['--perf-basic-prof-only-functions']
+
+function runLoad(spec: LoadSpec): Promise<LoadResult> {
+  return new Promise((res, rej) =>
+    execFile(process.execPath, [join(root, 'dist', 'bench', 'e2e', 'load.js'), JSON.stringify(spec)], { maxBuffer: 1 << 24 }, (err, out) =>
+      err !== null ? rej(err) : res(JSON.parse(out.trim().split('\n').pop()!) as LoadResult),
+    ),
+  )
+}
+
+/** CPU ticks (utime + stime) of each thread of `pid`, by thread id. */
+function threadTicks(pid: number): Map<string, number> {
+  const out = new Map<string, number>()
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      out.set(tid, Number(f[11]) + Number(f[12]))
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return out
+}
+
+interface Profile {
+  readonly requests: number
+  /** µs per request by symbol ("where: symbol"), and by where it ran. */
+  readonly symbols: Map<string, number>
+  readonly places: Map<string, number>
+  readonly threads: [string, number][]
+}
+
+/** Samples of `perf report`, grouped: JIT code is JavaScript, the node binary V8 and Node's runtime. */
+function readPerf(file: string, requests: number): Pick<Profile, 'symbols' | 'places'> {
+  const text = execFileSync('perf', ['report', '-i', file, '--no-children', '--sort', 'dso,symbol', '--stdio', '-F', 'sample,dso,symbol'], { encoding: 'utf8', maxBuffer: 1 << 28 })
+  const symbols = new Map<string, number>()
+  const places = new Map<string, number>()
+  const us = 100 / requests // one sample at 10 kHz is 100 µs
+  for (const line of text.split('\n')) {
+    const m = /^\s*(\d+)\s+(\S.*?)\s+\[([.k])\]\s+(.*)$/.exec(line)
+    if (m === null) continue
+    const [, samples, dso, kind, symbol] = m
+    const place = kind === 'k' ? 'kernel' : dso!.startsWith('[JIT]') ? 'JavaScript (JIT code)' : dso === 'node' ? "V8's runtime and builtins, Node's C++" : dso!
+    const bare = symbol!.replace(/file:\/\/|\S*\/(?=(dist|node_modules)\/)/g, '').trim()
+    const name = place === 'JavaScript (JIT code)' ? bare : `${place}: ${bare}`
+    symbols.set(name, (symbols.get(name) ?? 0) + Number(samples) * us)
+    places.set(place, (places.get(place) ?? 0) + Number(samples) * us)
+  }
+  return { symbols, places }
+}
+
+async function profile(target: Target, workDir: string): Promise<Profile> {
+  const request = target.request('fast', false)
+  const spec: LoadSpec =
+    mode === 'latency'
+      ? { mode: 'latency', request, warmup: 0, count: 6_000, maxMs: 120_000 }
+      : { mode: 'throughput', request, connections: 64, warmupMs: 0, durationMs: 5_000 }
+  // Warm-up: the JIT compiles the hot path before anything is counted.
+  await runLoad({ mode: 'throughput', request, connections: 16, warmupMs: 0, durationMs: 2_000 })
+  await runLoad({ mode: 'latency', request, warmup: 0, count: 1_000, maxMs: 60_000 })
+  const file = join(workDir, `${target.id}.perf.data`)
+  const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '10000', '-t', String(target.pid), '-o', file], { stdio: 'ignore' })
+  await new Promise((r) => setTimeout(r, 300))
+  const before = threadTicks(target.pid!)
+  const load = await runLoad(spec)
+  const after = threadTicks(target.pid!)
+  perf.kill('SIGINT')
+  await new Promise((r) => perf.once('exit', r))
+  const requests = load.sent
+  const threads = [...after]
+    .map(([tid, ticks]): [string, number] => [tid === String(target.pid) ? 'main' : `thread ${tid}`, ((ticks - (before.get(tid) ?? 0)) * 10_000) / requests])
+    .filter(([, us]) => us >= 0.1)
+  return { requests, threads, ...readPerf(file, requests) }
+}
+
+const fmt = (us: number): string => `${us.toFixed(2).padStart(8)} µs`
+
+async function main(): Promise<void> {
+  try {
+    execFileSync('perf', ['--version'], { stdio: 'ignore' })
+  } catch {
+    process.stdout.write('perf-cpu: `perf` is not installed (Debian: linux-perf); nothing measured\n')
+    return
+  }
+  const workDir = mkdtempSync(join(tmpdir(), 'svc-perf-cpu-'))
+  const sims = await startSimulators(root)
+  const profiles: [string, Profile][] = []
+  try {
+    for (const id of ids) {
+      const target =
+        id === 'router' ? await routerTarget(root, sims, workDir, 'router', { synchronous: sync, nodeArgs: NODE_ARGS }) : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null)
+      try {
+        profiles.push([id, await profile(target, workDir)])
+      } finally {
+        await target.stop()
+      }
+    }
+  } finally {
+    await Promise.all(Object.values(sims).map((s) => s.child.stop()))
+  }
+  for (const [id, p] of profiles) {
+    const total = [...p.places.values()].reduce((a, b) => a + b, 0)
+    process.stdout.write(`\n${id} (${mode}${id === 'router' ? `, synchronous ${sync}` : ''}, ${p.requests} requests): main thread ${total.toFixed(1)} µs per request by perf\n`)
+    process.stdout.write(`  threads (/proc): ${p.threads.map(([t, us]) => `${t} ${us.toFixed(1)} µs`).join(', ')}\n`)
+    for (const [place, us] of [...p.places].sort((a, b) => b[1] - a[1]).slice(0, 8)) process.stdout.write(`  ${fmt(us)}  ${place}\n`)
+    process.stdout.write('  largest symbols:\n')
+    for (const [name, us] of [...p.symbols].sort((a, b) => b[1] - a[1]).slice(0, 25)) process.stdout.write(`  ${fmt(us)}  ${name.slice(0, 130)}\n`)
+  }
+  if (profiles.length >= 2) {
+    const [[a, pa], [b, pb]] = profiles as [[string, Profile], [string, Profile]]
+    const names = new Set([...pa.symbols.keys(), ...pb.symbols.keys()])
+    const diff = [...names].map((n): [string, number, number] => [n, pa.symbols.get(n) ?? 0, pb.symbols.get(n) ?? 0]).sort((x, y) => y[1] - y[2] - (x[1] - x[2]))
+    process.stdout.write(`\n${a} − ${b}, by symbol (µs per request: ${a}, ${b}, difference):\n`)
+    for (const [n, x, y] of diff.slice(0, 40)) process.stdout.write(`  ${fmt(x)} ${fmt(y)} ${(x - y >= 0 ? '+' : '') + (x - y).toFixed(2)}  ${n.slice(0, 120)}\n`)
+  }
+  rmSync(workDir, { recursive: true, force: true })
+}
+
+process.once('exit', killAllNow)
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`perf-cpu: ${String((err as Error)?.stack ?? err)}\n`)
+    process.exit(1)
+  },
+)
