@@ -30,7 +30,8 @@ const DAY = 86_400_000
 
 const usd = (text: string): bigint => parseUsd(text)!
 
-function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
+/** A new sk- key of `accountId` as the store takes it (the fixture of this contract and of store-specific tests). */
+export function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
   const secret = newSecret('sk-')
   return {
     id: randomUUID(),
@@ -62,7 +63,8 @@ function mgmtKey(accountId: string, createdAt = T0) {
   }
 }
 
-function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {}): Charge {
+/** A charge of `accountId` by `keyId` at T0 (the fixture of this contract and of store-specific tests). */
+export function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {}): Charge {
   return {
     requestId: 'req_' + randomUUID(),
     accountId,

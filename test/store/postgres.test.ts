@@ -7,15 +7,14 @@
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
-import { SchemaTooNewError, StoreConflictError, StoreUnavailableError, type Charge, type NewApiKey, type StoreChange } from '../../src/store/store.js'
+import { SchemaTooNewError, StoreConflictError, StoreUnavailableError, type StoreChange } from '../../src/store/store.js'
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from '../../src/store/postgres/postgres-store.js'
 import { migrate, schemaVersion } from '../../src/store/postgres/migrate.js'
 import { MIGRATIONS } from '../../src/store/postgres/migrations.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
-import { storeContract, type Test } from './contract.js'
+import { apiKey, charge, storeContract, type Test } from './contract.js'
 
 const A = '0x' + 'a'.repeat(40)
 const B = '0x' + 'b'.repeat(40)
@@ -49,43 +48,6 @@ async function sql(url: string, text: string, values: unknown[] = []): Promise<p
     await client.end().catch(() => {})
   }
 }
-
-function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
-  const secret = newSecret('sk-')
-  return {
-    id: randomUUID(),
-    accountId,
-    hash: hashSecret(secret),
-    preview: previewOf(secret),
-    name: 'ci',
-    trustMode: null,
-    creditLimit: null,
-    resetPeriod: 'never',
-    expiresAt: null,
-    allowedModels: null,
-    allowedProviders: null,
-    createdAt: T0,
-    ...overrides,
-  }
-}
-
-function charge(accountId: string, keyId: string, overrides: Partial<Charge> = {}): Charge {
-  return {
-    requestId: 'req_' + randomUUID(),
-    accountId,
-    keyId,
-    model: 'm1',
-    provider: '0x' + '1'.repeat(40),
-    at: T0,
-    promptTokens: 10,
-    completionTokens: 20,
-    images: 0,
-    audioMs: 0,
-    cost: usd('0.000021'),
-    ...overrides,
-  }
-}
-
 
 const notControllable = server.controllable ? false : 'TEST_PG_URL names an outside server: it cannot be frozen or restarted here'
 
