@@ -167,17 +167,17 @@ interface Coordination {
  */
 async function coordinate(config: Config, store: Store, writer: ChargeWriter, book: HealthBook): Promise<Coordination> {
   // Loaded only with a Redis to talk to: ioredis costs a router without one about 20 MB of memory.
-  const shared = config.redis.url === '' ? null : await loadCoordination()
-  const redis = shared === null ? null : new shared.RedisLink(config.redis.url)
+  const shared = config.redis.url === '' ? null : await connectRedis(config.redis.url)
+  const redis = shared?.redis ?? null
   if (redis !== null && !(await redis.ready(2_000))) log.warn('redis: not reachable at start; serving without it until it is')
   const ledger = store.leases !== undefined
     ? new LeasedLedger(store.leases, writer, { budgetWaitMs: config.limits.budget_wait_ms, lingerMs: config.replicas.lease_linger_ms })
     : new Ledger(store.ledger, writer, { budgetWaitMs: config.limits.budget_wait_ms })
   const stopLosing = ledger instanceof LeasedLedger ? store.replica?.onLeasesLost(() => ledger.leasesLost()) : undefined
-  const limiter = redis === null || shared === null
+  const limiter = shared === null
     ? new RateLimiter(config.limits.requests_per_minute)
-    : new shared.SharedRateLimiter(redis, config.limits.requests_per_minute, { replicas: () => store.replica?.live ?? 1 })
-  const exchange = redis === null || shared === null ? null : new shared.HealthExchange(redis, book, { replicaId: store.replica?.id ?? randomUUID(), ewmaAlpha: config.routing.latency_ewma_alpha })
+    : new shared.SharedRateLimiter(shared.redis, config.limits.requests_per_minute, { replicas: () => store.replica?.live ?? 1 })
+  const exchange = shared === null ? null : new shared.HealthExchange(shared.redis, book, { replicaId: store.replica?.id ?? randomUUID(), ewmaAlpha: config.routing.latency_ewma_alpha })
   return {
     ledger,
     limiter,
@@ -190,13 +190,14 @@ async function coordinate(config: Config, store: Store, writer: ChargeWriter, bo
   }
 }
 
-async function loadCoordination() {
+/** The link to Redis at `url`, and the classes that use it: their modules (and ioredis) loaded only now. */
+async function connectRedis(url: string) {
   const [{ RedisLink }, { SharedRateLimiter }, { HealthExchange }] = await Promise.all([
     import('./coordination/redis.js'),
     import('./coordination/rate-window.js'),
     import('./coordination/health-exchange.js'),
   ])
-  return { RedisLink, SharedRateLimiter, HealthExchange }
+  return { redis: new RedisLink(url), SharedRateLimiter, HealthExchange }
 }
 
 interface AuthParts {
