@@ -10,13 +10,13 @@
  * writes nothing. Latency mode (one connection, `normal`) is the one to compare builds with: its CPU per request
  * does not depend on how requests batch, and moves about 3% from run to run on a quiet machine.
  */
-import { execFile, execFileSync, spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec } from './load.js'
-import { killAllNow } from './processes.js'
+import { killAllNow, runLoadProcess } from './processes.js'
 import { floorTarget, routerTarget, startSimulators, type Target } from './targets.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
@@ -26,13 +26,9 @@ const sync = arg('sync', mode === 'latency' ? 'normal' : 'full') as 'full' | 'no
 const ids = arg('targets', 'router,floor-billed').split(',')
 const NODE_ARGS = ['--perf-basic-prof-only-functions']
 
-function runLoad(spec: LoadSpec): Promise<LoadResult> {
-  return new Promise((res, rej) =>
-    execFile(process.execPath, [join(root, 'dist', 'bench', 'e2e', 'load.js'), JSON.stringify(spec)], { maxBuffer: 1 << 24 }, (err, out) =>
-      err !== null ? rej(err) : res(JSON.parse(out.trim().split('\n').pop()!) as LoadResult),
-    ),
-  )
-}
+/** Long enough for any load below: the generator is killed past it. */
+const LOAD_BOUND_MS = 180_000
+const runLoad = (spec: LoadSpec): Promise<LoadResult> => runLoadProcess(root, spec, LOAD_BOUND_MS)
 
 /** CPU ticks (utime + stime) of each thread of `pid`, by thread id. */
 function threadTicks(pid: number): Map<string, number> {

@@ -3,10 +3,12 @@
  * memory and CPU time of it and its descendants from /proc, and stop exactly the processes this run started
  * (by pid), also when the run itself fails or is interrupted.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { readFileSync, readdirSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import type { LoadResult, LoadSpec } from './load.js'
 
 export interface Child {
   readonly name: string
@@ -259,4 +261,23 @@ export function runAsLoadProcess<S, R>(moduleUrl: string, run: (spec: S) => Prom
       process.exit(1)
     },
   )
+}
+
+/**
+ * One run of the load generator (load.ts) in a process of its own, killed after `boundMs`: its result, or why
+ * there is none. The build's own generator, under `root`.
+ */
+export function runLoadProcess(root: string, spec: LoadSpec, boundMs: number): Promise<LoadResult> {
+  const script = join(root, 'dist', 'bench', 'e2e', 'load.js')
+  return new Promise((resolvePromise, reject) => {
+    execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: boundMs, killSignal: 'SIGKILL', maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err !== null) return reject(new Error(`load generator failed: ${err.message} ${stderr.trim().slice(-500)}`))
+      const line = stdout.trim().split('\n').pop() ?? ''
+      try {
+        resolvePromise(JSON.parse(line) as LoadResult)
+      } catch {
+        reject(new Error(`load generator printed no result: ${stdout.slice(-300)} ${stderr.slice(-300)}`))
+      }
+    })
+  })
 }

@@ -14,7 +14,6 @@
  * `--only=latency,replicas,charges --targets=router,router-pg`; skipped with a line when PostgreSQL or
  * redis-server is missing.
  */
-import { execFile } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -22,7 +21,7 @@ import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec, RequestSpec } from './load.js'
 import { measureMessages } from './messages.js'
 import { measureMultipart } from './multipart.js'
-import { freePort, killAllNow, stopAll, treeRssKb, UsageMonitor } from './processes.js'
+import { freePort, killAllNow, runLoadProcess, stopAll, treeRssKb, UsageMonitor } from './processes.js'
 import { checkCollectedSamples, HEAP_NODE_FLAGS, HEAP_SAMPLING_INTERVAL, inspectArgs, Inspector, sampleHeap } from './heap-sampling.js'
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
@@ -140,18 +139,7 @@ const WORKLOADS: readonly Workload[] = [
 ]
 
 function runLoad(spec: LoadSpec, boundMs: number): Promise<LoadResult> {
-  const script = join(root, 'dist', 'bench', 'e2e', 'load.js')
-  return new Promise((resolvePromise, reject) => {
-    execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: boundMs, killSignal: 'SIGKILL', maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
-      if (err !== null) return reject(new Error(`load generator failed: ${err.message} ${stderr.trim().slice(-500)}`))
-      const line = stdout.trim().split('\n').pop() ?? ''
-      try {
-        resolvePromise(JSON.parse(line) as LoadResult)
-      } catch {
-        reject(new Error(`load generator printed no result: ${stdout.slice(-300)} ${stderr.slice(-300)}`))
-      }
-    })
-  })
+  return runLoadProcess(root, spec, boundMs)
 }
 
 function summary(id: WorkloadId, r: LoadResult): string {
