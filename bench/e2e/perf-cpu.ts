@@ -1,5 +1,6 @@
 /**
- * `node dist/bench/e2e/perf-cpu.js [--mode=throughput|latency] [--targets=router,floor-billed] [--sync=full|normal]`:
+ * `node dist/bench/e2e/perf-cpu.js [--mode=throughput|latency] [--targets=router,floor-billed] [--sync=full|normal]`
+ * (targets: router, router-pg (one replica on PostgreSQL + Redis, section 7), floor, floor-billed):
  * where the main thread's CPU goes, per request, by CPU time only. The stage table of run.ts comes from
  * `node --cpu-prof`, which samples wall time: on 2 shared cores a thread that waits for a core is charged to what
  * it was running (an `fdatasync` submission showed 8-34 µs per request that way). This samples the target's main
@@ -17,6 +18,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec } from './load.js'
 import { killAllNow, runLoadProcess } from './processes.js'
+import { pgRouterTarget, replicaStores, stopReplicaStores, type ReplicaStores } from './replicas.js'
 import { floorTarget, routerTarget, startSimulators, type Target } from './targets.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
@@ -64,7 +66,9 @@ function readPerf(file: string, requests: number): Pick<Profile, 'symbols' | 'pl
     if (m === null) continue
     const [, samples, dso, kind, symbol] = m
     const place = kind === 'k' ? 'kernel' : dso!.startsWith('[JIT]') ? 'JavaScript (JIT code)' : dso === 'node' ? "V8's runtime and builtins, Node's C++" : dso!
-    const bare = symbol!.replace(/file:\/\/|\S*\/(?=(dist|node_modules)\/)/g, '').trim()
+    // A kernel symbol is followed by padding and perf's empty columns ("   -      -"), as wide as the longest name
+    // of that report: cut at the first run of spaces, or one symbol gets two names in two reports.
+    const bare = symbol!.replace(/file:\/\/|\S*\/(?=(dist|node_modules)\/)/g, '').replace(/\s{2,}.*$/, '').trim()
     const name = place === 'JavaScript (JIT code)' ? bare : `${place}: ${bare}`
     symbols.set(name, (symbols.get(name) ?? 0) + Number(samples) * us)
     places.set(place, (places.get(place) ?? 0) + Number(samples) * us)
@@ -96,6 +100,13 @@ async function profile(target: Target, workDir: string): Promise<Profile> {
   return { requests, threads, ...readPerf(file, requests) }
 }
 
+/** PostgreSQL and Redis for the `router-pg` target, started as run.ts starts them (bench/e2e/replicas.ts). */
+async function pgStores(): Promise<ReplicaStores> {
+  const stores = await replicaStores(() => {})
+  if (typeof stores === 'string') throw new Error(`router-pg: ${stores}`)
+  return stores
+}
+
 const fmt = (us: number): string => `${us.toFixed(2).padStart(8)} µs`
 
 async function main(): Promise<void> {
@@ -111,7 +122,11 @@ async function main(): Promise<void> {
   try {
     for (const id of ids) {
       const target =
-        id === 'router' ? await routerTarget(root, sims, workDir, 'router', { synchronous: sync, nodeArgs: NODE_ARGS }) : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null)
+        id === 'router'
+          ? await routerTarget(root, sims, workDir, 'router', { synchronous: sync, nodeArgs: NODE_ARGS })
+          : id === 'router-pg'
+            ? await pgRouterTarget(root, sims, workDir, await pgStores(), NODE_ARGS)
+            : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null)
       try {
         profiles.push([id, await profile(target, workDir)])
       } finally {
@@ -120,6 +135,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await Promise.all(Object.values(sims).map((s) => s.child.stop()))
+    await stopReplicaStores()
   }
   for (const [id, p] of profiles) {
     const total = [...p.places.values()].reduce((a, b) => a + b, 0)

@@ -99,9 +99,9 @@ export async function stopReplicaStores(): Promise<void> {
 }
 
 /** The `router-pg` target: one replica on its own database, Redis database 0. */
-export async function pgRouterTarget(root: string, sims: SimSet, workDir: string, stores: ReplicaStores): Promise<Target> {
+export async function pgRouterTarget(root: string, sims: SimSet, workDir: string, stores: ReplicaStores, nodeArgs?: readonly string[]): Promise<Target> {
   const pgUrl = await stores.pg.newDatabase()
-  return routerTarget(root, sims, workDir, 'router-pg', { synchronous: 'full', shared: { pgUrl, redisUrl: redisDb(stores, 0) } })
+  return routerTarget(root, sims, workDir, 'router-pg', { synchronous: 'full', nodeArgs, shared: { pgUrl, redisUrl: redisDb(stores, 0) } })
 }
 
 export interface ChargeRate {
