@@ -26,8 +26,10 @@ export class ChargeWriter {
   readonly #maxBatch: number
   #queue: Charge[] = []
   #done: ChargeDone[] = []
-  /** The batch being committed (empty when none). */
+  /** The batch being committed (empty when none), its callbacks, and when its commit started. */
   #inflight: readonly Charge[] = []
+  #inflightDone: readonly ChargeDone[] = []
+  #started = 0
   #writing = false
   #scheduled = false
   #holds = 0
@@ -112,37 +114,53 @@ export class ChargeWriter {
     this.#done = done === this.#done ? [] : this.#done.slice(done.length)
     this.#writing = true
     this.#inflight = batch
-    const started = performance.now()
+    this.#inflightDone = done
+    this.#started = performance.now()
     let written: Promise<(JournalEntry | Error)[]>
     try {
       written = this.#store.recordCharges(batch)
     } catch (err) {
       written = Promise.reject(err as Error)
     }
-    written.then(
-      (outcomes) => {
-        this.batches++
-        this.written += batch.length
-        if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: batch.length, durationMs: performance.now() - started, ok: true })
-        this.#finish(done, (i) => outcomes[i] ?? new Error('the store returned no outcome for this charge'))
-      },
-      (err: unknown) => {
-        const failure = err instanceof Error ? err : new Error(String(err))
-        if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: batch.length, durationMs: performance.now() - started, ok: false })
-        this.#finish(done, () => failure)
-      },
-    )
+    // One batch is in flight at a time, so its charges and callbacks are fields and these two handlers are made
+    // once: a commit costs no closures of its own.
+    written.then(this.#committed, this.#failed)
   }
 
-  #finish(done: readonly ChargeDone[], outcome: (i: number) => JournalEntry | Error): void {
+  readonly #committed = (outcomes: (JournalEntry | Error)[]): void => {
+    const n = this.#inflight.length
+    this.batches++
+    this.written += n
+    if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: n, durationMs: performance.now() - this.#started, ok: true })
+    const done = this.#finish()
+    for (let i = 0; i < done.length; i++) done[i]!(outcomes[i] ?? new Error('the store returned no outcome for this charge'))
+    this.#wakeIdle()
+  }
+
+  readonly #failed = (err: unknown): void => {
+    const failure = err instanceof Error ? err : new Error(String(err))
+    if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: this.#inflight.length, durationMs: performance.now() - this.#started, ok: false })
+    const done = this.#finish()
+    for (let i = 0; i < done.length; i++) done[i]!(failure)
+    this.#wakeIdle()
+  }
+
+  /** Ends the batch in flight and starts the next one, before the callbacks run: it holds the charges settled while this one committed. */
+  #finish(): readonly ChargeDone[] {
+    const done = this.#inflightDone
     this.#writing = false
     this.#inflight = []
-    const idle = this.#idle
-    this.#idle = []
-    // The next batch starts before the callbacks run: it holds the charges settled while this one committed.
+    this.#inflightDone = []
     if (this.#queue.length >= this.#maxBatch) this.#flush()
     else if (this.#queue.length > 0 && this.#holds === 0) this.#schedule()
-    for (let i = 0; i < done.length; i++) done[i]!(outcome(i))
+    return done
+  }
+
+  /** Whoever waited for no batch to be in flight (quiesce, drain). */
+  #wakeIdle(): void {
+    if (this.#idle.length === 0) return
+    const idle = this.#idle
+    this.#idle = []
     for (const resolve of idle) resolve()
   }
 }

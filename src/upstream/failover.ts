@@ -292,31 +292,6 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         else this.sink.send(err.status, [...JSON_TYPE, ...req.baseHeaders], req.surface.renderError(err, req.requestId, trace))
         return this.#publishEnd(err.status, a, err.code)
       }
-      // The surface may keep the answer first (stored responses): the client's last byte waits for it too. The
-      // answer is billed already, so whatever keeping it does, it is delivered.
-      const deliver = (trace: Record<string, unknown>): void => {
-        const notKept = (err: unknown): void => {
-          log.error('keeping an answer failed; it is sent all the same', { request_id: req.requestId, err: String(err) })
-        }
-        let kept: Promise<void> | null = null
-        try {
-          kept = req.surface.keep?.(req.request, codec as ResponseCodec<U>, trace) ?? null
-        } catch (err) {
-          notKept(err)
-        }
-        if (kept === null) return this.#complete(a, trace)
-        const guarded = (): void => {
-          try {
-            this.#complete(a, trace)
-          } catch (thrown) {
-            this.#crash(a, thrown)
-          }
-        }
-        kept.then(guarded, (err: unknown) => {
-          notKept(err)
-          guarded()
-        })
-      }
       if (verifying !== null) {
         verifying.then(
           (outcome) => {
@@ -325,7 +300,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
               const trace = this.#trace(a, usage, billed)
               trace.tee_verified = outcome.verified
               if (outcome.reason !== undefined) trace.tee_reason = outcome.reason
-              deliver(trace)
+              this.#deliver(a, trace)
             } catch (thrown) {
               this.#crash(a, thrown)
             }
@@ -334,11 +309,44 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         )
         return
       }
-      deliver(this.#trace(a, usage, billed))
+      this.#deliver(a, this.#trace(a, usage, billed))
       const recorder = a.recorder
       // A background sample: checked once the client has its answer, so it costs the client nothing.
       if (recorder !== null && recorder.sampled) void this.#ctx.tee?.verify(a.offer.provider.record, req.request.model, this.#chatId(a), recorder)
     })
+  }
+
+  /**
+   * A billed answer goes out. The surface may keep it first (stored responses): the client's last byte waits for
+   * that too, and whatever keeping it does, it is delivered (it is billed already). A method, not a closure per
+   * request: only a surface that keeps answers makes closures here.
+   */
+  #deliver(a: AttemptHandler, trace: Record<string, unknown>): void {
+    const req = this.#req
+    const keep = req.surface.keep
+    if (keep === undefined) return this.#complete(a, trace)
+    let kept: Promise<void> | null = null
+    try {
+      kept = keep.call(req.surface, req.request, a.plan.codec as ResponseCodec<U>, trace) ?? null
+    } catch (err) {
+      this.#notKept(err)
+    }
+    if (kept === null) return this.#complete(a, trace)
+    const guarded = (): void => {
+      try {
+        this.#complete(a, trace)
+      } catch (thrown) {
+        this.#crash(a, thrown)
+      }
+    }
+    kept.then(guarded, (err: unknown) => {
+      this.#notKept(err)
+      guarded()
+    })
+  }
+
+  #notKept(err: unknown): void {
+    log.error('keeping an answer failed; it is sent all the same', { request_id: this.#req.requestId, err: String(err) })
   }
 
   /** The body `a`'s answer waited for passed: the answer goes out, unless the request ended meanwhile. */
