@@ -58,16 +58,13 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
 
   function onBody(head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer): void {
     if (requestBody.hasSubscribers) requestBody.publish({ requestId: head.requestId, surface: surface.name, body: raw })
-    const fail = (err: RouterError): void => {
-      sendError(reply, err, head.requestId, admitted.headers, render)
-      publishRefused(head, surface.name, '', false, err.status, err.code)
-    }
     const body = readJsonBody(raw)
-    if (body instanceof RouterError) return fail(body)
+    if (body instanceof RouterError) return refuseBody(head, reply, surface, admitted.headers, body)
     const req = surface.parse(body, head)
-    if (req instanceof RouterError) return fail(req)
+    if (req instanceof RouterError) return refuseBody(head, reply, surface, admitted.headers, req)
     const prepared = surface.prepare?.(req, admitted.principal) ?? null
     if (prepared === null) return admitRequest(deps, surface, head, reply, admitted, req, launcher)
+    const fail = (err: RouterError): void => refuseBody(head, reply, surface, admitted.headers, err)
     if (prepared instanceof RouterError) return fail(prepared)
     const admit = (err: RouterError | null): void => {
       if (reply.aborted) return
@@ -112,6 +109,29 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
       proceed()
     })
   }
+}
+
+/** What a refusal needs of a surface: its name (for the event) and its error envelope. */
+type Refusing = Pick<Surface<SurfaceRequest>, 'name' | 'renderError'>
+
+/** A request refused at its body (unreadable, or not what the surface accepts): no model is known yet. */
+function refuseBody(head: RequestHead, reply: Reply, surface: Refusing, headers: HeaderList, err: RouterError): void {
+  sendError(reply, err, head.requestId, headers, surface.renderError)
+  publishRefused(head, surface.name, '', false, err.status, err.code)
+}
+
+/** A request refused after its body was read: its model is known, and whether the catalog has it. */
+function refuseRequest(
+  head: RequestHead,
+  reply: Reply,
+  surface: Refusing,
+  headers: HeaderList,
+  model: string,
+  known: boolean,
+  err: RouterError,
+): void {
+  sendError(reply, err, head.requestId, headers, surface.renderError)
+  publishRefused(head, surface.name, model, known, err.status, err.code)
 }
 
 /** An admitted request and its candidates: what a launcher runs. */
@@ -174,22 +194,18 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   const { principal, prefs, headers } = admitted
   const render = surface.renderError
   const index = deps.table.model(req.model)
-  const fail = (err: RouterError): void => {
-    sendError(reply, err, head.requestId, headers, render)
-    publishRefused(head, surface.name, req.model, index !== undefined, err.status, err.code)
-  }
   try {
     mergeBodyPreferences(req.provider, prefs)
   } catch (err) {
-    return fail(toRouterError(err))
+    return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, toRouterError(err))
   }
   const policy = applyKeyPolicy(principal, prefs, req.model)
-  if (policy !== null) return fail(policy)
+  if (policy !== null) return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, policy)
 
-  if (index === undefined) return fail(new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
+  if (index === undefined) return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
   const type = index.offers[0]!.model.type
   if (type !== surface.modelType) {
-    return fail(new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`))
+    return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`))
   }
   const pinned = prefs.address === '' ? null : (deps.table.provider(prefs.address) ?? null)
   const selection = select(
@@ -204,19 +220,24 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
     },
     pinned,
   )
-  if (selection instanceof RouterError) return fail(selection)
+  if (selection instanceof RouterError) return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, selection)
 
+  // The ledger reads a principal's books from the store once; after that admission is synchronous.
+  const ledger = deps.ledger
+  const warming = principal.keyId === null ? null : ledger.prepare(principal)
+  if (warming === null) {
+    // Admission may have waited (a key-cache miss, a shared rate window, a surface's prepare): a receiver that
+    // left meanwhile gets nothing launched.
+    if (reply.aborted) return
+    return launcher({ head, reply, admitted, surface, request: req, selection })
+  }
   const forward = (): void => {
     if (reply.aborted) return
     launcher({ head, reply, admitted, surface, request: req, selection })
   }
-  // The ledger reads a principal's books from the store once; after that admission is synchronous.
-  const ledger = deps.ledger
-  const warming = principal.keyId === null ? null : ledger.prepare(principal)
-  if (warming === null) return forward()
   warming.then(guard(head, reply, headers, render, forward), (err: unknown) => {
     log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
-    fail(toRouterError(err))
+    refuseRequest(head, reply, surface, headers, req.model, index !== undefined, toRouterError(err))
   })
 }
 
@@ -233,32 +254,47 @@ export function admitHead(
   refuse: (err: RouterError, headers: HeaderList) => void,
   admit: (admitted: Admitted) => void,
 ): void {
-  const bare = ['x-request-id', head.requestId]
-  const afterAuth = (authed: Principal | RouterError): void => {
-    if (authed instanceof RouterError) return refuse(authed, bare)
-    const result = limitAndRoute(deps, head, authed)
-    if (result instanceof Promise) {
-      result.then(guard(head, reply, bare, render, afterLimit), (err: unknown) => {
-        log.error('rate limit failed', { err: String(err) })
-        refuse(toRouterError(err), bare)
-      })
-      return
-    }
-    afterLimit(result)
-  }
-  const afterLimit = (result: Admitted | Refusal): void => {
-    if (result instanceof Refusal) return refuse(result.err, result.headers)
-    admit(result)
-  }
   const authed = deps.authenticate(head)
   if (authed instanceof Promise) {
-    authed.then(guard(head, reply, bare, render, afterAuth), (err: unknown) => {
-      log.error('authentication failed', { err: String(err) })
+    const bare = ['x-request-id', head.requestId]
+    authed.then(
+      guard(head, reply, bare, render, (principal: Principal | RouterError) => admitAuthed(deps, head, reply, render, refuse, admit, principal)),
+      (err: unknown) => {
+        log.error('authentication failed', { err: String(err) })
+        refuse(toRouterError(err), bare)
+      },
+    )
+    return
+  }
+  admitAuthed(deps, head, reply, render, refuse, admit, authed)
+}
+
+/** admitHead once the key is known: rate limit and routing headers. No closure unless the rate limit answers later. */
+function admitAuthed(
+  deps: AdmissionDeps,
+  head: RequestHead,
+  reply: Reply,
+  render: (err: RouterError, requestId: string) => string,
+  refuse: (err: RouterError, headers: HeaderList) => void,
+  admit: (admitted: Admitted) => void,
+  authed: Principal | RouterError,
+): void {
+  if (authed instanceof RouterError) return refuse(authed, ['x-request-id', head.requestId])
+  const result = limitAndRoute(deps, head, authed)
+  if (result instanceof Promise) {
+    const bare = ['x-request-id', head.requestId]
+    const afterLimit = (limited: Admitted | Refusal): void => {
+      if (limited instanceof Refusal) return refuse(limited.err, limited.headers)
+      admit(limited)
+    }
+    result.then(guard(head, reply, bare, render, afterLimit), (err: unknown) => {
+      log.error('rate limit failed', { err: String(err) })
       refuse(toRouterError(err), bare)
     })
     return
   }
-  afterAuth(authed)
+  if (result instanceof Refusal) return refuse(result.err, result.headers)
+  admit(result)
 }
 
 export class Refusal {
