@@ -158,7 +158,7 @@ t.test("a reader's fold runs on the upkeep thread: the event loop keeps turning,
   const usage = await ledger.usage(ACCOUNT, { fromDay: '2000-01-01', toDay: '2999-12-31' })
   t.equal(usage.reduce((n, row) => n + row.requests, 0), 20_000, 'and in the daily usage, once')
 
-  // A short tail (fewer than FOLD_EVERY charges) is folded by the reader itself: no upkeep per read, which a
+  // A short tail (at most READ_FOLD_MAX charges) is folded by the reader itself: no upkeep per read, which a
   // refresh of many accounts' books would otherwise pay one by one.
   const upkeeps = conn.upkeeps
   appendUnfolded(conn, 'short', 10)

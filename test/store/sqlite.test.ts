@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { Database } from '../../src/store/sqlite/driver.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { SchemaTooNewError as StoreSchemaTooNewError, type StoreChange } from '../../src/store/store.js'
-import { CHARGE_SQL } from '../../src/store/sqlite/ledger.js'
+import { CHARGE_SQL, FOLD_EVERY } from '../../src/store/sqlite/ledger.js'
 import { migrate, SchemaTooNewError, schemaVersion } from '../../src/store/sqlite/migrate.js'
 import { CHANGES_KEPT, MIGRATIONS } from '../../src/store/sqlite/migrations.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
@@ -260,13 +260,14 @@ t.test('charges a crash left unfolded are in the totals and the roll-up of the n
   const charge = (i: number) => ({ requestId: `req_${i}`, accountId: A, keyId: `k${i % 2}`, model: 'm', provider: 'p', at: T0, promptTokens: 3, completionTokens: 4, images: 0, audioMs: 0, cost: BigInt(i + 1) })
   // More than one fold's worth, in batches; the upkeep thread folds them behind the writes (at least once before
   // the crash); then a few the writer does not fold yet.
-  const n = 1100
+  const folding = Math.ceil((FOLD_EVERY + 1) / 100) * 100
+  const n = folding + 100
   const batch = (from: number) => store.ledger.recordCharges(Array.from({ length: 100 }, (_, j) => charge(from + j)))
-  for (let i = 0; i < 1000; i += 100) await batch(i)
+  for (let i = 0; i < folding; i += 100) await batch(i)
   const raw = new Database(path, { readonly: true })
   const watermark = raw.prepare('SELECT folded_seq FROM ledger_fold').pluck()
   while (watermark.get() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
-  await batch(1000)
+  await batch(folding)
   // A crash: the process dies without closing (and so without the fold that close() does). A second
   // connection reads the file as the next process would see it.
   const folded = watermark.get() as number

@@ -60,11 +60,20 @@ export const FOLD_SQL = {
 } as const
 
 /**
- * Charges appended since the last fold that make the writer fold right after its batch. A fold reads these
- * rows back and writes a few roll-up pages: at this size it costs a few hundred microseconds, once per this
- * many charges, against the eight or so pages each charge used to write itself.
+ * Charges appended since the last fold that make the writer ask for one (on the upkeep thread, with the WAL
+ * checkpoint; inline when there is no thread) right after its batch. A fold reads these rows back and writes a
+ * few roll-up pages, and the checkpoint copies each page the charges dirtied once: the fewer upkeeps, the fewer
+ * times a journal or index page that many charges share is copied. 1,024 rather than 256 (2026-11-26) halved
+ * the upkeep thread's CPU per request at 64 connections (2.5-2.6 against 4.6-5.0 µs, 2 interleaved rounds of
+ * bench/e2e/perf-cpu.ts), for a WAL of at most a few MiB between checkpoints.
  */
-export const FOLD_EVERY = 256
+export const FOLD_EVERY = 1024
+
+/**
+ * The most charges a read of the totals folds itself, on the event loop, before it reads (#foldForRead): a
+ * longer tail is folded by the upkeep thread while the read waits, so a read never stalls the loop for long.
+ */
+export const READ_FOLD_MAX = 256
 
 /** A row of FOLD_SQL.charges, read raw (an array: no object with ten named properties per charge). */
 type ChargeRow = [
@@ -122,8 +131,8 @@ function prepareStatements(conn: SqliteConnection) {
     ),
     watermark: db.prepare<[], number>(FOLD_SQL.watermark).pluck(),
     unfolded: db.prepare<[number, number], ChargeRow>(FOLD_SQL.charges).raw(),
-    /** A row when more than FOLD_EVERY charges lie past the watermark. */
-    longTail: db.prepare<[number], number>(`SELECT seq FROM journal WHERE seq > ? AND kind = 'charge' LIMIT 1 OFFSET ${FOLD_EVERY}`).pluck(),
+    /** A row when more than READ_FOLD_MAX charges lie past the watermark. */
+    longTail: db.prepare<[number], number>(`SELECT seq FROM journal WHERE seq > ? AND kind = 'charge' LIMIT 1 OFFSET ${READ_FOLD_MAX}`).pluck(),
     spent: db.prepare<[string], string>(FOLD_SQL.spent).pluck(),
     setSpent: db.prepare<[string, string]>(FOLD_SQL.setSpent),
     dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(FOLD_SQL.dailyRow),
@@ -291,7 +300,7 @@ export class SqliteLedger implements LedgerStore {
     this.fold()
   }
 
-  /** More than FOLD_EVERY charges lie past the watermark. */
+  /** More than READ_FOLD_MAX charges lie past the watermark. */
   backlogged(): boolean {
     return this.#q.longTail.get(this.#q.watermark.get()!) !== undefined
   }
