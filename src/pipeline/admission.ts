@@ -194,18 +194,23 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   const { principal, prefs, headers } = admitted
   const render = surface.renderError
   const index = deps.table.model(req.model)
+  const known = index !== undefined
   try {
     mergeBodyPreferences(req.provider, prefs)
   } catch (err) {
-    return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, toRouterError(err))
+    return refuseRequest(head, reply, surface, headers, req.model, known, toRouterError(err))
   }
   const policy = applyKeyPolicy(principal, prefs, req.model)
-  if (policy !== null) return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, policy)
+  if (policy !== null) return refuseRequest(head, reply, surface, headers, req.model, known, policy)
 
-  if (index === undefined) return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`))
+  if (index === undefined) {
+    const err = new RouterError('model_not_found', `model ${req.model} is not in the catalog (see GET /v1/models)`)
+    return refuseRequest(head, reply, surface, headers, req.model, known, err)
+  }
   const type = index.offers[0]!.model.type
   if (type !== surface.modelType) {
-    return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`))
+    const err = new RouterError('model_not_supported_on_surface', `model ${req.model} is a ${type} model, not a ${surface.modelType} model`)
+    return refuseRequest(head, reply, surface, headers, req.model, known, err)
   }
   const pinned = prefs.address === '' ? null : (deps.table.provider(prefs.address) ?? null)
   const selection = select(
@@ -220,7 +225,7 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
     },
     pinned,
   )
-  if (selection instanceof RouterError) return refuseRequest(head, reply, surface, headers, req.model, index !== undefined, selection)
+  if (selection instanceof RouterError) return refuseRequest(head, reply, surface, headers, req.model, known, selection)
 
   // The ledger reads a principal's books from the store once; after that admission is synchronous.
   const ledger = deps.ledger
@@ -237,7 +242,7 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   }
   warming.then(guard(head, reply, headers, render, forward), (err: unknown) => {
     log.error('billing: loading the account books failed', { err: String(err), account: principal.accountId })
-    refuseRequest(head, reply, surface, headers, req.model, index !== undefined, toRouterError(err))
+    refuseRequest(head, reply, surface, headers, req.model, known, toRouterError(err))
   })
 }
 
