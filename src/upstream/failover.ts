@@ -23,7 +23,7 @@ import type { Selection } from '../routing/select.js'
 import type { EngineSurface, SurfaceRequest } from '../surfaces/surface.js'
 import { attemptEnd, requestEnd, requestStart, settled } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
-import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings } from './attempt.js'
+import { AttemptHandler, MissKind, type AttemptOwner, type AttemptSettings, type UpstreamBody } from './attempt.js'
 import type { UpstreamFailure } from './failures.js'
 import type { HeaderList, ResponseSink } from './sink.js'
 import { decimalDigits } from '../vocabulary/http.js'
@@ -200,7 +200,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       return this.#sendFailure(refused)
     }
     let handler: AttemptHandler
-    let body
+    let body: UpstreamBody | null
     try {
       const plan = req.surface.plan(req.request, offer)
       body = plan.body.take()
@@ -220,17 +220,11 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       return this.#crash(null, err)
     }
     this.#current = handler
-    const run = (): void => {
-      try {
-        handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs, req.trace)
-      } catch (err) {
-        // undici refuses some requests synchronously (a header it will not send): that candidate failed.
-        this.missed(handler, { provider: offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
-        log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
-      }
-    }
     // The per-provider cap (limiter.ts): run now, after a wait in its queue, or move on to the next candidate.
-    this.#ctx.pools.limiter.acquire(offer.provider.address, run, () => {
+    const limiter = this.#ctx.pools.limiter
+    if (limiter.tryAcquire(offer.provider.address)) return this.#dispatch(handler, body)
+    const run = (): void => this.#dispatch(handler, body)
+    limiter.acquire(offer.provider.address, run, () => {
       if (this.#current !== handler) return this.#unsent()
       this.#busy++
       this.missed(handler, { provider: offer.provider.address, status: null, error: 'provider_busy' }, MissKind.Failure, '')
@@ -314,6 +308,18 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       // A background sample: checked once the client has its answer, so it costs the client nothing.
       if (recorder !== null && recorder.sampled) void this.#ctx.tee?.verify(a.offer.provider.record, req.request.model, this.#chatId(a), recorder)
     })
+  }
+
+  /** Sends `handler`'s request, once it holds a slot of its provider. */
+  #dispatch(handler: AttemptHandler, body: UpstreamBody): void {
+    const req = this.#req
+    try {
+      handler.dispatch(req.requestId, body, req.startedAt + this.#ctx.pools.settings.totalTimeoutMs, req.trace)
+    } catch (err) {
+      // undici refuses some requests synchronously (a header it will not send): that candidate failed.
+      this.missed(handler, { provider: handler.offer.provider.address, status: null, error: 'request_rejected' }, MissKind.Failure, '')
+      log.warn('upstream dispatch refused the request', { request_id: req.requestId, err: String(err) })
+    }
   }
 
   /**

@@ -29,13 +29,20 @@ export class ProviderLimiter {
     this.#settings = settings
   }
 
+  /**
+   * Takes a slot of `provider` when one is free now (true): the caller runs at once, and no callback was made
+   * for a wait that does not happen. False: the caller goes through acquire().
+   */
+  tryAcquire(provider: string): boolean {
+    const slot = this.#slot(provider)
+    if (slot.active >= this.#settings.max || slot.waiting.length > 0) return false
+    slot.active++
+    return true
+  }
+
   /** Calls `run` now or once a slot frees, or `refuse` when the queue is full or the wait ran out. */
   acquire(provider: string, run: () => void, refuse: () => void): void {
-    let slot = this.#slots.get(provider)
-    if (slot === undefined) {
-      slot = { active: 0, waiting: [] }
-      this.#slots.set(provider, slot)
-    }
+    const slot = this.#slot(provider)
     if (slot.active < this.#settings.max) {
       slot.active++
       return run()
@@ -52,6 +59,15 @@ export class ProviderLimiter {
       }, this.#settings.queueTimeoutMs),
     }
     slot.waiting.push(waiter)
+  }
+
+  #slot(provider: string): Slot {
+    let slot = this.#slots.get(provider)
+    if (slot === undefined) {
+      slot = { active: 0, waiting: [] }
+      this.#slots.set(provider, slot)
+    }
+    return slot
   }
 
   /** One attempt against `provider` is over: the next waiter runs. */
