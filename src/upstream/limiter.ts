@@ -31,11 +31,12 @@ export class ProviderLimiter {
 
   /**
    * Takes a slot of `provider` when one is free now (true): the caller runs at once, and no callback was made
-   * for a wait that does not happen. False: the caller goes through acquire().
+   * for a wait that does not happen. False: the caller goes through acquire(). No slot is free while requests
+   * wait (release() hands a slot straight to the first of them), so a newcomer never passes the queue.
    */
   tryAcquire(provider: string): boolean {
     const slot = this.#slot(provider)
-    if (slot.active >= this.#settings.max || slot.waiting.length > 0) return false
+    if (slot.active >= this.#settings.max) return false
     slot.active++
     return true
   }

@@ -1,0 +1,65 @@
+/**
+ * The per-provider cap's bookkeeping (src/upstream/limiter.ts), below the end-to-end checks of
+ * test/ops/provider-cap.test.ts: tryAcquire (the failover loop's path when a slot is free, with no callbacks
+ * made) and acquire (the queue) share one count of slots, and a free slot never lets a newcomer pass a request
+ * already queued.
+ */
+import t from 'tap'
+import { ProviderLimiter } from '../../src/upstream/limiter.js'
+
+const P = '0xprovider'
+
+t.test('tryAcquire takes free slots up to the cap, and a release gives one back', async (t) => {
+  const limiter = new ProviderLimiter({ max: 2, queue: 1, queueTimeoutMs: 10_000 })
+  t.ok(limiter.tryAcquire(P), 'first slot')
+  t.ok(limiter.tryAcquire(P), 'second slot')
+  t.notOk(limiter.tryAcquire(P), 'none left: the caller must queue')
+  t.same(limiter.load(P), { active: 2, waiting: 0 })
+  limiter.release(P)
+  t.same(limiter.load(P), { active: 1, waiting: 0 })
+  t.ok(limiter.tryAcquire(P), 'the released slot is taken again')
+  limiter.release(P)
+  limiter.release(P)
+  t.same(limiter.load(P), { active: 0, waiting: 0 }, 'every slot back')
+})
+
+t.test('a queued request runs before any newcomer, however its slot is taken', async (t) => {
+  const limiter = new ProviderLimiter({ max: 1, queue: 2, queueTimeoutMs: 10_000 })
+  const ran: string[] = []
+  t.ok(limiter.tryAcquire(P), 'the only slot')
+  limiter.acquire(P, () => ran.push('queued'), () => ran.push('queued refused'))
+  t.same(limiter.load(P), { active: 1, waiting: 1 })
+  t.notOk(limiter.tryAcquire(P), 'a newcomer does not pass the queued one')
+  limiter.release(P)
+  t.same(ran, ['queued'], 'the slot went to the one that waited')
+  t.same(limiter.load(P), { active: 1, waiting: 0 }, 'and it holds it now')
+  t.notOk(limiter.tryAcquire(P), 'still taken')
+  limiter.release(P)
+  t.ok(limiter.tryAcquire(P), 'free again once the queued one is done')
+  limiter.release(P)
+})
+
+t.test('past the queue, or past the wait, the request is refused and holds nothing', async (t) => {
+  const limiter = new ProviderLimiter({ max: 1, queue: 1, queueTimeoutMs: 20 })
+  const events: string[] = []
+  t.ok(limiter.tryAcquire(P))
+  limiter.acquire(P, () => events.push('a ran'), () => events.push('a refused'))
+  limiter.acquire(P, () => events.push('b ran'), () => events.push('b refused'))
+  t.same(events, ['b refused'], 'the queue holds one')
+  await new Promise((resolve) => setTimeout(resolve, 60))
+  t.same(events, ['b refused', 'a refused'], 'the queued one gave up after queueTimeoutMs')
+  t.same(limiter.load(P), { active: 1, waiting: 0 })
+  limiter.release(P)
+  t.same(limiter.load(P), { active: 0, waiting: 0 })
+  t.ok(limiter.tryAcquire(P), 'and the slot is free')
+  limiter.release(P)
+})
+
+t.test('providers are counted apart', async (t) => {
+  const limiter = new ProviderLimiter({ max: 1, queue: 0, queueTimeoutMs: 10_000 })
+  t.ok(limiter.tryAcquire('0xa'))
+  t.ok(limiter.tryAcquire('0xb'), 'another provider has its own slot')
+  t.notOk(limiter.tryAcquire('0xa'))
+  limiter.release('0xa')
+  limiter.release('0xb')
+})
