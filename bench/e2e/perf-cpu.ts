@@ -12,12 +12,12 @@
  * does not depend on how requests batch, and moves about 3% from run to run on a quiet machine.
  */
 import { execFileSync, spawn } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec } from './load.js'
-import { killAllNow, runLoadProcess } from './processes.js'
+import { killAllNow, runLoadProcess, threadCpuMs } from './processes.js'
 import { pgRouterTarget, replicaStores, stopReplicaStores, type ReplicaStores } from './replicas.js'
 import { floorTarget, routerTarget, startSimulators, type Target } from './targets.js'
 
@@ -31,21 +31,6 @@ const NODE_ARGS = ['--perf-basic-prof-only-functions']
 /** Long enough for any load below: the generator is killed past it. */
 const LOAD_BOUND_MS = 180_000
 const runLoad = (spec: LoadSpec): Promise<LoadResult> => runLoadProcess(root, spec, LOAD_BOUND_MS)
-
-/** CPU ticks (utime + stime) of each thread of `pid`, by thread id. */
-function threadTicks(pid: number): Map<string, number> {
-  const out = new Map<string, number>()
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      out.set(tid, Number(f[11]) + Number(f[12]))
-    } catch {
-      // The thread ended meanwhile.
-    }
-  }
-  return out
-}
 
 interface Profile {
   readonly requests: number
@@ -88,14 +73,14 @@ async function profile(target: Target, workDir: string): Promise<Profile> {
   const file = join(workDir, `${target.id}.perf.data`)
   const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '10000', '-t', String(target.pid), '-o', file], { stdio: 'ignore' })
   await new Promise((r) => setTimeout(r, 300))
-  const before = threadTicks(target.pid!)
+  const before = threadCpuMs(target.pid!)
   const load = await runLoad(spec)
-  const after = threadTicks(target.pid!)
+  const after = threadCpuMs(target.pid!)
   perf.kill('SIGINT')
   await new Promise((r) => perf.once('exit', r))
   const requests = load.sent
   const threads = [...after]
-    .map(([tid, ticks]): [string, number] => [tid === String(target.pid) ? 'main' : `thread ${tid}`, ((ticks - (before.get(tid) ?? 0)) * 10_000) / requests])
+    .map(([tid, ms]): [string, number] => [tid === String(target.pid) ? 'main' : `thread ${tid}`, ((ms - (before.get(tid) ?? 0)) * 1000) / requests])
     .filter(([, us]) => us >= 0.1)
   return { requests, threads, ...readPerf(file, requests) }
 }

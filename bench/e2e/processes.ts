@@ -163,20 +163,36 @@ const CLOCK_TICKS_PER_S = (() => {
   return Number.isFinite(n) && n > 0 ? n : 100
 })()
 
+/** User + system CPU time in a /proc `stat` file (a process's or a thread's), in ms; 0 when it is gone. */
+function statCpuMs(path: string): number {
+  try {
+    // Fields after the parenthesised command name: state is 3rd, utime 14th and stime 15th of the line.
+    const stat = readFileSync(path, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_S
+  } catch {
+    return 0
+  }
+}
+
 /** User + system CPU time of `pid` and its descendants, in ms (10 ms resolution on most kernels). */
 export function treeCpuMs(pid: number): number {
-  let ticks = 0
-  for (const p of treeOf(pid)) {
-    try {
-      // Fields after the parenthesised command name: state is 3rd, utime 14th and stime 15th of the line.
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      ticks += Number(fields[11]) + Number(fields[12])
-    } catch {
-      // the process is gone
-    }
+  let ms = 0
+  for (const p of treeOf(pid)) ms += statCpuMs(`/proc/${p}/stat`)
+  return ms
+}
+
+/** User + system CPU time of each thread of `pid`, in ms, by thread id (0 for one that ended while being read). */
+export function threadCpuMs(pid: number): Map<string, number> {
+  const out = new Map<string, number>()
+  let tids: string[] = []
+  try {
+    tids = readdirSync(`/proc/${pid}/task`)
+  } catch {
+    // the process is gone
   }
-  return (ticks * 1000) / CLOCK_TICKS_PER_S
+  for (const tid of tids) out.set(tid, statCpuMs(`/proc/${pid}/task/${tid}/stat`))
+  return out
 }
 
 /** What one workload cost a target: peak resident memory and CPU time used. */
