@@ -288,16 +288,20 @@ function admitAuthed(
   const result = limitAndRoute(deps, head, authed)
   if (result instanceof Promise) {
     const bare = ['x-request-id', head.requestId]
-    const afterLimit = (limited: Admitted | Refusal): void => {
-      if (limited instanceof Refusal) return refuse(limited.err, limited.headers)
-      admit(limited)
-    }
-    result.then(guard(head, reply, bare, render, afterLimit), (err: unknown) => {
-      log.error('rate limit failed', { err: String(err) })
-      refuse(toRouterError(err), bare)
-    })
+    result.then(
+      guard(head, reply, bare, render, (limited: Admitted | Refusal) => admitLimited(refuse, admit, limited)),
+      (err: unknown) => {
+        log.error('rate limit failed', { err: String(err) })
+        refuse(toRouterError(err), bare)
+      },
+    )
     return
   }
+  admitLimited(refuse, admit, result)
+}
+
+/** What the rate limit and the routing headers decided: refused with its headers, or admitted. */
+function admitLimited(refuse: (err: RouterError, headers: HeaderList) => void, admit: (admitted: Admitted) => void, result: Admitted | Refusal): void {
   if (result instanceof Refusal) return refuse(result.err, result.headers)
   admit(result)
 }
