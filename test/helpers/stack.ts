@@ -95,8 +95,17 @@ export async function startStack(
   providers: TestProvider[],
   config: Record<string, Record<string, unknown>> = {},
 ): Promise<Stack> {
-  const dir = t.testdir()
   const sims = new Map<string, SimulatorHandle>()
+  let router: RunningRouter | null = null
+  // Registered before t.testdir(): tap's end-of-test hooks each run after those registered before them, so the
+  // router and the simulators are closed before the fixture directory is removed. The other way round, it went while
+  // the router's store was live, and a file it made meanwhile failed the removal (ENOTEMPTY) and with it this
+  // teardown, leaving the servers open until the test file timed out.
+  t.teardown(async () => {
+    await router?.close()
+    await Promise.all([...sims.values()].map((s) => s.close()))
+  })
+  const dir = t.testdir()
   const entries = []
   for (const p of providers) {
     let url = p.url
@@ -126,14 +135,11 @@ export async function startStack(
       log: { level: 'error', ...config.log },
     }),
   )
-  const router = await serve(loadConfig({ file: configPath, env: {} }))
-  t.teardown(async () => {
-    await router.close()
-    await Promise.all([...sims.values()].map((s) => s.close()))
-  })
+  const running = await serve(loadConfig({ file: configPath, env: {} }))
+  router = running
 
   // Keys are made through the router's own Credentials, so its key cache sees them at once.
-  const { credentials, store } = router
+  const { credentials, store } = running
   async function newAccount(depositUsd: string = TEST_DEPOSIT_USD): Promise<string> {
     const wallet = '0x' + randomBytes(20).toString('hex')
     const amount = parseUsd(depositUsd)
@@ -156,7 +162,7 @@ export async function startStack(
   const api = await newApiKey()
   const mgmt = await newMgmtKey()
   return {
-    url: router.url,
+    url: running.url,
     key: api.key,
     auth: api.auth,
     keyId: api.id,
@@ -166,7 +172,7 @@ export async function startStack(
     newApiKey,
     newMgmtKey,
     newAccount,
-    router,
+    router: running,
     sims,
     registryPath,
     dir,
