@@ -1,6 +1,7 @@
 /**
- * `node dist/bench/e2e/perf-cpu.js [--mode=throughput|latency] [--targets=router,floor-billed] [--sync=full|normal]`
- * (targets: router, router-pg (one replica on PostgreSQL + Redis, section 7), floor, floor-billed):
+ * `node dist/bench/e2e/perf-cpu.js [--mode=throughput|latency|stream] [--targets=router,floor-billed] [--sync=full|normal]`
+ * (targets: router, router-logged and router-quiet (telemetry on/off, as run.ts), router-pg (one replica on
+ * PostgreSQL + Redis, section 7), floor, floor-billed):
  * where the main thread's CPU goes, per request, by CPU time only. The stage table of run.ts comes from
  * `node --cpu-prof`, which samples wall time: on 2 shared cores a thread that waits for a core is charged to what
  * it was running (an `fdatasync` submission showed 8-34 µs per request that way). This samples the target's main
@@ -8,7 +9,8 @@
  * prints per request: CPU by where it ran (JavaScript, V8's runtime and builtins, the kernel, each native
  * library), the largest symbols, and, for two targets, the symbols by difference. Each target also gets its
  * threads' CPU from /proc (GC helpers, the thread pool, the store's upkeep). Needs `perf` (Debian: linux-perf);
- * writes nothing. Latency mode (one connection, `normal`) is the one to compare builds with: its CPU per request
+ * writes nothing. Stream mode: 8 concurrent paced streams (as section 4), CPU per stream. Latency mode (one
+ * connection, `normal`) is the one to compare builds with: its CPU per request
  * does not depend on how requests batch, and moves about 3% from run to run on a quiet machine.
  */
 import { execFileSync, spawn } from 'node:child_process'
@@ -27,6 +29,8 @@ const mode = arg('mode', 'latency')
 const sync = arg('sync', mode === 'latency' ? 'normal' : 'full') as 'full' | 'normal'
 const ids = arg('targets', 'router,floor-billed').split(',')
 const NODE_ARGS = ['--perf-basic-prof-only-functions']
+/** The simulator the mode's requests go to: a floor relay is one process per simulator. */
+const sim = mode === 'stream' ? 'paced' : 'fast'
 
 /** Long enough for any load below: the generator is killed past it. */
 const LOAD_BOUND_MS = 180_000
@@ -62,25 +66,28 @@ function readPerf(file: string, requests: number): Pick<Profile, 'symbols' | 'pl
 }
 
 async function profile(target: Target, workDir: string): Promise<Profile> {
+  const pid = target.pids?.[sim] ?? target.pid!
   const request = target.request('fast', false)
   const spec: LoadSpec =
     mode === 'latency'
       ? { mode: 'latency', request, warmup: 0, count: 6_000, maxMs: 120_000 }
-      : { mode: 'throughput', request, connections: 64, warmupMs: 0, durationMs: 5_000 }
+      : mode === 'stream'
+        ? { mode: 'ttft', request: target.request('paced', true), concurrency: 8, warmup: 0, count: 1_000, maxMs: 120_000 }
+        : { mode: 'throughput', request, connections: 64, warmupMs: 0, durationMs: 5_000 }
   // Warm-up: the JIT compiles the hot path before anything is counted.
   await runLoad({ mode: 'throughput', request, connections: 16, warmupMs: 0, durationMs: 2_000 })
   await runLoad({ mode: 'latency', request, warmup: 0, count: 1_000, maxMs: 60_000 })
   const file = join(workDir, `${target.id}.perf.data`)
-  const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '10000', '-t', String(target.pid), '-o', file], { stdio: 'ignore' })
+  const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '10000', '-t', String(pid), '-o', file], { stdio: 'ignore' })
   await new Promise((r) => setTimeout(r, 300))
-  const before = threadCpuMs(target.pid!)
+  const before = threadCpuMs(pid)
   const load = await runLoad(spec)
-  const after = threadCpuMs(target.pid!)
+  const after = threadCpuMs(pid)
   perf.kill('SIGINT')
   await new Promise((r) => perf.once('exit', r))
   const requests = load.sent
   const threads = [...after]
-    .map(([tid, ms]): [string, number] => [tid === String(target.pid) ? 'main' : `thread ${tid}`, ((ms - (before.get(tid) ?? 0)) * 1000) / requests])
+    .map(([tid, ms]): [string, number] => [tid === String(pid) ? 'main' : `thread ${tid}`, ((ms - (before.get(tid) ?? 0)) * 1000) / requests])
     .filter(([, us]) => us >= 0.1)
   return { requests, threads, ...readPerf(file, requests) }
 }
@@ -107,11 +114,11 @@ async function main(): Promise<void> {
   try {
     for (const id of ids) {
       const target =
-        id === 'router'
-          ? await routerTarget(root, sims, workDir, 'router', { synchronous: sync, nodeArgs: NODE_ARGS })
+        id === 'router' || id === 'router-logged' || id === 'router-quiet'
+          ? await routerTarget(root, sims, workDir, id, { synchronous: sync, nodeArgs: NODE_ARGS })
           : id === 'router-pg'
             ? await pgRouterTarget(root, sims, workDir, await pgStores(), NODE_ARGS)
-            : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null)
+            : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null, sim)
       try {
         profiles.push([id, await profile(target, workDir)])
       } finally {
@@ -124,7 +131,7 @@ async function main(): Promise<void> {
   }
   for (const [id, p] of profiles) {
     const total = [...p.places.values()].reduce((a, b) => a + b, 0)
-    process.stdout.write(`\n${id} (${mode}${id === 'router' ? `, synchronous ${sync}` : ''}, ${p.requests} requests): main thread ${total.toFixed(1)} µs per request by perf\n`)
+    process.stdout.write(`\n${id} (${mode}${id.startsWith('router') && id !== 'router-pg' ? `, synchronous ${sync}` : ''}, ${p.requests} requests): main thread ${total.toFixed(1)} µs per request by perf\n`)
     process.stdout.write(`  threads (/proc): ${p.threads.map(([t, us]) => `${t} ${us.toFixed(1)} µs`).join(', ')}\n`)
     for (const [place, us] of [...p.places].sort((a, b) => b[1] - a[1]).slice(0, 8)) process.stdout.write(`  ${fmt(us)}  ${place}\n`)
     process.stdout.write('  largest symbols:\n')
