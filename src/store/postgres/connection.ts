@@ -105,6 +105,25 @@ export function unavailable(err: unknown): unknown {
 }
 
 /** Tries of a transaction PostgreSQL aborted as a deadlock victim (each is rolled back whole first). */
+/** The socket under a pg client, as far as corking it goes (pg's `connection.stream`, a net.Socket). */
+type Corkable = { connection?: { stream?: { cork?: () => void; uncork?: () => void } } }
+
+/**
+ * Runs `send` (which queues statements on `client` in pipeline mode) with the client's socket corked, so that
+ * everything it queues leaves in one write: pg writes each statement on its own (it corks per statement), and
+ * each write to a server waiting on its socket is a wake-up of that backend and a system call here. Measured
+ * on the charge path (BEGIN, three statements, COMMIT): one writev in place of five.
+ */
+function writeAtOnce<T>(client: pg.PoolClient, send: () => T): T {
+  const stream = (client as unknown as Corkable).connection?.stream
+  stream?.cork?.()
+  try {
+    return send()
+  } finally {
+    stream?.uncork?.()
+  }
+}
+
 const RETRIES = 3
 
 export interface Queryable {
@@ -256,8 +275,7 @@ export class PgConnection {
   async pipelined(statements: readonly pg.QueryConfig[]): Promise<pg.QueryResult[]> {
     for (let attempt = 1; ; attempt++) {
       const client = await this.#connect()
-      const sent = [client.query('BEGIN'), ...statements.map((s) => client.query(s)), client.query('COMMIT')]
-      const settled = await Promise.allSettled(sent)
+      const settled = await Promise.allSettled(writeAtOnce(client, () => [client.query('BEGIN'), ...statements.map((s) => client.query(s)), client.query('COMMIT')]))
       const failure = settled.find((r) => r.status === 'rejected')
       if (failure === undefined) {
         client.release()
