@@ -131,6 +131,41 @@ t.test('a leased charge without its lease: paid out of free room, or refused alo
   t.equal((await one.ledger.spendByKey(A, null)).get(key.id), usd('0.08'))
 })
 
+t.test('a batch pays each key\'s charges out of its lease whole, and what no lease pays from the room its other charges left', async (t) => {
+  const url = await server.newDatabase()
+  const one = await replica(t, url, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('1'), '', Date.now())
+  const leasedKey = await one.keys.createApiKey(apiKey(null))
+  const otherKey = await one.keys.createApiKey(apiKey(null))
+  t.equal((await one.leases!.acquire({ accountId: A, keyId: leasedKey.id, periodStart: 0, min: usd('0.6'), want: usd('0.6') })).granted, usd('0.6'))
+  // The lease pays 0.2 + 0.2 + 0.2 whole (0.6 of the account's 1). The other key has no lease: its charges
+  // take the account's room, which is 0.4 once the lease-paid ones are counted (the first fits, the second
+  // would overspend the deposit), whatever the order of the batch.
+  const batch = [
+    charge(otherKey.id, usd('0.3')),
+    charge(leasedKey.id, usd('0.2')),
+    charge(leasedKey.id, usd('0.2')),
+    charge(otherKey.id, usd('0.2')),
+    charge(leasedKey.id, usd('0.2')),
+  ]
+  const outcomes = await one.ledger.recordCharges(batch)
+  t.same(outcomes.map((o) => (o instanceof LeaseLostError ? 'lost' : o instanceof Error ? 'error' : 'ok')), ['ok', 'ok', 'ok', 'lost', 'ok'])
+  const totals = await one.ledger.totals(A)
+  t.equal(totals.spent, usd('0.9'), 'never more than the deposit')
+  const byKey = await one.ledger.spendByKey(A, null)
+  t.equal(byKey.get(leasedKey.id), usd('0.6'))
+  t.equal(byKey.get(otherKey.id), usd('0.3'))
+  const [row] = (await sql(url, 'SELECT leased FROM accounts WHERE id = $1', [A])).rows as { leased: string }[]
+  t.equal(row!.leased, '0', 'the lease is spent and gone')
+  t.equal((await sql(url, 'SELECT count(*)::int AS n FROM budget_leases')).rows[0].n, 0)
+  // A request billed already is skipped by the lease payment as by the append, and counts nowhere.
+  t.equal((await one.leases!.acquire({ accountId: A, keyId: leasedKey.id, periodStart: 0, min: usd('0.05'), want: usd('0.05') })).granted, usd('0.05'))
+  const again = await one.ledger.recordCharges([batch[1]!, charge(leasedKey.id, usd('0.05'))])
+  t.ok(again[0] instanceof Error && !(again[0] instanceof LeaseLostError), 'billed already')
+  t.notOk(again[1] instanceof Error)
+  t.equal((await one.ledger.totals(A)).spent, usd('0.95'))
+})
+
 t.test('a key\'s period spend starts again with its period, counted from the roll-up', async (t) => {
   const url = await server.newDatabase()
   const one = await replica(t, url, 'r1')
