@@ -104,7 +104,6 @@ export function unavailable(err: unknown): unknown {
   return err
 }
 
-/** Tries of a transaction PostgreSQL aborted as a deadlock victim (each is rolled back whole first). */
 /** The socket under a pg client, as far as corking it goes (pg's `connection.stream`, a net.Socket). */
 type Corkable = { connection?: { stream?: { cork?: () => void; uncork?: () => void } } }
 
@@ -124,6 +123,7 @@ function writeAtOnce<T>(client: pg.PoolClient, send: () => T): T {
   }
 }
 
+/** Tries of a transaction PostgreSQL aborted as a deadlock victim (each is rolled back whole first). */
 const RETRIES = 3
 
 export interface Queryable {
