@@ -285,14 +285,14 @@ export async function startOwnRouter(root: string, workDir: string, name: string
  * undici Pool of 1,024 connections behind), with no routing, auth, trace or billing. It relays to one origin,
  * so there is one process per simulator; the request is direct's, addressed to the relay of that simulator.
  * `pid` is the `fast` relay's (the one the request/response workloads use); `pids` has each simulator's, so the
- * CPU and RSS of a workload are read from the relay it went through. `fastNodeArgs` are node flags for the
- * `fast` relay only (or the `argsKind` one). With `journalDir` it is the floor with the required billing work (floor-relay.ts
- * `--bill`, target `floor-billed`), each relay's journal a SQLite file in that directory.
+ * CPU and RSS of a workload are read from the relay it went through. `nodeArgs` are node flags for one relay
+ * only, the `argsKind` one (`fast` by default). With `journalDir` it is the floor with the required billing
+ * work (floor-relay.ts `--bill`, target `floor-billed`), each relay's journal a SQLite file in that directory.
  */
 export async function floorTarget(
   root: string,
   sims: SimSet,
-  fastNodeArgs: readonly string[] = [],
+  nodeArgs: readonly string[] = [],
   journalDir: string | null = null,
   argsKind: SimKind = 'fast',
 ): Promise<Target> {
@@ -302,7 +302,7 @@ export async function floorTarget(
       // Node flags (the stage breakdown's --cpu-prof) go to one relay only: the one the workload uses (`fast`, or
       // perf-cpu.ts's stream mode's `paced`).
       const bill = journalDir === null ? [] : ['--bill', join(journalDir, `floor-journal-${kind}.db`)]
-      const args = [...(kind === argsKind ? fastNodeArgs : []), script, sims[kind].url, '0', ...bill]
+      const args = [...(kind === argsKind ? nodeArgs : []), script, sims[kind].url, '0', ...bill]
       const { child, match } = await startChild(`floor relay (${kind})`, process.execPath, args, {
         cwd: root,
         ready: /floor relay listening on (http:\/\/[^\s]+)/,
