@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url'
 import type { LoadResult, LoadSpec } from './load.js'
 import { killAllNow, runLoadProcess, threadCpuMs } from './processes.js'
 import { pgRouterTarget, replicaStores, stopReplicaStores, type ReplicaStores } from './replicas.js'
-import { floorTarget, routerTarget, startSimulators, type Target } from './targets.js'
+import { floorTarget, routerTarget, startSimulators, type RouterId, type Target } from './targets.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 const arg = (name: string, fallback: string): string => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback
@@ -29,6 +29,8 @@ const mode = arg('mode', 'latency')
 const sync = arg('sync', mode === 'latency' ? 'normal' : 'full') as 'full' | 'normal'
 const ids = arg('targets', 'router,floor-billed').split(',')
 const NODE_ARGS = ['--perf-basic-prof-only-functions']
+/** The svc-router targets on SQLite (they take --sync); router-pg is the replica on PostgreSQL + Redis. */
+const SQLITE_ROUTERS: readonly string[] = ['router', 'router-logged', 'router-quiet']
 /** The simulator the mode's requests go to: a floor relay is one process per simulator. */
 const sim = mode === 'stream' ? 'paced' : 'fast'
 
@@ -115,8 +117,8 @@ async function main(): Promise<void> {
   try {
     for (const id of ids) {
       const target =
-        id === 'router' || id === 'router-logged' || id === 'router-quiet'
-          ? await routerTarget(root, sims, workDir, id, { synchronous: sync, nodeArgs: NODE_ARGS })
+        SQLITE_ROUTERS.includes(id)
+          ? await routerTarget(root, sims, workDir, id as RouterId, { synchronous: sync, nodeArgs: NODE_ARGS })
           : id === 'router-pg'
             ? await pgRouterTarget(root, sims, workDir, await pgStores(), NODE_ARGS)
             : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null, sim)
@@ -132,7 +134,7 @@ async function main(): Promise<void> {
   }
   for (const [id, p] of profiles) {
     const total = [...p.places.values()].reduce((a, b) => a + b, 0)
-    process.stdout.write(`\n${id} (${mode}${id.startsWith('router') && id !== 'router-pg' ? `, synchronous ${sync}` : ''}, ${p.requests} requests): main thread ${total.toFixed(1)} µs per request by perf\n`)
+    process.stdout.write(`\n${id} (${mode}${SQLITE_ROUTERS.includes(id) ? `, synchronous ${sync}` : ''}, ${p.requests} requests): main thread ${total.toFixed(1)} µs per request by perf\n`)
     process.stdout.write(`  threads (/proc): ${p.threads.map(([t, us]) => `${t} ${us.toFixed(1)} µs`).join(', ')}\n`)
     for (const [place, us] of [...p.places].sort((a, b) => b[1] - a[1]).slice(0, 8)) process.stdout.write(`  ${fmt(us)}  ${place}\n`)
     process.stdout.write('  largest symbols:\n')

@@ -43,13 +43,9 @@ export class ProviderLimiter {
 
   /** Calls `run` now or once a slot frees, or `refuse` when the queue is full or the wait ran out. */
   acquire(provider: string, run: () => void, refuse: () => void): void {
-    const slot = this.#slot(provider)
-    if (slot.active < this.#settings.max) {
-      slot.active++
-      return run()
-    }
-    if (slot.waiting.length >= this.#settings.queue) return refuse()
-    const s = slot
+    if (this.tryAcquire(provider)) return run()
+    const s = this.#slot(provider)
+    if (s.waiting.length >= this.#settings.queue) return refuse()
     const waiter: Waiter = {
       run,
       refuse,
@@ -59,7 +55,7 @@ export class ProviderLimiter {
         refuse()
       }, this.#settings.queueTimeoutMs),
     }
-    slot.waiting.push(waiter)
+    s.waiting.push(waiter)
   }
 
   #slot(provider: string): Slot {
