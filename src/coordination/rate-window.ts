@@ -13,31 +13,52 @@ import { RateLimiter, type RateDecision, type RateGate } from '../auth/rate-limi
 import type { RedisLink } from './redis.js'
 
 /**
- * KEYS[1] the account's window; ARGV: limit, window ms, a member unique to this request, 1 to count it (take)
- * or 0 (peek). Returns {admitted 0|1, requests in the window, oldest arrival ms, server now ms}.
+ * KEYS[1] the account's window; ARGV: window ms, a member prefix unique to this call, 1 to count the requests
+ * (take) or 0 (peek), then one limit per request, in arrival order. The requests are decided one after another
+ * as that many separate calls would decide them at the same instant: each is admitted while the window holds
+ * fewer than its limit, and an admitted one is counted before the next is decided. Returns {server now ms,
+ * oldest arrival ms, requests in the window before the first, then after each request}.
  */
 const TAKE_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
+local window = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
-local admitted = 0
-if ARGV[4] == '1' and count < limit then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], window)
-  count = count + 1
-  admitted = 1
+local out = {now, now, count}
+local take = ARGV[3] == '1'
+local added = {}
+for i = 4, #ARGV do
+  if take and count < tonumber(ARGV[i]) then
+    count = count + 1
+    added[#added + 1] = now
+    added[#added + 1] = ARGV[2] .. (i - 3)
+  end
+  out[#out + 1] = count
 end
-local oldest = now
+if #added > 0 then
+  redis.call('ZADD', KEYS[1], unpack(added))
+  redis.call('PEXPIRE', KEYS[1], window)
+end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then oldest = tonumber(first[2]) end
-return {admitted, count, oldest, now}
+if first[2] then out[2] = tonumber(first[2]) end
+return out
 `
 
 interface RateCommands {
-  svcRateWindow(key: string, limit: number, windowMs: number, member: string, count: '0' | '1'): Promise<[number, number, number, number]>
+  svcRateWindow(key: string, windowMs: number, member: string, count: '0' | '1', ...limits: number[]): Promise<number[]>
+}
+
+/**
+ * A batch holds at most this many requests: one script call's arguments, and the time the script holds Redis
+ * (every other command waits for it), stay bounded.
+ */
+const MAX_BATCH = 256
+
+/** The takes of one account waiting for the end of this turn of the event loop. */
+class Batch {
+  readonly limits: number[] = []
+  readonly settle: ((d: RateDecision) => void)[] = []
 }
 
 export interface SharedRateLimiterOptions {
@@ -48,6 +69,12 @@ export interface SharedRateLimiterOptions {
   readonly prefix?: string
 }
 
+/**
+ * The takes of one turn of the event loop go to Redis together: one script call per account, after the turn's
+ * I/O callbacks (setImmediate), deciding them in arrival order exactly as one call each would (TAKE_SCRIPT).
+ * Under load that is one round of Redis work for the many requests a turn admits, not one each; a lone request
+ * waits for no timer, only for the end of the turn that read it.
+ */
 export class SharedRateLimiter implements RateGate {
   readonly #link: RedisLink
   readonly #client: Redis & RateCommands
@@ -59,8 +86,14 @@ export class SharedRateLimiter implements RateGate {
   readonly fallback: RateLimiter
   #seq = 0
   readonly #tag = Math.random().toString(36).slice(2, 10)
+  /** Takes waiting for this turn's flush, by account. */
+  #batches = new Map<string, Batch>()
+  #flushQueued = false
+  readonly #flush = (): void => this.#flushAll()
   /** Decisions made by the fallback, for the logs and tests. */
   fallbacks = 0
+  /** Script calls made for takes (each decides a batch), for the tests. */
+  takeCalls = 0
 
   constructor(link: RedisLink, defaultLimit: number, options: SharedRateLimiterOptions) {
     this.#link = link
@@ -74,31 +107,69 @@ export class SharedRateLimiter implements RateGate {
   }
 
   take(account: string, now: number, limit = this.#defaultLimit): RateDecision | Promise<RateDecision> {
-    return this.#ask(account, now, limit, '1')
+    if (!this.#link.up) return this.#alone(account, now, limit, '1')
+    let batch = this.#batches.get(account)
+    if (batch === undefined) {
+      batch = new Batch()
+      this.#batches.set(account, batch)
+    }
+    const decided = new Promise<RateDecision>((resolve) => batch.settle.push(resolve))
+    batch.limits.push(limit)
+    if (batch.limits.length >= MAX_BATCH) {
+      this.#batches.delete(account)
+      this.#send(account, batch)
+    } else if (!this.#flushQueued) {
+      this.#flushQueued = true
+      setImmediate(this.#flush)
+    }
+    return decided
   }
 
   peek(account: string, now: number, limit = this.#defaultLimit): RateDecision | Promise<RateDecision> {
-    return this.#ask(account, now, limit, '0')
+    if (!this.#link.up) return this.#alone(account, now, limit, '0')
+    return this.#client.svcRateWindow(this.#prefix + account, this.#windowMs, '', '0', limit).then(
+      (out) => this.#decision(out, 0, limit, false),
+      () => this.#alone(account, Date.now(), limit, '0'),
+    )
   }
 
-  #ask(account: string, now: number, limit: number, count: '0' | '1'): RateDecision | Promise<RateDecision> {
-    if (!this.#link.up) return this.#alone(account, now, limit, count)
-    const member = this.#tag + ':' + (this.#seq++).toString(36)
-    return this.#client.svcRateWindow(this.#prefix + account, limit, this.#windowMs, member, count).then(
-      ([admitted, held, oldest, serverNow]) => {
-        // The server's clock decided; the reset time is given on ours.
-        const resetAt = Date.now() + (oldest + this.#windowMs - serverNow)
-        const allowed = count === '1' ? admitted === 1 : held < limit
-        return {
-          allowed,
-          limit,
-          remaining: Math.max(0, limit - held),
-          resetAt,
-          retryAfter: allowed ? 0 : Math.max(1, Math.ceil((oldest + this.#windowMs - serverNow) / 1000)),
-        }
+  #flushAll(): void {
+    this.#flushQueued = false
+    const batches = this.#batches
+    if (batches.size === 0) return
+    this.#batches = new Map()
+    for (const [account, batch] of batches) this.#send(account, batch)
+  }
+
+  #send(account: string, batch: Batch): void {
+    this.takeCalls++
+    const member = this.#tag + ':' + (this.#seq++).toString(36) + ':'
+    this.#client.svcRateWindow(this.#prefix + account, this.#windowMs, member, '1', ...batch.limits).then(
+      (out) => {
+        for (let i = 0; i < batch.settle.length; i++) batch.settle[i]!(this.#decision(out, i, batch.limits[i]!, true))
       },
-      () => this.#alone(account, Date.now(), limit, count),
+      () => {
+        // Unanswered (down, or past the command timeout): each decided alone, in order.
+        for (let i = 0; i < batch.settle.length; i++) batch.settle[i]!(this.#alone(account, Date.now(), batch.limits[i]!, '1'))
+      },
     )
+  }
+
+  /** Request i's decision from the script's answer: admitted when the window grew with it. */
+  #decision(out: number[], i: number, limit: number, take: boolean): RateDecision {
+    const serverNow = out[0]!
+    const oldest = out[1]!
+    const held = out[3 + i]!
+    const allowed = take ? held > out[2 + i]! : held < limit
+    // The server's clock decided; the reset time is given on ours.
+    const untilReset = oldest + this.#windowMs - serverNow
+    return {
+      allowed,
+      limit,
+      remaining: Math.max(0, limit - held),
+      resetAt: Date.now() + untilReset,
+      retryAfter: allowed ? 0 : Math.max(1, Math.ceil(untilReset / 1000)),
+    }
   }
 
   /** The decision without Redis: this replica's share of the limit. */

@@ -40,6 +40,44 @@ t.test('three replicas admit exactly the limit between them, however the request
   t.equal((await rs[0]!.limiter.take('0xother', Date.now(), 60)).allowed, true)
 })
 
+t.test('the takes of one turn go to Redis as one call per account, decided in arrival order', async (t) => {
+  const redis = await startRedis(t)
+  const [r] = await replicas(redis.url, 1, 1_000, t)
+  const limiter = r!.limiter
+  // Limits differ within one batch (keys of one account with their own limits): each request is decided as a
+  // call of its own would decide it, after the ones before it were counted.
+  const limits = [5, 5, 5, 5, 3, 6, 6]
+  const before = limiter.takeCalls
+  const decisions = await Promise.all(limits.map((limit) => limiter.take('0xmixed', Date.now(), limit)))
+  t.equal(limiter.takeCalls - before, 1, 'one script call for the turn')
+  t.same(decisions.map((d) => d.allowed), [true, true, true, true, false, true, true])
+  t.same(decisions.map((d) => d.remaining), [4, 3, 2, 1, 0, 1, 0])
+  t.same(decisions.map((d) => d.limit), limits)
+  t.ok(decisions[4]!.retryAfter >= 1 && decisions[4]!.retryAfter <= 60, 'a refusal in the batch carries its Retry-After')
+  t.equal(decisions[0]!.retryAfter, 0)
+  // Two accounts in one turn: a call each, neither counting the other's requests.
+  const calls = limiter.takeCalls
+  const [a, b] = await Promise.all([limiter.take('0xa', Date.now(), 1), limiter.take('0xb', Date.now(), 1)])
+  t.equal(limiter.takeCalls - calls, 2)
+  t.ok(a!.allowed && b!.allowed)
+  // The next turn sees what this one admitted.
+  t.equal((await limiter.take('0xmixed', Date.now(), 6)).allowed, false, 'six held, limit six')
+  t.equal((await limiter.peek('0xmixed', Date.now(), 7)).remaining, 1, 'peek counts the window without taking')
+  t.equal((await limiter.take('0xmixed', Date.now(), 7)).allowed, true)
+  t.equal(limiter.fallbacks, 0)
+})
+
+t.test('a turn with more takes than one batch holds splits them, and stays exact', async (t) => {
+  const redis = await startRedis(t)
+  const [r] = await replicas(redis.url, 1, 500, t)
+  const before = r!.limiter.takeCalls
+  const decisions = await Promise.all(Array.from({ length: 600 }, () => r!.limiter.take('0xbig', Date.now())))
+  t.equal(decisions.filter((d) => d.allowed).length, 500)
+  t.ok(decisions.slice(0, 500).every((d) => d.allowed), 'the first 500 in arrival order are the admitted ones')
+  t.same(decisions.slice(0, 3).map((d) => d.remaining), [499, 498, 497])
+  t.equal(r!.limiter.takeCalls - before, 3, '256 + 256 + 88')
+})
+
 t.test('a per-account limit override is honoured across replicas', async (t) => {
   const redis = await startRedis(t)
   const rs = await replicas(redis.url, 2, 600, t)
