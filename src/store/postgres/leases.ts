@@ -224,6 +224,23 @@ BEGIN
 END $$;
 `
 
+/**
+ * Migration 5: svc_key_period in PL/pgSQL. As a LANGUAGE sql function that is not inlined (it returns VOID
+ * and writes), PostgreSQL 15 parses, analyses and plans its body on every call (fmgr_sql keeps a plan only
+ * for the statement that called it): once per leased key of every charge batch and every lease taken, about
+ * 0.11 ms each (pg_stat_user_functions, 744 calls). PL/pgSQL keeps the statement's plan for the session.
+ * Same statement, same effect.
+ */
+export const KEY_PERIOD_PLPGSQL_MIGRATION = `
+CREATE OR REPLACE FUNCTION svc_key_period(k TEXT, ps BIGINT) RETURNS VOID LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE api_keys SET period_start = ps,
+    period_used = (SELECT COALESCE(sum(cost), 0) FROM usage_daily
+      WHERE key_id = k AND day >= to_char(to_timestamp(ps / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD'))
+  WHERE id = k AND period_start <> ps;
+END $$;
+`
+
 export const LEASE_SQL = {
   /** The leased charges of a batch, paid inside its transaction after the account locks, before the append. */
   payAll: 'SELECT svc_lease_pay_all($1, $2::text[], $3::text[], $4::text[], $5::bigint[], $6::numeric[]) AS paid',

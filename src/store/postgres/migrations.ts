@@ -8,7 +8,7 @@
  * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
  */
 
-import { CLUSTER_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
+import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
 
 export interface Migration {
@@ -200,5 +200,10 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 4,
     name: 'budget leases: a batch of charges paid key by key',
     sql: LEASE_PAY_BY_KEY_MIGRATION,
+  },
+  {
+    version: 5,
+    name: 'budget leases: the key period function keeps its plan',
+    sql: KEY_PERIOD_PLPGSQL_MIGRATION,
   },
 ]
