@@ -144,15 +144,20 @@ export class SharedRateLimiter implements RateGate {
   #send(account: string, batch: Batch): void {
     this.takeCalls++
     const member = this.#tag + ':' + (this.#seq++).toString(36) + ':'
-    this.#client.svcRateWindow(this.#prefix + account, this.#windowMs, member, '1', ...batch.limits).then(
-      (out) => {
-        for (let i = 0; i < batch.settle.length; i++) batch.settle[i]!(this.#decision(out, i, batch.limits[i]!, true))
-      },
-      () => {
-        // Unanswered (down, or past the command timeout): each decided alone, in order.
-        for (let i = 0; i < batch.settle.length; i++) batch.settle[i]!(this.#alone(account, Date.now(), batch.limits[i]!, '1'))
-      },
-    )
+    // Unanswered (down, or past the command timeout): each decided alone, in order.
+    const alone = (): void => {
+      for (let i = 0; i < batch.settle.length; i++) batch.settle[i]!(this.#alone(account, Date.now(), batch.limits[i]!, '1'))
+    }
+    let answer: Promise<number[]>
+    try {
+      answer = this.#client.svcRateWindow(this.#prefix + account, this.#windowMs, member, '1', ...batch.limits)
+    } catch {
+      // Called from a timer: nothing above would catch it, and the batch's requests would wait forever.
+      return alone()
+    }
+    answer.then((out) => {
+      for (let i = 0; i < batch.settle.length; i++) batch.settle[i]!(this.#decision(out, i, batch.limits[i]!, true))
+    }, alone)
   }
 
   /** Request i's decision from the script's answer: admitted when the window grew with it. */
