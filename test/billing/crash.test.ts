@@ -13,7 +13,7 @@ import { stringify } from 'yaml'
 import { hashSecret } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
-import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
+import { openSqliteStore, type SqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
@@ -33,9 +33,7 @@ interface Router {
 
 function start(t: { teardown(fn: () => void): void }, config: string, expectKeys: boolean): Promise<Router> {
   const child = spawn(process.execPath, [CLI, 'serve', '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] })
-  t.teardown(() => {
-    if (child.exitCode === null) child.kill('SIGKILL')
-  })
+  t.teardown(() => kill(child))
   return new Promise((resolve, reject) => {
     let out = ''
     const timer = setTimeout(() => reject(new Error(`router did not start: ${out}`)), 15_000)
@@ -115,6 +113,12 @@ async function load(url: string, key: string, until: number, delivered: Delivere
 }
 
 t.test('SIGKILL under load, restart, every delivered response billed exactly once', async (t) => {
+  let store: SqliteStore | null = null
+  // Registered before t.testdir(): tap then runs every teardown of this test (the routers' in start() too) before it
+  // removes the directory (test/helpers/stack.ts).
+  t.teardown(async () => {
+    await store?.close()
+  })
   const dir = t.testdir()
   const sim = await startSimulator({ name: 'crash', ttftMs: 5, tokensPerS: 400, completionTokens: 8 })
   t.teardown(() => sim.close())
@@ -160,8 +164,7 @@ t.test('SIGKILL under load, restart, every delivered response billed exactly onc
   t.equal(parseUsd(f.available), parseUsd(f.deposit)! + parseUsd(f.credit)! - parseUsd(f.spent)!, 'available = deposits − charges')
   await kill(router.child)
 
-  const store = await openSqliteStore({ path: db })
-  t.teardown(() => store.close())
+  store = await openSqliteStore({ path: db })
   t.equal(await store.accounts.countAccounts(), 1, 'the dev account only')
   const account = (await store.keys.findCredential(hashSecret(keys!.sk)))!.account.id
   const journal = await store.ledger.journal(account)

@@ -29,7 +29,8 @@ if (!existsSync(CHROMIUM)) {
   await stack.router.store.ledger.addFunds(account, 'deposit', parseUsd('10')!, 'browser test', Date.now())
 
   mkdirSync(SHOTS, { recursive: true })
-  const profile = join(t.testdir(), 'chromium-profile')
+  // In the stack's directory: a second t.testdir() would empty it under the running router.
+  const profile = join(stack.dir, 'chromium-profile')
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,

@@ -12,8 +12,8 @@ import { KeyCache } from '../../src/auth/key-cache.js'
 import { ConsoleOrigins } from '../../src/auth/console-origins.js'
 import { SessionBook } from '../../src/auth/session.js'
 import { createSessionAuthenticators } from '../../src/auth/session-auth.js'
-import { listen } from '../../src/server/app.js'
-import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
+import { listen, type AppHandle } from '../../src/server/app.js'
+import { openSqliteStore, type SqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { createAuthSession } from '../../src/surfaces/auth-session.js'
 import { createManagementKeys } from '../../src/surfaces/management-keys.js'
 import { call, isError, oneProviderStack } from '../auth/http.js'
@@ -265,7 +265,15 @@ t.test('a session acts with every scope on the api-keys and account endpoints', 
 
 t.test('sessions expire when idle and at their absolute end', async (t) => {
   let now = Date.now()
-  const store = await openSqliteStore({ path: join(t.testdir(), 'svc.db') })
+  let store: SqliteStore | null = null
+  let app: AppHandle | null = null
+  // Registered before t.testdir(): the server and the store are closed before the directory is removed
+  // (test/helpers/stack.ts).
+  t.teardown(async () => {
+    app?.close()
+    await store?.close()
+  })
+  store = await openSqliteStore({ path: join(t.testdir(), 'svc.db') })
   const cache = new KeyCache(store.keys, { defaultRateLimit: 60 })
   const keys = createKeyAuthenticators(cache, store.keys)
   const sessions = new SessionBook({ idleMs: 60_000, absoluteMs: 300_000, now: () => now })
@@ -273,15 +281,11 @@ t.test('sessions expire when idle and at their absolute end', async (t) => {
   const mgmt = createManagementKeys({ authenticate: auth.sessionOnly, credentials: new Credentials(store, cache), store })
   let origins: ConsoleOrigins | null = null
   const signInRoutes = createAuthSession({ sessions, store, origins: () => origins! })
-  const app = await listen('127.0.0.1', 0, [
+  app = await listen('127.0.0.1', 0, [
     { method: 'get', pattern: '/v1/auth/nonce', handler: signInRoutes.nonce },
     { method: 'post', pattern: '/v1/auth/verify', handler: signInRoutes.verify },
     { method: 'get', pattern: '/v1/management-keys', handler: mgmt.list },
   ])
-  t.teardown(async () => {
-    app.close()
-    await store.close()
-  })
   origins = ConsoleOrigins.listening('127.0.0.1', app.port)
   const site = { url: app.url }
   const idle = await signIn(site)

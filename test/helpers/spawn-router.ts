@@ -27,6 +27,15 @@ interface TapLike {
   teardown(fn: () => unknown): void
 }
 
+/** SIGKILLs `child`; resolves once it has exited. */
+function killed(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve()
+    child.once('exit', () => resolve())
+    child.kill('SIGKILL')
+  })
+}
+
 export async function spawnRouter(
   t: TapLike,
   providers: object[],
@@ -35,6 +44,9 @@ export async function spawnRouter(
 ): Promise<SpawnedRouter> {
   // `dir` given: the router of an earlier spawn starts again on its store (no dev key is printed then).
   const again = options.dir !== undefined
+  let child: ChildProcess | null = null
+  // Registered before t.testdir(): the router is gone before its directory is removed (test/helpers/stack.ts).
+  t.teardown(() => (child === null ? undefined : killed(child)))
   const dir = options.dir ?? t.testdir()
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers }))
   writeFileSync(
@@ -50,10 +62,7 @@ export async function spawnRouter(
   )
   const capture = options.captureStderr === true
   const args = [...(options.nodeArgs ?? []), CLI, 'serve', '--config', join(dir, 'config.yaml')]
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
+  child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
   let stderr = ''
   if (capture) child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
   // The banner with the dev keys follows the listening line on stdout.

@@ -95,8 +95,13 @@ async function until(t: Test, done: () => boolean, what: string, ms = 5000): Pro
 
 export function storeContract(t: Test, factory: StoreFactory, options: ContractOptions = {}): void {
   async function open(t: Test): Promise<Store> {
-    const store = await factory(t)
-    t.teardown(() => store.close())
+    let store: Store | null = null
+    // Registered before the factory runs, which may call t.testdir(): the store is closed before that directory is
+    // removed (test/helpers/stack.ts).
+    t.teardown(async () => {
+      await store?.close()
+    })
+    store = await factory(t)
     return store
   }
 
@@ -476,7 +481,7 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
   })
 
   t.test('jobs: created pending, processing, ended once; unfinished ones listed; charged by id; ended ones removed after', async (t) => {
-    const store = await factory(t)
+    const store = await open(t)
     const job = (id: string, createdAt: number) => ({
       id,
       accountId: A,
@@ -524,7 +529,7 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
   })
 
   t.test('responses: stored whole, read by owner only, never once expired or deleted; an id is never reused', async (t) => {
-    const store = await factory(t)
+    const store = await open(t)
     const response = (id: string, accountId: string, createdAt: number, items: { id: string; item: string }[] = []) => ({
       id,
       accountId,

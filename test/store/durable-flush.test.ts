@@ -22,12 +22,16 @@ function charge(i: number): Charge {
 
 /** A funded account with key 'k' on a fresh file database; `upkeepEvery` huge: only the upkeeps a test asks for. */
 async function open(t: { testdir(): string; teardown(fn: () => void): void }, synchronous: 'full' | 'normal', upkeepEvery?: number) {
-  const path = join(t.testdir(), 'svc.db')
-  const conn = new SqliteConnection({ path, synchronous, upkeepEvery })
+  let conn: SqliteConnection | null = null
+  // Registered before t.testdir(): the connection and its upkeep thread are closed before the directory is removed
+  // (test/helpers/stack.ts).
   t.teardown(async () => {
+    if (conn === null) return
     await conn.stopUpkeep()
     conn.close()
   })
+  const path = join(t.testdir(), 'svc.db')
+  conn = new SqliteConnection({ path, synchronous, upkeepEvery })
   const ledger = new SqliteLedger(conn)
   await ledger.addFunds(ACCOUNT, 'deposit', 10n ** 20n, 'test', Date.now())
   // The key row the charges point at.
@@ -112,7 +116,11 @@ t.test('the WAL is checkpointed off the event loop and stays bounded under a ste
   t.equal(totals.spent, 15_000n, 'every charge is there')
   conn.close()
   const again = new SqliteConnection({ path, synchronous: 'normal' })
-  t.teardown(() => again.close())
+  // Its thread stopped first, as in open(): one still starting would create the file again once it is removed.
+  t.teardown(async () => {
+    await again.stopUpkeep()
+    again.close()
+  })
   t.equal((await new SqliteLedger(again).totals(ACCOUNT)).spent, 15_000n, 'and after a reopen')
 })
 

@@ -26,6 +26,27 @@ function fileOf(t: Test): string {
   return file
 }
 
+interface Closable {
+  close(): unknown
+}
+
+/**
+ * `svc.db` (under `dirs`) in a fresh test directory, and `closing(x)`, which closes x at the end of the test (the last
+ * given first). That teardown is registered before t.testdir(): what it closes is closed before the directory is
+ * removed (test/helpers/stack.ts).
+ */
+function dbIn(t: Test, ...dirs: string[]): { path: string; closing: <C extends Closable>(c: C) => C } {
+  const open: Closable[] = []
+  t.teardown(async () => {
+    for (const c of open.reverse()) await c.close()
+  })
+  const closing = <C extends Closable>(c: C): C => {
+    open.push(c)
+    return c
+  }
+  return { path: join(t.testdir(), ...dirs, 'svc.db'), closing }
+}
+
 t.test('contract: SQLite file', async (t) => {
   storeContract(t, (t: Test) => openSqliteStore({ path: fileOf(t), changePollMs: 10 }), { shared: true })
 })
@@ -35,11 +56,10 @@ t.test('contract: SQLite :memory:', async (t) => {
 })
 
 t.test('opening creates the data directory, WAL mode, and applies every migration once', async (t) => {
-  const path = join(t.testdir(), 'nested', 'data', 'svc.db')
+  const { path, closing } = dbIn(t, 'nested', 'data')
   const store = await openSqliteStore({ path, now: () => T0 })
   await store.close()
-  const db = new Database(path)
-  t.teardown(() => db.close())
+  const db = closing(new Database(path))
   t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
   t.equal(schemaVersion(db), MIGRATIONS.at(-1)!.version)
   t.strictSame(
@@ -50,12 +70,11 @@ t.test('opening creates the data directory, WAL mode, and applies every migratio
 })
 
 t.test('reopening keeps the data', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const first = await openSqliteStore({ path })
   await first.ledger.addFunds(A, 'deposit', 5n, '', T0)
   await first.close()
-  const second = await openSqliteStore({ path })
-  t.teardown(() => second.close())
+  const second = closing(await openSqliteStore({ path }))
   t.equal((await second.ledger.totals(A)).deposited, 5n)
 })
 
@@ -75,25 +94,23 @@ t.test('migrations: a newer schema is refused, a failing migration leaves nothin
 })
 
 t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const store = await openSqliteStore({ path })
   const amount = parseUsd('12345678.123456789012345678')!
   await store.ledger.addFunds(A, 'deposit', amount, '', T0)
   await store.close()
-  const db = new Database(path, { readonly: true })
-  t.teardown(() => db.close())
+  const db = closing(new Database(path, { readonly: true }))
   const row = db.prepare('SELECT amount, typeof(amount) AS type FROM journal').get() as { amount: string; type: string }
   t.strictSame(row, { amount: amount.toString(), type: 'text' })
   t.equal((db.prepare('SELECT deposited FROM accounts').get() as { deposited: string }).deposited, '12345678123456789012345678')
 })
 
 t.test('the journal is append-only', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const store = await openSqliteStore({ path })
   await store.ledger.addFunds(A, 'deposit', 5n, '', T0)
   await store.close()
-  const db = new Database(path)
-  t.teardown(() => db.close())
+  const db = closing(new Database(path))
   t.throws(() => db.prepare("UPDATE journal SET amount = '6'").run(), /append-only/)
   t.throws(() => db.prepare('DELETE FROM journal').run(), /append-only/)
   t.throws(() => db.prepare("INSERT INTO journal (account_id, kind, amount, created_at) VALUES (?, 'deposit', '1.5', 0)").run(A), /CHECK/)
@@ -105,9 +122,8 @@ t.test('the journal is append-only', async (t) => {
 })
 
 t.test('changes are reported for another connection commits, not for our own', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  const store = await openSqliteStore({ path, changePollMs: 10 })
-  t.teardown(() => store.close())
+  const { path, closing } = dbIn(t)
+  const store = closing(await openSqliteStore({ path, changePollMs: 10 }))
   let calls = 0
   const stop = store.changes.subscribe(() => calls++)
   await store.ledger.addFunds(A, 'deposit', 1n, 'ours', T0)
@@ -138,13 +154,9 @@ t.test('changes are reported for another connection commits, not for our own', a
 })
 
 t.test('running totals stay exact when two connections to one file take turns writing', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  const one = await openSqliteStore({ path })
-  const two = await openSqliteStore({ path })
-  t.teardown(async () => {
-    await one.close()
-    await two.close()
-  })
+  const { path, closing } = dbIn(t)
+  const one = closing(await openSqliteStore({ path }))
+  const two = closing(await openSqliteStore({ path }))
   const writes = []
   for (let i = 0; i < 50; i++) writes.push(one.ledger.addFunds(A, 'deposit', 1n, '', T0), two.ledger.addFunds(A, 'deposit', 2n, '', T0))
   await Promise.all(writes)
@@ -153,14 +165,13 @@ t.test('running totals stay exact when two connections to one file take turns wr
 })
 
 t.test('a database of schema 1 is migrated to change tracking with its data, and reports changes from then on', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const old = new Database(path)
   old.pragma('journal_mode = WAL')
   migrate(old, T0, MIGRATIONS.slice(0, 1))
   old.prepare("INSERT INTO accounts (id, deposited, created_at) VALUES (?, '7', ?)").run(A, T0)
   old.close()
-  const store = await openSqliteStore({ path, changePollMs: 10 })
-  t.teardown(() => store.close())
+  const store = closing(await openSqliteStore({ path, changePollMs: 10 }))
   t.equal((await store.ledger.totals(A)).deposited, 7n)
   const heard: StoreChange[] = []
   store.changes.subscribe((c) => heard.push(c))
@@ -173,9 +184,8 @@ t.test('a database of schema 1 is migrated to change tracking with its data, and
 })
 
 t.test('a reader further behind than the kept window hears one unknown change; the table stays bounded', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  const store = await openSqliteStore({ path, changePollMs: 10 })
-  t.teardown(() => store.close())
+  const { path, closing } = dbIn(t)
+  const store = closing(await openSqliteStore({ path, changePollMs: 10 }))
   await store.ledger.addFunds(A, 'deposit', 1n, '', T0)
   const key = await store.keys.createApiKey({
     id: randomUUID(), accountId: A, hash: 'h', preview: 'sk-x', name: 'k', trustMode: null, creditLimit: null,
@@ -203,11 +213,10 @@ t.test('a reader further behind than the kept window hears one unknown change; t
 })
 
 t.test('no trigger runs on the charge path; deposits and key writes do run one', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const store = await openSqliteStore({ path })
   await store.close()
-  const db = new Database(path)
-  t.teardown(() => db.close())
+  const db = closing(new Database(path))
   // A statement that fires a trigger calls its program (the Program opcode) in its plan.
   const firesTrigger = (sql: string): boolean => {
     const params = new Array<null>(sql.split('?').length - 1).fill(null)
@@ -220,7 +229,7 @@ t.test('no trigger runs on the charge path; deposits and key writes do run one',
 })
 
 t.test('a database of schema 2 is migrated to lean charges: every charge, usage row and total kept exactly', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const old = new Database(path)
   old.pragma('journal_mode = WAL')
   migrate(old, T0, MIGRATIONS.slice(0, 2))
@@ -236,12 +245,10 @@ t.test('a database of schema 2 is migrated to lean charges: every charge, usage 
     audio_ms, cost) VALUES (?, ?, 'm', 'k', 2, 10, 14, 0, 0, '30')`).run(A, day)
   old.close()
 
-  const store = await openSqliteStore({ path })
-  t.teardown(() => store.close())
+  const store = closing(await openSqliteStore({ path }))
   t.strictSame(await store.ledger.totals(A), { deposited: 1000n, credited: 0n, spent: 30n }, 'totals are not folded twice')
   t.same((await store.ledger.journal(A)).map((e) => [e.kind, e.amount, e.requestId]), [['deposit', 1000n, null], ['charge', 10n, 'r1'], ['charge', 20n, 'r2']])
-  const raw = new Database(path, { readonly: true })
-  t.teardown(() => raw.close())
+  const raw = closing(new Database(path, { readonly: true }))
   t.same(raw.prepare("SELECT request_id, model, provider, prompt_tokens, completion_tokens FROM journal WHERE kind = 'charge' ORDER BY seq").all(), [
     { request_id: 'r1', model: 'm', provider: 'p', prompt_tokens: 5, completion_tokens: 7 },
     { request_id: 'r2', model: 'm', provider: 'p', prompt_tokens: 5, completion_tokens: 7 },
@@ -253,7 +260,7 @@ t.test('a database of schema 2 is migrated to lean charges: every charge, usage 
 })
 
 t.test('charges a crash left unfolded are in the totals and the roll-up of the next open, exactly once', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
+  const { path, closing } = dbIn(t)
   const day = new Date(T0).toISOString().slice(0, 10)
   const store = await openSqliteStore({ path })
   await store.ledger.addFunds(A, 'deposit', 10n ** 18n, '', T0)
@@ -275,8 +282,7 @@ t.test('charges a crash left unfolded are in the totals and the roll-up of the n
   raw.close()
   t.ok(folded > 0 && folded < last, `some charges are folded (to ${folded}) and some are not (up to ${last})`)
 
-  const next = await openSqliteStore({ path })
-  t.teardown(() => next.close())
+  const next = closing(await openSqliteStore({ path }))
   const expected = BigInt((n * (n + 1)) / 2)
   t.equal((await next.ledger.totals(A)).spent, expected, 'spent is every charge once')
   const byKey = await next.ledger.spendByKey(A, null)
@@ -291,13 +297,11 @@ t.test('charges a crash left unfolded are in the totals and the roll-up of the n
 })
 
 t.test('a fold that fails after a batch committed does not fail the batch; the next read folds it', async (t) => {
-  const path = join(t.testdir(), 'svc.db')
-  const store = await openSqliteStore({ path })
-  t.teardown(() => store.close())
+  const { path, closing } = dbIn(t)
+  const store = closing(await openSqliteStore({ path }))
   await store.ledger.addFunds(A, 'deposit', 10n ** 18n, '', T0)
   // Another process makes the fold fail (here: its watermark table is gone for a moment).
-  const other = new Database(path)
-  t.teardown(() => other.close())
+  const other = closing(new Database(path))
   other.exec('ALTER TABLE ledger_fold RENAME TO ledger_fold_away')
   const charges = Array.from({ length: 300 }, (_, i) => ({
     requestId: `req_f${i}`, accountId: A, keyId: 'k', model: 'm', provider: 'p', at: T0, promptTokens: 1, completionTokens: 1, images: 0, audioMs: 0, cost: 2n,
