@@ -173,9 +173,10 @@ t.test('mgmt-keys create: scopes and name are required and checked', async (t) =
 })
 
 t.test('serve with dev.bootstrap on an empty store prints a dev sk- and mk- key once, and they work', async (t) => {
-  const dir = t.testdir()
   const sim = await startSimulator({ name: 'dev' })
+  // A teardown before t.testdir(): tap runs them all, the routers' kills below included, before it removes the dir.
   t.teardown(() => sim.close())
+  const dir = t.testdir()
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers: [{ address: P, url: sim.url, trust_mode: 'standard', models: [{ id: MODEL, type: 'chatbot', price: { prompt: 0.1, completion: 0.1 } }] }] }))
   const config = configIn(dir, {
     server: { host: '127.0.0.1', port: 0 },
