@@ -14,6 +14,7 @@ import { hashSecret } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { openSqliteStore, type SqliteStore } from '../../src/store/sqlite/sqlite-store.js'
+import { killChild } from '../helpers/spawn-router.js'
 import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
@@ -33,7 +34,7 @@ interface Router {
 
 function start(t: { teardown(fn: () => void): void }, config: string, expectKeys: boolean): Promise<Router> {
   const child = spawn(process.execPath, [CLI, 'serve', '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] })
-  t.teardown(() => kill(child))
+  t.teardown(() => killChild(child))
   return new Promise((resolve, reject) => {
     let out = ''
     const timer = setTimeout(() => reject(new Error(`router did not start: ${out}`)), 15_000)
@@ -52,14 +53,6 @@ function start(t: { teardown(fn: () => void): void }, config: string, expectKeys
       clearTimeout(timer)
       reject(new Error(`router exited with ${code} before listening: ${out}`))
     })
-  })
-}
-
-function kill(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve()
-    child.once('exit', () => resolve())
-    child.kill('SIGKILL')
   })
 }
 
@@ -151,7 +144,7 @@ t.test('SIGKILL under load, restart, every delivered response billed exactly onc
     // On a busy machine a fresh process may deliver nothing in LOAD_MS: the kill waits for a first delivery (up
     // to 10 s more) so that every round crashes with answers both delivered and in flight.
     for (const end = Date.now() + 10_000; delivered.length === before && Date.now() < end; ) await new Promise((r) => setTimeout(r, 10))
-    await kill(router.child)
+    await killChild(router.child)
     await running
   }
   t.ok(delivered.length > 0, `responses were delivered across the crashes (${delivered.length})`)
@@ -162,7 +155,7 @@ t.test('SIGKILL under load, restart, every delivered response billed exactly onc
   const f = (await funds.body.json()) as { deposit: string; credit: string; reserved: string; spent: string; available: string }
   t.equal(f.reserved, '0', 'no reservation survives a crash')
   t.equal(parseUsd(f.available), parseUsd(f.deposit)! + parseUsd(f.credit)! - parseUsd(f.spent)!, 'available = deposits − charges')
-  await kill(router.child)
+  await killChild(router.child)
 
   store = await openSqliteStore({ path: db })
   t.equal(await store.accounts.countAccounts(), 1, 'the dev account only')

@@ -11,6 +11,7 @@ import { stringify } from 'yaml'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { startPostgres, type TestPostgres } from './postgres.js'
 import { startRedis, type TestRedis } from './redis.js'
+import { killChild } from './spawn-router.js'
 import { DEFAULT_PRICE } from './stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
@@ -74,13 +75,6 @@ function startOne(t: TapLike, config: string, index: number): Promise<{ url: str
   })
 }
 
-export function killChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve()
-    child.once('exit', () => resolve())
-    child.kill('SIGKILL')
-  })
-}
 
 export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fleet> {
   const dir = t.testdir()

@@ -27,8 +27,8 @@ interface TapLike {
   teardown(fn: () => unknown): void
 }
 
-/** SIGKILLs `child`; resolves once it has exited. */
-function killed(child: ChildProcess): Promise<void> {
+/** SIGKILLs `child`; resolves once it has exited (at once if it already had). */
+export function killChild(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) return resolve()
     child.once('exit', () => resolve())
@@ -46,7 +46,7 @@ export async function spawnRouter(
   const again = options.dir !== undefined
   let child: ChildProcess | null = null
   // Registered before t.testdir(): the router is gone before its directory is removed (test/helpers/stack.ts).
-  t.teardown(() => (child === null ? undefined : killed(child)))
+  t.teardown(() => (child === null ? undefined : killChild(child)))
   const dir = options.dir ?? t.testdir()
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers }))
   writeFileSync(
