@@ -113,6 +113,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   #expired: Error | null = null
   /** performance.now() by which the whole request must be over: the pools fail the attempt then (pools.ts). */
   deadline = Infinity
+  /** Its slot among the pools' attempts under way (ActiveAttempts), -1 when not there. */
+  activeSlot = -1
   #inflight = false
   /** This try is its provider's half-open trial (health.ts): released with the attempt. */
   #trial = false
