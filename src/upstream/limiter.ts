@@ -21,6 +21,9 @@ export interface LimiterSettings {
   readonly queueTimeoutMs: number
 }
 
+/** Slots kept before the idle ones are dropped (one per provider with attempts since; a few dozen bytes each). */
+const MAX_SLOTS = 1024
+
 export class ProviderLimiter {
   readonly #slots = new Map<string, Slot>()
   readonly #settings: LimiterSettings
@@ -78,7 +81,20 @@ export class ProviderLimiter {
       return
     }
     slot.active--
-    if (slot.active === 0) this.#slots.delete(provider)
+    // An idle slot stays for the provider's next attempt: deleting it and making it again at every request
+    // (one attempt at a time) churned the Map, and a churned Map leaves garbage the scavenger cannot see through
+    // (pools.ts, ActiveAttempts). Idle slots go only when there are many, as providers come and go.
+    if (slot.active === 0 && this.#slots.size > MAX_SLOTS) this.#sweep()
+  }
+
+  /** Drops every slot with nothing running or waiting. */
+  #sweep(): void {
+    for (const [provider, slot] of this.#slots) if (slot.active === 0 && slot.waiting.length === 0) this.#slots.delete(provider)
+  }
+
+  /** Providers with a slot kept (running, waiting or idle). */
+  get providers(): number {
+    return this.#slots.size
   }
 
   /** Attempts running and waiting against `provider`. */

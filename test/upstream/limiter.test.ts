@@ -63,3 +63,25 @@ t.test('providers are counted apart', async (t) => {
   limiter.release('0xa')
   limiter.release('0xb')
 })
+
+t.test('an idle slot is kept for its provider, and idle slots are dropped once many providers had one', async (t) => {
+  const limiter = new ProviderLimiter({ max: 1, queue: 1, queueTimeoutMs: 10_000 })
+  t.ok(limiter.tryAcquire(P))
+  limiter.release(P)
+  t.equal(limiter.providers, 1, 'kept while idle')
+  t.ok(limiter.tryAcquire(P), 'and taken again')
+  // A busy provider with a waiter must survive the sweep that many idle ones start.
+  const ran: string[] = []
+  limiter.acquire(P, () => ran.push('waiter'), () => ran.push('refused'))
+  for (let i = 0; i < 3000; i++) {
+    const p = `0xp${i}`
+    if (!limiter.tryAcquire(p)) t.fail(`no slot for ${p}`)
+    limiter.release(p)
+  }
+  t.ok(limiter.providers <= 1025, `bounded: ${limiter.providers} slots kept after 3,000 providers`)
+  t.same(limiter.load(P), { active: 1, waiting: 1 }, 'the busy provider keeps its slot and its queue')
+  limiter.release(P)
+  t.same(ran, ['waiter'], 'its waiter runs on the release')
+  limiter.release(P)
+  t.same(limiter.load(P), { active: 0, waiting: 0 })
+})
