@@ -48,7 +48,9 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
     spanProcessors: [new node.BatchSpanProcessor(new otlp.OTLPTraceExporter({ url: settings.endpoint }))],
   })
   const tracer: Tracer = provider.getTracer(SCOPE)
-  const open = new Map<string, Open>()
+  // The requests with an open span, by id: a dictionary object, not a Map. Every request enters and leaves it, and
+  // a Map churned that way leaves the scavenger a chain of obsolete tables (upstream/pools.ts, ActiveAttempts).
+  let open: Record<string, Open | undefined> = Object.create(null) as Record<string, Open | undefined>
 
   /** The client's trace context as the parent, or a new root. */
   function parentOf(traceparent: string, tracestate: string): Context {
@@ -69,7 +71,7 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
       parentOf(traceparent, tracestate),
     )
     const entry: Open = { span, ctx: trace.setSpan(ROOT_CONTEXT, span), attempt: null }
-    open.set(requestId, entry)
+    open[requestId] = entry
     return entry
   }
 
@@ -80,7 +82,7 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
 
   const onAttemptStart = (m: unknown): void => {
     const e = m as AttemptStartEvent
-    const entry = open.get(e.requestId)
+    const entry = open[e.requestId]
     if (entry === undefined) return
     entry.attempt?.end()
     const span = tracer.startSpan('attempt', { kind: SpanKind.CLIENT, attributes: { 'svc.provider': e.provider } }, entry.ctx)
@@ -94,7 +96,7 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
 
   const onAttemptEnd = (m: unknown): void => {
     const e = m as AttemptEvent
-    const entry = open.get(e.requestId)
+    const entry = open[e.requestId]
     if (entry === undefined) return
     // An attempt refused before it was sent (its provider's queue was full) has no span yet.
     const span = entry.attempt ?? tracer.startSpan('attempt', { kind: SpanKind.CLIENT, attributes: { 'svc.provider': e.provider } }, entry.ctx)
@@ -110,10 +112,10 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
 
   const onEnd = (m: unknown): void => {
     const e = m as RequestEndEvent
-    let entry = open.get(e.requestId)
+    let entry = open[e.requestId]
     // Refused by admission: no start was published; the span covers the request from its arrival.
     if (entry === undefined) entry = startRequest(e.requestId, e.surface, e.model, performance.now() - e.durationMs, e.traceparent, e.tracestate)
-    open.delete(e.requestId)
+    delete open[e.requestId]
     entry.attempt?.end()
     const span = entry.span
     span.setAttribute('http.response.status_code', e.status)
@@ -139,11 +141,11 @@ export async function startTracing(settings: TracingSettings): Promise<Tracing> 
   return {
     async close() {
       for (const [name, fn] of subs) unsubscribe(name, fn)
-      for (const entry of open.values()) {
-        entry.attempt?.end()
-        entry.span.end()
+      for (const entry of Object.values(open)) {
+        entry?.attempt?.end()
+        entry?.span.end()
       }
-      open.clear()
+      open = Object.create(null) as Record<string, Open | undefined>
       await provider.shutdown()
     },
   }
