@@ -17,6 +17,7 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
+import { exited } from './child.js'
 
 /** Debian's binaries: `TEST_PG_BIN`, else version 15, else the newest installed. */
 function binDir(): string {
@@ -136,11 +137,6 @@ export function signalServer(child: ChildProcess, signal: NodeJS.Signals): numbe
     }
   }
   return pids
-}
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve()
-  return new Promise((resolve) => child.once('exit', () => resolve()))
 }
 
 /** Resolves once `url` answers a query (the server says "starting up" for a while after it listens). */

@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { connect } from 'node:net'
+import { exited } from './child.js'
 import { freePort } from './postgres.js'
 
 const SERVER = process.env.TEST_REDIS_BIN ?? '/usr/bin/redis-server'
@@ -65,11 +66,6 @@ function ping(port: number, host = '127.0.0.1'): Promise<boolean> {
       if (reply.includes('\r\n')) done(reply.startsWith('+PONG'))
     })
   })
-}
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve()
-  return new Promise((resolve) => child.once('exit', () => resolve()))
 }
 
 /** Starts a redis-server for this test file (or uses `TEST_REDIS_URL`), torn down with `t` when given. */

@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { stringify } from 'yaml'
+import { killChild } from './child.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
@@ -27,14 +28,7 @@ interface TapLike {
   teardown(fn: () => unknown): void
 }
 
-/** SIGKILLs `child`; resolves once it has exited (at once if it already had). */
-export function killChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve()
-    child.once('exit', () => resolve())
-    child.kill('SIGKILL')
-  })
-}
+export { killChild }
 
 export async function spawnRouter(
   t: TapLike,
