@@ -27,6 +27,8 @@ const MAX_SLOTS = 1024
 export class ProviderLimiter {
   readonly #slots = new Map<string, Slot>()
   readonly #settings: LimiterSettings
+  /** The number of slots past which a release that leaves one idle sweeps the idle ones (#sweep). */
+  #sweepAbove = MAX_SLOTS
 
   constructor(settings: LimiterSettings) {
     this.#settings = settings
@@ -84,12 +86,16 @@ export class ProviderLimiter {
     // An idle slot stays for the provider's next attempt: deleting it and making it again at every request
     // (one attempt at a time) churned the Map, and a churned Map leaves garbage the scavenger cannot see through
     // (pools.ts, ActiveAttempts). Idle slots go only when there are many, as providers come and go.
-    if (slot.active === 0 && this.#slots.size > MAX_SLOTS) this.#sweep()
+    if (slot.active === 0 && this.#slots.size > this.#sweepAbove) this.#sweep()
   }
 
-  /** Drops every slot with nothing running or waiting. */
+  /**
+   * Drops every slot with nothing running or waiting. The next sweep waits for the Map to double what is left,
+   * so a release costs O(1) amortised even with more than MAX_SLOTS providers busy at once.
+   */
   #sweep(): void {
     for (const [provider, slot] of this.#slots) if (slot.active === 0 && slot.waiting.length === 0) this.#slots.delete(provider)
+    this.#sweepAbove = Math.max(MAX_SLOTS, 2 * this.#slots.size)
   }
 
   /** Providers with a slot kept (running, waiting or idle). */

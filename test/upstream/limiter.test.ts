@@ -85,3 +85,18 @@ t.test('an idle slot is kept for its provider, and idle slots are dropped once m
   limiter.release(P)
   t.same(limiter.load(P), { active: 0, waiting: 0 })
 })
+
+t.test('with more providers busy at once than slots are kept, idle ones are still dropped, and every count stays right', async (t) => {
+  const limiter = new ProviderLimiter({ max: 1, queue: 0, queueTimeoutMs: 10_000 })
+  const busy = Array.from({ length: 1500 }, (_, i) => `0xbusy${i}`)
+  for (const p of busy) if (!limiter.tryAcquire(p)) t.fail(`no slot for ${p}`)
+  for (let i = 0; i < 5000; i++) {
+    const p = `0xidle${i}`
+    if (!limiter.tryAcquire(p)) t.fail(`no slot for ${p}`)
+    limiter.release(p)
+  }
+  t.ok(limiter.providers <= 2 * 1500 + 1, `bounded by twice the busy ones: ${limiter.providers}`)
+  t.ok(busy.every((p) => limiter.load(p).active === 1), 'every busy provider keeps its slot')
+  for (const p of busy) limiter.release(p)
+  t.ok(busy.every((p) => limiter.load(p).active === 0))
+})
