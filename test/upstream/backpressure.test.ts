@@ -47,10 +47,12 @@ t.test('a client that stops reading stalls the provider; the router does not buf
   await sleep(3000)
   const grown = router.rssMiB() - before
   t.equal(sim.stats.completed, 1, 'only the warm-up completed: the provider is stalled behind the slow client')
-  // Unbounded buffering would hold the whole stream (~90 MiB); with the small young generation the growth is
-  // 18–25 MiB here (socket read buffers and other garbage awaiting a collection, code), not buffered output.
-  // At the default young generation it was 30–42 MiB, and the bound failed now and then on a loaded machine.
-  t.ok(grown < 40, `router memory grew ${grown.toFixed(1)} MiB while the client read nothing (bounded)`)
+  // Unbounded buffering would hold the whole stream (~90 MiB) on top of what the runtime itself moves; with the
+  // small young generation that is 18–30 MiB when the test runs alone (socket read buffers and other garbage
+  // awaiting a collection, code), not buffered output, and up to 40 MiB with the whole suite running beside it
+  // (Node 22, 2026-11-27: 40.2 MiB once, 20.8–30.1 MiB in five runs alone). The bound sits between the two
+  // cases; the stalled provider above is the first sign.
+  t.ok(grown < 60, `router memory grew ${grown.toFixed(1)} MiB while the client read nothing (bounded)`)
 
   // Now read it all: the stream is complete and well-formed.
   let tail = ''
