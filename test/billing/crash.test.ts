@@ -14,7 +14,7 @@ import { hashSecret } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { openSqliteStore, type SqliteStore } from '../../src/store/sqlite/sqlite-store.js'
-import { killChild } from '../helpers/spawn-router.js'
+import { killChild } from '../helpers/child.js'
 import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname

@@ -11,7 +11,7 @@ import { stringify } from 'yaml'
 import { startSimulator } from '../../src/simulator/simulator.js'
 import { startPostgres, type TestPostgres } from './postgres.js'
 import { startRedis, type TestRedis } from './redis.js'
-import { killChild } from './spawn-router.js'
+import { killChild } from './child.js'
 import { DEFAULT_PRICE } from './stack.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
@@ -74,7 +74,6 @@ function startOne(t: TapLike, config: string, index: number): Promise<{ url: str
     })
   })
 }
-
 
 export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fleet> {
   const dir = t.testdir()

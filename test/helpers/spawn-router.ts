@@ -28,8 +28,6 @@ interface TapLike {
   teardown(fn: () => unknown): void
 }
 
-export { killChild }
-
 export async function spawnRouter(
   t: TapLike,
   providers: object[],

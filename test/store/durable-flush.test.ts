@@ -20,16 +20,18 @@ function charge(i: number): Charge {
   return { requestId: `r-${i}`, accountId: ACCOUNT, keyId: 'k', model: 'm', provider: '0x' + 'b'.repeat(40), at: Date.now(), promptTokens: 1, completionTokens: 1, images: 0, audioMs: 0, cost: 10n }
 }
 
+/** Closes `conn` after its upkeep thread: one still starting would create the file again once it is removed. */
+async function shut(conn: SqliteConnection): Promise<void> {
+  await conn.stopUpkeep()
+  conn.close()
+}
+
 /** A funded account with key 'k' on a fresh file database; `upkeepEvery` huge: only the upkeeps a test asks for. */
 async function open(t: { testdir(): string; teardown(fn: () => void): void }, synchronous: 'full' | 'normal', upkeepEvery?: number) {
   let conn: SqliteConnection | null = null
   // Registered before t.testdir(): the connection and its upkeep thread are closed before the directory is removed
   // (test/helpers/stack.ts).
-  t.teardown(async () => {
-    if (conn === null) return
-    await conn.stopUpkeep()
-    conn.close()
-  })
+  t.teardown(() => (conn === null ? undefined : shut(conn)))
   const path = join(t.testdir(), 'svc.db')
   conn = new SqliteConnection({ path, synchronous, upkeepEvery })
   const ledger = new SqliteLedger(conn)
@@ -116,11 +118,7 @@ t.test('the WAL is checkpointed off the event loop and stays bounded under a ste
   t.equal(totals.spent, 15_000n, 'every charge is there')
   conn.close()
   const again = new SqliteConnection({ path, synchronous: 'normal' })
-  // Its thread stopped first, as in open(): one still starting would create the file again once it is removed.
-  t.teardown(async () => {
-    await again.stopUpkeep()
-    again.close()
-  })
+  t.teardown(() => shut(again))
   t.equal((await new SqliteLedger(again).totals(ACCOUNT)).spent, 15_000n, 'and after a reopen')
 })
 
