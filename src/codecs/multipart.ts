@@ -136,17 +136,22 @@ export class MultipartScan {
     this.#finished = true
     const parser = this.#parser
     this.#parser = null
-    // Nothing more is parsed: the rest of the upload is passed on as bytes.
+    // Nothing more is parsed: the rest of the upload is passed on as bytes. Destroyed with an error made once:
+    // without one, busboy makes two ("Unexpected end of file", "of form") whose stacks Node's stream teardown
+    // formats, for every upload the scan stops short of its end.
     if (parser !== null) {
       parser.removeAllListeners()
       parser.on('error', noop)
-      parser.destroy()
+      parser.destroy(SCAN_STOPPED)
     }
     this.#done(outcome)
   }
 }
 
 function noop(): void {}
+
+/** What a parser the scan stopped is destroyed with (its stack formatted once, not per upload). */
+const SCAN_STOPPED = new Error('the multipart scan stopped; the rest of the upload is passed on unparsed')
 
 /** Bytes handed to busboy at a time (see push). */
 const SCAN_SLICE = 16 * 1024
@@ -373,25 +378,48 @@ export class PartWatch {
     return found === -1 ? -1 : found + 4
   }
 
-  /** The part's name as busboy reads it, from its head alone in a form of its own ('' when it has none). */
+  /**
+   * The part's name as busboy reads it, from its head alone in a form of its own ('' when it has none). A pure
+   * function of the boundary and the head, so remembered (HEAD_NAMES): a client's parts mostly repeat their
+   * heads, and a busboy made for each costs more than the rest of the watch.
+   */
   #nameOf(head: Buffer): string {
-    let name = ''
-    let parser: busboy.Busboy
-    try {
-      parser = busboy({ headers: { 'content-type': `multipart/form-data; boundary="${this.#boundary}"` } })
-    } catch {
-      return ''
+    if (head.length > HEAD_REMEMBERED) return nameInHead(this.#boundary, head)
+    const key = this.#boundary + '\n' + head.toString('latin1')
+    let name = HEAD_NAMES.get(key)
+    if (name === undefined) {
+      name = nameInHead(this.#boundary, head)
+      if (HEAD_NAMES.size >= HEAD_NAMES_MAX) HEAD_NAMES.clear()
+      HEAD_NAMES.set(key, name)
     }
-    parser.on('field', (n) => (name = n))
-    parser.on('file', (n, stream) => {
-      name = n
-      stream.resume()
-    })
-    parser.on('error', noop)
-    // The head runs from the delimiter's end (padding, CRLF, the header lines) to its blank line: the part is empty.
-    parser.end(Buffer.concat([Buffer.from(`--${this.#boundary}`, 'latin1'), head, Buffer.from(`\r\n--${this.#boundary}--\r\n`, 'latin1')]))
     return name
   }
+}
+
+/** Part heads read before (PartWatch.#nameOf): boundary and head → name. Emptied whole when full. */
+const HEAD_NAMES = new Map<string, string>()
+const HEAD_NAMES_MAX = 1024
+/** The longest head remembered: a usual one is ~100 bytes; a head up to MAX_PART_HEAD is read but not kept. */
+const HEAD_REMEMBERED = 512
+
+/** What busboy reads as the name of a part with this head, the part alone in a form of its own. */
+function nameInHead(boundary: string, head: Buffer): string {
+  let name = ''
+  let parser: busboy.Busboy
+  try {
+    parser = busboy({ headers: { 'content-type': `multipart/form-data; boundary="${boundary}"` } })
+  } catch {
+    return ''
+  }
+  parser.on('field', (n) => (name = n))
+  parser.on('file', (n, stream) => {
+    name = n
+    stream.resume()
+  })
+  parser.on('error', noop)
+  // The head runs from the delimiter's end (padding, CRLF, the header lines) to its blank line: the part is empty.
+  parser.end(Buffer.concat([Buffer.from(`--${boundary}`, 'latin1'), head, Buffer.from(`\r\n--${boundary}--\r\n`, 'latin1')]))
+  return name
 }
 
 /** The boundary parameter of a multipart/form-data content type (quoted or not), null when there is none. */

@@ -141,3 +141,24 @@ t.test('a value refused by the listener is the watch\'s answer, and over says wh
   whole.push(form([['model', 'a']]))
   t.ok(whole.over, 'the closing delimiter passed')
 })
+
+t.test('names read from heads seen before stay the head\'s own, past the memory of heads and for long heads', async (t) => {
+  // One head per filename (each a new entry), more than the watch keeps: the first are read again once emptied.
+  const named = (name: string, file: string): Buffer =>
+    Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="${name}"; filename="${file}"\r\n\r\nx\r\n`)
+  for (let i = 0; i < 1_100; i++) {
+    const body = Buffer.concat([Buffer.from('\r\n'), named(i % 2 === 0 ? 'file' : 'other', `f${i}.wav`), named('file', `g${i}.wav`), Buffer.from(`--${BOUNDARY}--\r\n`)])
+    const expect = i % 2 === 0 ? 'the multipart field file may appear only once' : ''
+    if (verdict(body, 1 << 20) !== expect) t.fail(`upload ${i}: the head's name was not its own`)
+  }
+  // The same head bytes under two boundaries, and a head too long to be kept (a long filename), read alike.
+  const other = 'another-b0undary'
+  const head = `content-disposition: form-data; name="model"\r\n\r\n`
+  const twice = (b: string, h: string): Buffer => Buffer.from(`--${b}\r\n${h}a\r\n--${b}\r\n${h}b\r\n--${b}--\r\n`)
+  const watchOf = (b: string): PartWatch => PartWatch.of(`multipart/form-data; boundary=${b}`, WATCHED)!
+  t.equal(watchOf(other).push(twice(other, head))?.message, 'the multipart field model may appear only once')
+  t.equal(watchOf(BOUNDARY).push(twice(BOUNDARY, head))?.message, 'the multipart field model may appear only once')
+  const long = `content-disposition: form-data; name="model"; filename="${'n'.repeat(2_000)}"\r\n\r\n`
+  t.equal(watchOf(BOUNDARY).push(twice(BOUNDARY, long))?.message, 'the multipart field model may appear only once')
+  t.equal(watchOf(BOUNDARY).push(twice(BOUNDARY, long.replace('name="model"', 'name="notes"'))), null)
+})
