@@ -146,11 +146,13 @@ t.test('names read from heads seen before stay the head\'s own, past the memory 
   // One head per filename (each a new entry), more than the watch keeps: the first are read again once emptied.
   const named = (name: string, file: string): Buffer =>
     Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="${name}"; filename="${file}"\r\n\r\nx\r\n`)
+  const misread: number[] = []
   for (let i = 0; i < 1_100; i++) {
     const body = Buffer.concat([Buffer.from('\r\n'), named(i % 2 === 0 ? 'file' : 'other', `f${i}.wav`), named('file', `g${i}.wav`), Buffer.from(`--${BOUNDARY}--\r\n`)])
     const expect = i % 2 === 0 ? 'the multipart field file may appear only once' : ''
-    if (verdict(body, 1 << 20) !== expect) t.fail(`upload ${i}: the head's name was not its own`)
+    if (verdict(body, 1 << 20) !== expect) misread.push(i)
   }
+  t.same(misread, [], 'every upload read its own heads')
   // The same head bytes under two boundaries, and a head too long to be kept (a long filename), read alike.
   const other = 'another-b0undary'
   const head = `content-disposition: form-data; name="model"\r\n\r\n`
