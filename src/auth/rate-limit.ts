@@ -8,7 +8,11 @@ export interface RateDecision {
   allowed: boolean
   limit: number
   remaining: number
-  /** Epoch ms when the oldest request in the window leaves it (a slot frees up). */
+  /**
+   * Epoch ms when a request would next be admitted: the oldest request in the window leaves it. When the window
+   * holds more than `limit` (the account's limit was lowered meanwhile), the one whose leaving brings the count
+   * under the limit: the (count - limit + 1)th oldest.
+   */
   resetAt: number
   /** Whole seconds until a retry can succeed (429 only). */
   retryAfter: number
@@ -33,6 +37,15 @@ class Window {
 
   constructor(capacity: number) {
     this.times = new Float64Array(capacity)
+  }
+
+  /**
+   * When the window admits again under `limit` (windowMs after the arrival whose leaving makes room; see
+   * RateDecision.resetAt). Not empty.
+   */
+  freeAt(limit: number, windowMs: number): number {
+    const beyond = this.count >= limit ? this.count - limit : 0
+    return this.times[(this.tail + beyond) % this.times.length]! + windowMs
   }
 
   /** Appends `now`, doubling the ring when it is full (at most to `limit` entries: more are never held). */
@@ -79,14 +92,14 @@ export class RateLimiter implements RateGate {
     if (w.count >= limit) {
       d.allowed = false
       d.remaining = 0
-      d.resetAt = w.times[w.tail]! + this.#windowMs
+      d.resetAt = w.freeAt(limit, this.#windowMs)
       d.retryAfter = Math.max(1, Math.ceil((d.resetAt - now) / 1000))
       return d
     }
     w.push(now, limit)
     d.allowed = true
     d.remaining = limit - w.count
-    d.resetAt = w.times[w.tail]! + this.#windowMs
+    d.resetAt = w.freeAt(limit, this.#windowMs)
     d.retryAfter = 0
     return d
   }
@@ -103,7 +116,7 @@ export class RateLimiter implements RateGate {
     d.limit = limit
     d.allowed = held < limit
     d.remaining = Math.max(0, limit - held)
-    d.resetAt = (held > 0 ? w!.times[w!.tail]! : now) + this.#windowMs
+    d.resetAt = held > 0 ? w!.freeAt(limit, this.#windowMs) : now + this.#windowMs
     d.retryAfter = 0
     return d
   }

@@ -17,7 +17,9 @@ import type { RedisLink } from './redis.js'
  * (take) or 0 (peek), then one limit per request, in arrival order. The requests are decided one after another
  * as that many separate calls would decide them at the same instant: each is admitted while the window holds
  * fewer than its limit, and an admitted one is counted before the next is decided. Returns {server now ms,
- * oldest arrival ms, requests in the window before the first, then after each request}.
+ * requests in the window before the first, then for each request: the requests in the window after it, and
+ * when the window admits again under its limit (the arrival whose leaving brings the count below the limit: the
+ * oldest, or past it when the window holds more than a lowered limit; server now when the window is empty)}.
  */
 const TAKE_SCRIPT = `
 local t = redis.call('TIME')
@@ -25,23 +27,36 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
-local out = {now, now, count}
+local out = {now, count}
 local take = ARGV[3] == '1'
 local added = {}
+local counts = {}
 for i = 4, #ARGV do
   if take and count < tonumber(ARGV[i]) then
     count = count + 1
     added[#added + 1] = now
     added[#added + 1] = ARGV[2] .. (i - 3)
   end
-  out[#out + 1] = count
+  counts[#counts + 1] = count
 end
 if #added > 0 then
   redis.call('ZADD', KEYS[1], unpack(added))
   redis.call('PEXPIRE', KEYS[1], window)
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then out[2] = tonumber(first[2]) end
+local at = {}
+for j = 1, #counts do
+  local rank = counts[j] - tonumber(ARGV[j + 3])
+  if rank < 0 then rank = 0 end
+  local score = at[rank]
+  if score == nil then
+    local m = redis.call('ZRANGE', KEYS[1], rank, rank, 'WITHSCORES')
+    score = now
+    if m[2] then score = tonumber(m[2]) end
+    at[rank] = score
+  end
+  out[#out + 1] = counts[j]
+  out[#out + 1] = score
+end
 return out
 `
 
@@ -163,11 +178,11 @@ export class SharedRateLimiter implements RateGate {
   /** Request i's decision from the script's answer: admitted when the window grew with it. */
   #decision(out: number[], i: number, limit: number, take: boolean): RateDecision {
     const serverNow = out[0]!
-    const oldest = out[1]!
-    const held = out[3 + i]!
-    const allowed = take ? held > out[2 + i]! : held < limit
+    const held = out[2 + 2 * i]!
+    const before = i === 0 ? out[1]! : out[2 * i]!
+    const allowed = take ? held > before : held < limit
     // The server's clock decided; the reset time is given on ours.
-    const untilReset = oldest + this.#windowMs - serverNow
+    const untilReset = out[3 + 2 * i]! + this.#windowMs - serverNow
     return {
       allowed,
       limit,

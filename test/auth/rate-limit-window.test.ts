@@ -39,11 +39,17 @@ t.test('the ring grows with the requests in the window, not with the configured 
   t.equal(one.take('x', 60_000).allowed, false)
 })
 
-t.test('a lowered limit refuses until the window drains below it', async (t) => {
+t.test('a lowered limit refuses until the window drains below it, and says when that is', async (t) => {
   const rl = new RateLimiter(10)
   for (let i = 0; i < 5; i++) rl.take('a', i)
-  t.equal(rl.take('a', 10, 3).allowed, false)
-  t.equal(rl.take('a', 60_003, 3).allowed, true, 'four of the five left the window')
+  const refused = { ...rl.take('a', 10, 3) }
+  t.equal(refused.allowed, false)
+  // Five in the window under a limit of 3: the third oldest (at 2) leaving brings it to 2, not the oldest.
+  t.equal(refused.resetAt, 60_002, 'reset = when the window drops below the new limit')
+  t.equal(refused.retryAfter, 60, 'whole seconds until then')
+  t.equal(rl.peek('a', 10, 3).resetAt, 60_002, 'peek reports the same time')
+  t.equal(rl.take('a', 60_001, 3).allowed, false, 'the oldest two left: still three in the window')
+  t.equal(rl.take('a', 60_002, 3).allowed, true, 'admitted at the reset time')
 })
 
 t.test('the reset clock formats ISO 8601 and reuses the text while the time is unchanged', async (t) => {

@@ -115,3 +115,25 @@ t.test('redis frozen: a decision falls back within the command timeout', async (
   t.ok(Date.now() - started < 5_000, 'not a hang')
   redis.resume()
 })
+
+t.test('a window holding more than a lowered limit says when it admits again, not when its oldest leaves', async (t) => {
+  const redis = await startRedis(t)
+  const link = new RedisLink(redis.url, { commandTimeoutMs: 300 })
+  t.teardown(() => link.close())
+  await link.ready(5_000)
+  const prefix = `svc:test:${Math.random()}:`
+  const limiter = new SharedRateLimiter(link, 10, { replicas: () => 1, prefix })
+  // Five requests admitted under the old limit, 50 s to 10 s ago by Redis's clock.
+  const now = Number((await link.client.time())[0]) * 1000
+  await link.client.zadd(prefix + '0xlowered', now - 50_000, 'a', now - 40_000, 'b', now - 30_000, 'c', now - 20_000, 'd', now - 10_000, 'e')
+  const refused = await limiter.take('0xlowered', Date.now(), 3)
+  t.equal(refused.allowed, false)
+  // Under a limit of 3 the window admits once the third oldest (30 s ago) leaves: in about 30 s, not 10.
+  t.ok(refused.retryAfter >= 29 && refused.retryAfter <= 31, `Retry-After ${refused.retryAfter} s: when the count drops below the limit`)
+  const peek = await limiter.peek('0xlowered', Date.now(), 3)
+  t.ok(Math.abs(peek.resetAt - refused.resetAt) < 1_000, 'peek reports the same reset time')
+  const admitted = await limiter.take('0xlowered', Date.now(), 10)
+  t.equal(admitted.allowed, true, 'under the old limit it is admitted')
+  t.ok(Math.abs(admitted.resetAt - (Date.now() + 10_000)) < 2_000, 'an admitted request: reset when the oldest leaves')
+  t.equal(limiter.fallbacks, 0)
+})
