@@ -277,16 +277,24 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const coordination = await coordinate(config, store, writer, book)
   const { ledger, limiter } = coordination
   const stopWatchingRevocations = credentials.onApiKeyRevoked((keyId) => ledger.keyRevoked(keyId))
-  const stopWatchingUpdates = credentials.onApiKeyUpdated((keyId) => ledger.keyChanged?.(keyId))
+  const stopWatchingUpdates = credentials.onApiKeyUpdated((key) => {
+    ledger.keyChanged?.(key.id)
+    ledger.keyLimitChanged?.(key.id, key.creditLimit)
+  })
   const stopWatchingLedger = store.changes.subscribe((change) => {
     const reread = change.kind === 'funds' ? ledger.refreshAccount(change.accountId) : change.kind === 'unknown' ? ledger.refresh() : null
     reread?.catch((err: unknown) => log.error('billing: re-reading the books after an external change failed', { err: String(err) }))
-    // A key another process changed may have been revoked: its requests waiting for room must not be sent. A
-    // key with no book here has none waiting, and its next request reads it afresh.
+    // A key another process changed may have been revoked, or its limit changed: its requests waiting for room
+    // must not be sent, or must fit the new limit. A key with no book here has none waiting, and its next
+    // request reads it afresh.
     if (change.kind === 'key') ledger.keyChanged?.(change.keyId)
     if (change.kind === 'key' && ledger.hasKey(change.keyId)) {
       store.keys.getApiKey(change.accountId, change.keyId).then(
-        (key) => key?.revoked === true && ledger.keyRevoked(key.id),
+        (key) => {
+          if (key === null) return
+          if (key.revoked) ledger.keyRevoked(key.id)
+          else ledger.keyLimitChanged?.(key.id, key.creditLimit)
+        },
         (err: unknown) => log.error('billing: reading a key changed by another process failed', { err: String(err) }),
       )
     }

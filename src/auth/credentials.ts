@@ -23,7 +23,7 @@ export class Credentials {
   readonly #cache: KeyCache | null
   readonly #now: () => number
   readonly #revoked = new Set<(keyId: string) => void>()
-  readonly #updated = new Set<(keyId: string) => void>()
+  readonly #updated = new Set<(key: ApiKeyRecord) => void>()
 
   constructor(store: CredentialStore, cache: KeyCache | null, now: () => number = Date.now) {
     this.#store = store
@@ -64,14 +64,14 @@ export class Credentials {
     })
     if (record !== null) {
       this.#cache?.invalidate(record.hash)
-      for (const listener of this.#updated) listener(record.id)
+      for (const listener of this.#updated) listener(record)
       await this.#settled()
     }
     return record
   }
 
-  /** Calls `listener` with the id of every API key updated through this object (the ledger's leases on it). */
-  onApiKeyUpdated(listener: (keyId: string) => void): () => void {
+  /** Calls `listener` with every API key updated through this object, as stored (the ledger's books and leases of it). */
+  onApiKeyUpdated(listener: (key: ApiKeyRecord) => void): () => void {
     this.#updated.add(listener)
     return () => this.#updated.delete(listener)
   }

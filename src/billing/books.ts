@@ -18,6 +18,11 @@ export interface Books {
   keyRevoked(keyId: string): void
   /** The key's terms changed (credit limit, reset period): budget taken under the old ones is not used for new holds. */
   keyChanged?(keyId: string): void
+  /**
+   * The key's credit limit is now `creditLimit` (changed here or by another process): its requests waiting for
+   * room, and later holds of requests already admitted (a failover's re-pricing), are held against it.
+   */
+  keyLimitChanged?(keyId: string, creditLimit: bigint | null): void
   /** Whether a book of the key is kept here (keyRevoked has something to mark). */
   hasKey(keyId: string): boolean
   /**

@@ -43,6 +43,12 @@ interface KeyBook {
   reserved: bigint
   /** The key was revoked: nothing more is held for it (spec §3: at once, requests waiting for room included). */
   revoked?: true
+  /**
+   * Changes of the key's credit limit seen since the book was read, and the latest one's limit. A reservation
+   * holds against its principal's limit unless the limit changed after it opened (Reservation#limit).
+   */
+  limitChanges: number
+  limit: bigint | null
 }
 
 /** What a settled request is billed for, with the cost at the served offer's prices. */
@@ -193,6 +199,18 @@ export class Ledger implements Books {
     this.#waiters.wake()
   }
 
+  /**
+   * The key's credit limit changed (here or in another process): requests already admitted and those waiting
+   * for room hold against the new one from their next hold on. A raised limit may make room for the waiting.
+   */
+  keyLimitChanged(keyId: string, creditLimit: bigint | null): void {
+    const key = this.#keys.get(keyId)
+    if (key === undefined) return
+    key.limit = creditLimit
+    key.limitChanges++
+    this.#waiters.wake()
+  }
+
   /** Whether the key's book is in memory (keyRevoked has something to mark). */
   hasKey(keyId: string): boolean {
     return this.#keys.has(keyId)
@@ -292,7 +310,7 @@ export class Ledger implements Books {
           for (const c of this.#writer.pending()) if (c.keyId === keyId && c.at >= b.start) used += c.cost
           const book = this.#keys.get(keyId)
           if (book === undefined) {
-            this.#keys.set(keyId, { accountId, period, start: b.start, end: b.end, used, reserved: 0n })
+            this.#keys.set(keyId, { accountId, period, start: b.start, end: b.end, used, reserved: 0n, limitChanges: 0, limit: null })
             return
           }
           book.period = period
@@ -317,6 +335,8 @@ export class Reservation {
   readonly #accountId: string
   readonly #keyId: string | null
   readonly #limit: bigint | null
+  /** The key book's limitChanges when this opened: its principal's limit is the key's until it moves. */
+  readonly #limitChanges: number
   readonly #account: AccountBook
   readonly #key: KeyBook | null
   readonly #waiters: BudgetWaiters
@@ -340,6 +360,7 @@ export class Reservation {
     this.#accountId = principal.accountId
     this.#keyId = principal.keyId
     this.#limit = principal.creditLimit
+    this.#limitChanges = key === null ? 0 : key.limitChanges
     this.#account = account
     this.#key = key
     this.#waiters = waiters
@@ -403,7 +424,8 @@ export class Reservation {
     if (key !== null) {
       if (key.revoked === true) return { err: new RouterError('invalid_api_key', 'the API key was revoked'), final: true }
       roll(key, this.#now())
-      const limit = this.#limit
+      // Lowered or raised while this request was admitted or waiting: the new limit binds its next hold.
+      const limit = key.limitChanges === this.#limitChanges ? this.#limit : key.limit
       if (limit !== null && key.used + key.reserved + amount > limit) {
         const err = new RouterError(
           'credit_limit_exceeded',

@@ -181,6 +181,57 @@ t.test(`a burst of ${N} on a capped key spends at least 70% of the cap before re
   t.equal(stack.router.ledger.waiting, 0, 'nobody left waiting')
 })
 
+t.test('a credit limit changed while a request waits for room binds that request', async (t) => {
+  // As above: the first request holds most of the limit on a slow provider while the second waits for it.
+  const slow = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { ttftMs: 600, completionTokens: 4 } }])
+  const sim = slow.sims.get(P)!
+  const send = async (auth: Record<string, string>): Promise<Answer> => {
+    const res = await request(`${slow.url}/v1/chat/completions`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: BODY })
+    return { status: res.statusCode, json: (await res.body.json()) as Answer['json'] }
+  }
+  const patch = async (keyId: string, creditLimit: bigint): Promise<void> => {
+    const res = await request(`${slow.url}/v1/api-keys/${keyId}`, {
+      method: 'PATCH',
+      headers: { ...slow.mgmtAuth, 'content-type': 'application/json' },
+      body: JSON.stringify({ credit_limit: formatUsd(creditLimit) }),
+    })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+  }
+  const waitingBehind = async (auth: Record<string, string>): Promise<[Promise<Answer>, Promise<Answer>]> => {
+    const first = send(auth)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const second = send(auth)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    t.equal(slow.router.ledger.waiting, 1, 'the second request waits for the first one’s hold')
+    return [first, second]
+  }
+
+  // Lowered below what the first request holds: the waiting one can no longer fit, and is refused at once.
+  const lowered = await slow.newApiKey({ creditLimit: (3n * WORST) / 2n })
+  const [first, second] = await waitingBehind(lowered.auth)
+  await patch(lowered.id, WORST / 2n)
+  const b = await second
+  t.equal(b.status, 402, 'the waiting request is refused under the new limit')
+  t.equal(b.json.error?.code, 'credit_limit_exceeded')
+  t.equal(sim.stats.requests, 1, 'it was never sent')
+  const a = await first
+  t.equal(a.status, 200, 'the request already sent runs to its end')
+  const journal = await slow.router.store.ledger.journal(slow.account)
+  t.same(journal.filter((e) => e.kind === 'charge').map((e) => e.requestId), [a.json.x_svc_trace!.request_id], 'only the first is billed')
+
+  // Raised: the waiting request fits beside the first and is sent without waiting for it to end.
+  const raised = await slow.newApiKey({ creditLimit: (3n * WORST) / 2n })
+  const [third, fourth] = await waitingBehind(raised.auth)
+  await patch(raised.id, 3n * WORST)
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(slow.router.ledger.waiting, 0, 'the waiting request holds its room at once')
+  t.equal(sim.stats.requests, 3, 'and is sent while the one before it is still under way')
+  const [c, d] = await Promise.all([third, fourth])
+  t.same([c.status, d.status], [200, 200])
+  t.equal(slow.router.ledger.reserved(slow.account), 0n, 'nothing left held')
+})
+
 t.test('a request waiting for room when its key is revoked is refused with 401, never sent or billed', async (t) => {
   // A provider slow enough for the first request to hold the key's whole limit while the second waits.
   const slow = await startStack(t, [{ address: P, models: [{ id: MODEL }], sim: { ttftMs: 600, completionTokens: 4 } }])
