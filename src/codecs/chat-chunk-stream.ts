@@ -24,6 +24,8 @@ export interface ChatChunkTranslator {
 export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> extends SseTranslationCodec {
   readonly translator: T
   #sawDone = false
+  /** The provider's first event was an error or malformed: nothing was translated, and nothing more is read. */
+  #failed = false
 
   constructor(translator: T) {
     super()
@@ -34,8 +36,9 @@ export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> extend
     return !this.streamError && (this.#sawDone || this.translator.finished || this.translator.error !== null)
   }
 
+  /** The provider's [DONE], or a stream that failed before its first chunk (nothing sent: a miss). */
   get terminated(): boolean {
-    return this.#sawDone
+    return this.#sawDone || this.#failed
   }
 
   get produced(): boolean {
@@ -43,24 +46,34 @@ export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> extend
   }
 
   protected onEvent(f: SseFramer): void {
-    if (f.continuation || f.dataLines === 0) return
+    // The answer is over (its [DONE]) or failed before it began: whatever follows in the body is not read.
+    if (this.#sawDone || this.#failed || f.continuation || f.dataLines === 0) return
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
     if (kind === 'blank') return
     const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
     if (kind === 'other') {
       if (data.trim() === '[DONE]') this.#sawDone = true
-      else this.markMalformed()
+      else this.#malformed()
       return
     }
     let chunk: Json
     try {
       chunk = JSON.parse(data) as Json
     } catch {
-      this.markMalformed()
+      this.#malformed()
       return
     }
     const error = chunk.error
-    if (error !== null && typeof error === 'object') this.translator.error = error
-    else this.write(this.translator.chunk(chunk))
+    if (error !== null && typeof error === 'object') {
+      // Before any chunk: the try failed, and the next candidate may answer instead.
+      if (!this.translator.started) this.#malformed()
+      else this.translator.error = error
+    } else this.write(this.translator.chunk(chunk))
+  }
+
+  /** The provider failing: the stream's end is an error; before the first chunk, a miss (terminated, not ended). */
+  #malformed(): void {
+    this.markMalformed()
+    if (!this.translator.started) this.#failed = true
   }
 }

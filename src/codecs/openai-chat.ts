@@ -52,8 +52,9 @@ export class ChatStreamCodec implements ResponseCodec {
     return this.#sse.sawError
   }
 
+  /** The provider's [DONE], or a stream that failed before its first chunk (nothing relayed: a miss). */
   get terminated(): boolean {
-    return this.#sse.sawDone
+    return this.#sse.sawDone || this.#sse.failed
   }
 
   read(): boolean {

@@ -6,7 +6,10 @@
  * provider's usage-only chunk.
  *
  * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not a JSON object
- * (by its first and last bytes) is dropped and the stream counts as failed (sawError).
+ * (by its first and last bytes) is dropped and the stream counts as failed (sawError). When that, or an error
+ * object (`{"error":…}`), is the provider's first data event, the stream has failed before it began (`failed`):
+ * nothing of it is forwarded, so the try is one the router can fail over from. After `[DONE]` or such a failure
+ * the rest of the stream is dropped unread, whatever read it arrives in.
  */
 import { isHeaderSafeId, type Emit } from './codec.js'
 import { payloadKind, SseFramer, skipSpace, skipSpaceBack } from './sse-framing.js'
@@ -123,6 +126,7 @@ export class OpenAiSseCodec {
   #usage: StreamUsage | null = null
   #sawDone = false
   #sawError = false
+  #failed = false
   /**
    * The last two data events ([DONE] aside), for sawFinish: kept by reference (the codec never writes to a
    * Buffer, and neither does undici once it handed one over), copied only from the framer's scratch.
@@ -200,6 +204,14 @@ export class OpenAiSseCodec {
   }
 
   /**
+   * The provider's first data event was an error object or not a JSON object: nothing was or will be forwarded
+   * (events before it stay held), and nothing after it is read.
+   */
+  get failed(): boolean {
+    return this.#failed
+  }
+
+  /**
    * A data event was an error object (`{"error":…}` as its first member), as OpenAI-compatible servers (vLLM,
    * proxies) report a failure mid-stream, often followed by their [DONE]; or one of the last two finished
    * with `"finish_reason":"error"` (OpenRouter's form of it).
@@ -250,6 +262,12 @@ export class OpenAiSseCodec {
    * body that broke off: there the unfinished event is better dropped with the codec than sent half.
    */
   finish(emit: Emit): void {
+    if (this.#failed) {
+      // Failed before it began: what it held is never forwarded.
+      this.#held = []
+      this.#heldBytes = 0
+      return
+    }
     this.#emit = emit
     this.#usageFinder.reset()
     this.#idFinder.reset()
@@ -267,7 +285,9 @@ export class OpenAiSseCodec {
   #onEvent(source: Buffer, start: number, end: number): void {
     const framer = this.#framer
     let drop = false
-    if (framer.continuation) drop = this.#lastDropped
+    // The answer is over (its [DONE]) or failed before it began: whatever follows in the body is not relayed.
+    if (this.#sawDone || this.#failed) drop = true
+    else if (framer.continuation) drop = this.#lastDropped
     else if (framer.dataLines !== 0) drop = this.#onData(framer.dataSource, framer.dataStart, framer.dataEnd, framer.dataLines === 1)
     this.#lastDropped = drop
     if (drop) {
@@ -288,18 +308,28 @@ export class OpenAiSseCodec {
 
   /** One data event's payload, [from, to) of `src`; true when it is not to be forwarded. */
   #onData(src: Buffer, from: number, to: number, inSource: boolean): boolean {
-    this.#started = true
     if (isDone(src, from, to)) {
+      this.#started = true
       this.#sawDone = true
       return true
     }
     // Chunks are JSON objects: anything else is the provider failing, never relayed. A blank payload is no
-    // chunk and is dropped.
+    // chunk and is dropped. Either failure before the first chunk fails the stream before it began.
     const kind = payloadKind(src, from, to)
     if (kind !== 'object') {
-      if (kind === 'other') this.#sawError = true
+      if (kind === 'other') {
+        this.#sawError = true
+        if (this.#events === 0) this.#failed = true
+      }
+      if (!this.#failed) this.#started = true
       return true
     }
+    if (this.#events === 0 && startsWithErrorKey(src, from, to)) {
+      this.#sawError = true
+      this.#failed = true
+      return true
+    }
+    this.#started = true
     if (this.#events++ === 0) {
       this.#roleOnly = holds(src, from, to, EMPTY_CONTENT) && !holds(src, from, to, TOOL_CALLS_KEY)
     }

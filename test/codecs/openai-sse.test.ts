@@ -99,10 +99,15 @@ t.test('an unterminated [DONE] at the end of the body still counts and is not re
   }
 })
 
-t.test('events after the provider\'s [DONE] are still relayed, and the stream stays marked done', async (t) => {
-  const r = run([chunk('a') + 'data: [DONE]\n\n' + ': bye\n\n'])
-  t.equal(r.out, chunk('a') + ': bye\n\n')
+t.test('nothing after the provider\'s [DONE] is relayed or read, whatever read it comes in', async (t) => {
+  const r = run([chunk('a') + 'data: [DONE]\n\n' + ': bye\n\n' + chunk('extra') + 'data: {"id":"x","choices":[],"usage":{"prompt_tokens":999999,"completion_tokens":999999}}\n\n'])
+  t.equal(r.out, chunk('a'), 'the events after it, in the same read, are dropped')
   t.ok(r.codec.sawDone)
+  t.equal(r.codec.usage, null, 'a usage chunk after it is not read')
+  t.equal(r.codec.events, 1)
+  const split = run([chunk('a') + 'data: [DONE]\n\n', chunk('extra') + USAGE_EVENT])
+  t.equal(split.out, chunk('a'), 'nor in a later read')
+  t.equal(split.codec.usage, null)
 })
 
 t.test('content that merely mentions [DONE] is relayed; a payload that only looks like it is no end, and no chunk', async (t) => {
@@ -210,7 +215,7 @@ t.test('escaped "usage" text inside content is not taken for usage', async (t) =
 })
 
 t.test('the chat id is the first data event that is a JSON object with a string id', async (t) => {
-  const later = run([': ping\n\n', 'data: not json\n\n', 'data: [1,2]\n\n', 'data: {"object":"chat.completion.chunk","choices":[]}\n\n', chunk('a'), 'data: {"id":"chatcmpl-other"}\n\n'])
+  const later = run([': ping\n\n', 'data: {"object":"chat.completion.chunk","choices":[]}\n\n', 'data: not json\n\n', 'data: [1,2]\n\n', chunk('a'), 'data: {"id":"chatcmpl-other"}\n\n'])
   t.equal(later.codec.chatId, ID, 'found in a later event when the first ones have none')
   t.equal(later.idAtFirstEmit, '', 'the first emit does not wait for it')
   const numeric = run(['data: {"id":12345}\n\n', 'data: {"id":"chatcmpl-str"}\n\n'])
@@ -270,11 +275,12 @@ t.test('multi-line data is joined with LF and parsed', async (t) => {
 
 t.test('a payload that is not a JSON object is dropped and fails the stream; a blank one is only dropped', async (t) => {
   for (const bad of ['{"id":"chatcmpl-x","usage":{"prompt_tokens":1', 'not json', '[1,2]', '"text"', '\u0000\u0001garbage', '{"a":1}x']) {
-    const r = run([`data: ${bad}\n\n` + chunk('a')])
-    t.equal(r.out, chunk('a'), `${JSON.stringify(bad)} is not relayed`)
+    const r = run([chunk('a') + `data: ${bad}\n\n` + chunk('b')])
+    t.equal(r.out, chunk('a') + chunk('b'), `${JSON.stringify(bad)} is not relayed`)
     t.equal(r.codec.usage, null)
-    t.equal(r.codec.events, 1)
+    t.equal(r.codec.events, 2)
     t.ok(r.codec.sawError, `${JSON.stringify(bad)} fails the stream`)
+    t.notOk(r.codec.failed, 'after a chunk: the stream began')
   }
   const blank = run(['data: \n\ndata\n\ndata:\t \n\n' + chunk('a')])
   t.equal(blank.out, chunk('a'))
@@ -284,6 +290,21 @@ t.test('a payload that is not a JSON object is dropped and fails the stream; a b
   const padded = run(['data:  \t{"id":"chatcmpl-p","choices":[]} \t\n\n' + chunk('a')])
   t.equal(padded.codec.events, 2, 'JSON whitespace around the object is allowed')
   t.notOk(padded.codec.sawError)
+})
+
+t.test('an error object or a payload that is not one as the first data event fails the stream before it began', async (t) => {
+  for (const first of ['{"error":{"message":"overloaded","code":503}}', 'not json', '{"choices":[{"delta":{"content":"x"}]]']) {
+    const r = run([': ping\n\n' + `data: ${first}\n\n`, chunk('a') + USAGE_EVENT + 'data: [DONE]\n\n'])
+    t.equal(r.out, '', `${JSON.stringify(first)}: nothing is relayed, not even the comment before it`)
+    t.ok(r.codec.failed, 'failed before it began')
+    t.ok(r.codec.sawError)
+    t.equal(r.codec.events, 0, 'nothing after it is read')
+    t.equal(r.codec.usage, null)
+  }
+  const late = run([chunk('a') + 'data: {"error":{"message":"overloaded"}}\n\n'])
+  t.equal(late.out, chunk('a') + 'data: {"error":{"message":"overloaded"}}\n\n', 'after a chunk, an error object is relayed as before')
+  t.ok(late.codec.sawError)
+  t.notOk(late.codec.failed)
 })
 
 t.test('LF, CRLF, CR and mixed line endings relay the same events', async (t) => {
