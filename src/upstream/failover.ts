@@ -56,20 +56,33 @@ const JSON_TYPE = ['Content-Type', 'application/json']
 /** The longest wait passed on from a provider's Retry-After (a day): a date years ahead is no advice. */
 export const MAX_RETRY_AFTER_S = 86_400
 
+/** The day names an HTTP-date starts with (IMF-fixdate and asctime "Sun", RFC 850 "Sunday"), case-sensitive. */
+const DAY_NAMES: readonly string[] = ['Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat', 'Sun']
+
 /**
  * Retry-After as seconds (RFC 9110 §10.2.3): the provider's delta-seconds, or its HTTP-date turned into seconds,
- * at most a day; 1 when unusable. An HTTP-date starts with a day name (IMF-fixdate, RFC 850, asctime): anything
- * else is not handed to Date.parse, which reads "-5", "1.5" or "120, 5" as dates long past (a wait of 0).
+ * at most a day; 1 when unusable. Delta-seconds of any length count (past a day, a day). Only a value that
+ * starts with a day name and has a time of day (hh:mm:ss) is handed to Date.parse, which reads "-5", "1.5",
+ * "120, 5" or "soon x" as dates long past (a wait of 0).
  */
 export function retryAfterSeconds(value: string, now = Date.now()): string {
   const v = value.trim()
   const seconds = decimalDigits(v, 10)
   if (seconds >= 0) return String(Math.min(seconds, MAX_RETRY_AFTER_S))
-  const first = v.charCodeAt(0) | 0x20
-  if (first < 97 || first > 122) return '1'
+  if (v.length > 10 && decimalDigits(v, v.length) >= 0) return String(MAX_RETRY_AFTER_S)
+  if (!DAY_NAMES.includes(v.slice(0, 3)) || !hasTimeOfDay(v)) return '1'
   const at = Date.parse(v)
   if (Number.isFinite(at)) return String(Math.min(MAX_RETRY_AFTER_S, Math.max(0, Math.ceil((at - now) / 1000))))
   return '1'
+}
+
+/** Whether `v` holds two digits, a colon, two digits, a colon and two digits (the time of an HTTP-date). */
+function hasTimeOfDay(v: string): boolean {
+  const digit = (i: number): boolean => v.charCodeAt(i) >= 48 && v.charCodeAt(i) <= 57
+  for (let i = v.indexOf(':'); i >= 2 && i + 5 < v.length; i = v.indexOf(':', i + 1)) {
+    if (digit(i - 2) && digit(i - 1) && digit(i + 1) && digit(i + 2) && v[i + 3] === ':' && digit(i + 4) && digit(i + 5)) return true
+  }
+  return false
 }
 
 export class Failover<R extends SurfaceRequest, U extends Usage = Usage> implements AttemptOwner {

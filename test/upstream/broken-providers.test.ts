@@ -11,6 +11,7 @@ import OpenAI from 'openai'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
+import { retryAfterSeconds } from '../../src/upstream/failover.js'
 
 const MODEL = 'm-chat'
 const BAD = addr('b')
@@ -146,7 +147,7 @@ t.test('a 429 with an HTTP-date Retry-After is passed on in seconds; none at all
   t.equal(bare.status, 429)
   t.equal(bare.headers['retry-after'], '1')
   // Not delta-seconds and not an HTTP-date: no advice (Date.parse would read each as a date long past: 0).
-  for (const junk of ['-5', '1.5', '120, 5', 'abc']) {
+  for (const junk of ['-5', '1.5', '120, 5', 'abc', 'soon x-injected: 1', 'Sunday, whenever']) {
     retryAfter = junk
     const out = await post(stack, { ...STREAM, stream: false })
     t.equal(out.headers['retry-after'], '1', `${JSON.stringify(junk)} gives 1`)
@@ -155,6 +156,22 @@ t.test('a 429 with an HTTP-date Retry-After is passed on in seconds; none at all
   t.equal((await post(stack, { ...STREAM, stream: false })).headers['retry-after'], '86400', 'a date decades ahead: a day at most')
   retryAfter = '99999999'
   t.equal((await post(stack, { ...STREAM, stream: false })).headers['retry-after'], '86400', 'delta-seconds: a day at most')
+  retryAfter = '99999999999'
+  t.equal((await post(stack, { ...STREAM, stream: false })).headers['retry-after'], '86400', 'delta-seconds of 11 digits: a day too')
+})
+
+t.test('Retry-After values: delta-seconds, the three HTTP-date forms, and what is neither', async (t) => {
+  const now = Date.UTC(2026, 10, 27, 8, 0, 0)
+  t.equal(retryAfterSeconds(' 42 ', now), '42')
+  t.equal(retryAfterSeconds('0', now), '0')
+  t.equal(retryAfterSeconds('000000000000120', now), '86400', 'any number of digits is delta-seconds')
+  t.equal(retryAfterSeconds('Fri, 27 Nov 2026 08:00:30 GMT', now), '30', 'IMF-fixdate')
+  t.equal(retryAfterSeconds('Friday, 27-Nov-26 08:01:00 GMT', now), '60', 'RFC 850')
+  t.equal(retryAfterSeconds('Fri Nov 27 08:02:00 2026', now), '120', 'asctime')
+  t.equal(retryAfterSeconds('Fri, 27 Nov 2026 07:00:00 GMT', now), '0', 'a date past: retry now')
+  for (const junk of ['', 'soon', 'soon x-injected: 1', 'Sun', 'Sunday', 'sun, 27 Nov 2026 08:00:30 GMT', 'Mon 12:00', '1e3', '+5', '0x10']) {
+    t.equal(retryAfterSeconds(junk, now), '1', `${JSON.stringify(junk)}: no advice`)
+  }
 })
 
 t.test('a 429 followed by a 5xx on the last candidate is a 502, not a 429', async (t) => {
