@@ -108,7 +108,8 @@ export async function withStore<T>(configFile: string | undefined, io: OperatorI
   const config = loadConfig({ file: configFile, env: io.env })
   // On stderr, so stdout stays the command's answer: which store was used is the first thing to check.
   io.err(`store: ${describeStore(config.store)}\n`)
-  const store = await openStore(config.store)
+  // Beside the server: a key it revokes is in force by the time the command answers (store/sqlite/changes.ts).
+  const store = await openStore(config.store, { besideServer: true })
   try {
     return await fn(store)
   } finally {

@@ -32,8 +32,9 @@ export interface ChangeFeed {
   /**
    * Resolves once every other process that serves from this store has applied every change written through
    * this handle, so that a write answered is in force everywhere (spec §3: revocation at once everywhere;
-   * replicas: store/postgres/replicas.ts). Rejects when that cannot be known in time. Absent where no other
-   * process keeps a cache that must hear it first (SQLite: the CLI's writes reach the one server by polling).
+   * replicas: store/postgres/replicas.ts; SQLite: the operator CLI waits out the one server's poll, see
+   * store/sqlite/changes.ts). Rejects when that cannot be known in time. Absent where no other process keeps a
+   * cache that must hear it first.
    */
   settled?(): Promise<void>
   /**

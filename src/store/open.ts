@@ -8,6 +8,8 @@ export interface OpenStoreOptions {
   readonly replicaId?: string
   /** PostgreSQL: open as a replica that serves (the registry, budget leases); `serve` passes config.replicas. */
   readonly replica?: Config['replicas']
+  /** SQLite: this process writes beside the server (the operator CLI): its key writes wait for the server to hear them. */
+  readonly besideServer?: boolean
 }
 
 /** The `store:` section; the PostgreSQL keys may be left out for a SQLite store (tests build it by hand). */
@@ -17,7 +19,7 @@ export type StoreConfig = Pick<Config['store'], 'kind' | 'path' | 'synchronous'>
 export async function openStore(config: StoreConfig, options: OpenStoreOptions = {}): Promise<Store> {
   switch (config.kind) {
     case 'sqlite':
-      return openSqliteStore({ path: config.path, synchronous: config.synchronous })
+      return openSqliteStore({ path: config.path, synchronous: config.synchronous, besideServer: options.besideServer === true })
     case 'postgres': {
       // Loaded only when configured: pg costs a router on SQLite about 15 MB of memory.
       const { openPostgresStore } = await import('./postgres/postgres-store.js')

@@ -13,6 +13,8 @@ import { CHARGE_SQL, FOLD_EVERY } from '../../src/store/sqlite/ledger.js'
 import { migrate, SchemaTooNewError, schemaVersion } from '../../src/store/sqlite/migrate.js'
 import { CHANGES_KEPT, MIGRATIONS } from '../../src/store/sqlite/migrations.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
+import { CHANGE_POLL_MS } from '../../src/store/sqlite/changes.js'
+import { Credentials } from '../../src/auth/credentials.js'
 import { storeContract, type Test } from './contract.js'
 
 const A = '0x' + 'a'.repeat(40)
@@ -311,4 +313,27 @@ t.test('a fold that fails after a batch committed does not fail the batch; the n
   other.exec('ALTER TABLE ledger_fold_away RENAME TO ledger_fold')
   t.equal((await store.ledger.totals(A)).spent, 600n, 'the next read folds them, once')
   t.equal((await store.ledger.totals(A)).spent, 600n)
+})
+
+t.test('a key written beside the server (the operator CLI) is answered once the server has heard it', async (t) => {
+  const { path, closing } = dbIn(t)
+  // The server, polling at its default interval, and the CLI's store beside it.
+  const server = closing(await openSqliteStore({ path }))
+  const heard: StoreChange[] = []
+  server.changes.subscribe((change) => heard.push(change))
+  const cli = closing(await openSqliteStore({ path, besideServer: true }))
+  const credentials = new Credentials(cli, null)
+  const { record } = await credentials.issueApiKey(A, { name: 'job' })
+  heard.length = 0
+  const started = Date.now()
+  await credentials.revokeApiKey(A, record.id)
+  t.ok(
+    heard.some((c) => c.kind === 'key' && c.keyId === record.id),
+    `when the revocation is answered (${Date.now() - started} ms), the server has heard it`,
+  )
+  // The server's own writes wait for nothing: its caches hear them at once.
+  const own = new Credentials(server, null)
+  const before = Date.now()
+  await own.revokeApiKey(A, (await own.issueApiKey(A, { name: 'own' })).record.id)
+  t.ok(Date.now() - before < CHANGE_POLL_MS, "the server's own key writes do not wait for a poll")
 })

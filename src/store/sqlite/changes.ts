@@ -7,6 +7,10 @@
  *
  * The table keeps its newest CHANGES_KEPT rows. A watermark older than that may have missed some, so the
  * listeners get one `unknown` change (drop everything) instead of a partial list.
+ *
+ * One server serves from a file; the operator CLI writes beside it. The server hears a CLI's revocation at its
+ * next poll (every CHANGE_POLL_MS), and the CLI's write waits that long and more before it is answered
+ * (settled), so "revoked" is reported once it is in force: no grace period to speak of (spec §3).
  */
 import type { Statement } from 'better-sqlite3'
 import { log } from '../../log.js'
@@ -22,6 +26,11 @@ interface Statements {
   readonly forgetOwn: Statement<[number]>
 }
 
+/** How often a server looks for other processes' commits: a PRAGMA read, a few µs. */
+export const CHANGE_POLL_MS = 100
+/** What a process writing beside the server waits: the server's next poll, wherever in its period, and its listeners. */
+const BESIDE_SERVER_SETTLE_MS = 3 * CHANGE_POLL_MS
+
 export class SqliteChanges implements ChangeFeed {
   readonly #conn: SqliteConnection
   readonly #pollMs: number
@@ -32,9 +41,21 @@ export class SqliteChanges implements ChangeFeed {
   #mark = 0
   #dataVersion = 0
 
-  constructor(conn: SqliteConnection, pollMs = 1000) {
+  readonly #besideServer: boolean
+
+  constructor(conn: SqliteConnection, pollMs = CHANGE_POLL_MS, besideServer = false) {
     this.#conn = conn
     this.#pollMs = pollMs
+    this.#besideServer = besideServer
+  }
+
+  /**
+   * Beside a server (the operator CLI): resolves once the server has polled since this handle's writes, at its
+   * default interval. Otherwise (the server itself, whose caches hear its own writes at once) resolves now.
+   */
+  settled(): Promise<void> {
+    if (!this.#besideServer || this.#conn.memory) return Promise.resolve()
+    return new Promise((resolve) => setTimeout(resolve, BESIDE_SERVER_SETTLE_MS))
   }
 
   subscribe(listener: ChangeListener): () => void {

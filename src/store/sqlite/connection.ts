@@ -23,8 +23,14 @@ export interface SqliteStoreOptions {
    * the event loop: see durable().
    */
   readonly synchronous?: 'full' | 'normal'
-  /** How often to look for commits by other processes (PRAGMA data_version). */
+  /** How often to look for commits by other processes (PRAGMA data_version); default CHANGE_POLL_MS. */
   readonly changePollMs?: number
+  /**
+   * This process writes beside the server that serves from the file (the operator CLI): a key write resolves
+   * only once the server, polling every CHANGE_POLL_MS, has heard it (SqliteChanges.settled), so a revocation
+   * reported done is in force (spec §3).
+   */
+  readonly besideServer?: boolean
   /** Write transactions between two upkeeps (fold and WAL checkpoint, see upkeep()). */
   readonly upkeepEvery?: number
   /**

@@ -29,7 +29,7 @@ export class SqliteStore implements Store {
       this.accounts = new SqliteAccounts(this.#conn)
       this.keys = new SqliteKeys(this.#conn)
       this.ledger = new SqliteLedger(this.#conn)
-      this.changes = new SqliteChanges(this.#conn, options.changePollMs)
+      this.changes = new SqliteChanges(this.#conn, options.changePollMs, options.besideServer === true)
       this.jobs = new SqliteJobs(this.#conn)
       this.responses = new SqliteResponses(this.#conn)
     } catch (err) {
