@@ -298,7 +298,7 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
       const head = new UwsRequestHead(req, res, params)
       const problem = headProblem(head, maxHeaderBytes)
       if (problem !== null) return refuseHead(res, head, problem, render)
-      const reply = new UwsReply(res, sendTimeoutMs)
+      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength)
       try {
         route.handler(head, reply)
       } catch (err) {

@@ -17,6 +17,7 @@ import { release, type ChunkPool } from '../upstream/chunk-pool.js'
 import { ChunkGatherer, GrowingBody } from '../codecs/body-chunks.js'
 import type { BodySource } from '../upstream/request-body.js'
 import type { HeaderList, Reply } from './reply.js'
+import { decimalDigits } from '../vocabulary/http.js'
 
 function noop(): void {}
 
@@ -38,10 +39,13 @@ export class UwsReply implements Reply {
   /** The request body is paused (a streamed upload waiting for its reader): an answer resumes it first. */
   #bodyPaused = false
   readonly #sendTimeoutMs: number
+  /** The request's Content-Length as sent ('' when none): a body announced past a limit is refused unread. */
+  readonly #declaredLength: string
 
-  constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS) {
+  constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS, declaredLength = '') {
     this.#res = res
     this.#sendTimeoutMs = sendTimeoutMs
+    this.#declaredLength = declaredLength
     res.onAborted(() => {
       this.#aborted = true
       this.#stopStallTimer()
@@ -65,12 +69,15 @@ export class UwsReply implements Reply {
 
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void {
     let body: GrowingBody | null = null
-    let failed = false
+    // Announced past the limit: refused now, not once the client has sent up to the limit of it. The rest of
+    // the body is read and dropped either way.
+    let failed = decimalDigits(this.#declaredLength, 15) > limit
+    const tooLarge = (): RouterError => new RouterError('request_too_large', `request body exceeds the limit of ${limit} bytes`)
     this.#res.onData((chunk, isLast) => {
       if (failed) return
       if ((body?.size ?? 0) + chunk.byteLength > limit) {
         failed = true
-        onError(new RouterError('request_too_large', `request body exceeds the limit of ${limit} bytes`))
+        onError(tooLarge())
         return
       }
       // uWS reuses `chunk` once this callback returns, so it is copied; a body in one piece is copied once.
@@ -81,6 +88,7 @@ export class UwsReply implements Reply {
       ;(body ??= new GrowingBody(limit)).append(new Uint8Array(chunk))
       if (isLast) onBody(body.bytes())
     })
+    if (failed) onError(tooLarge())
   }
 
   bodySource(pool?: ChunkPool): BodySource {

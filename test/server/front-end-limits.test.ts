@@ -374,3 +374,22 @@ t.test('server.max_head_bytes raises the limit: 16 KiB heads are served, one byt
   }
   assertUwsAnswered(t, await exchange(port, ['GET /v1/models HTTP/1.0\r\nHost: a\r\n\r\n'], { waitMs: 5_000 }), 505, 'HTTP/1.0')
 })
+
+t.test('a body announced past the limit is refused at once, before the client sends it', async (t) => {
+  const stack = await startStack(t, [{ address: addr('f'), models: [{ id: 'm-chat' }] }], {
+    server: { max_json_body_bytes: 2048, max_multipart_body_bytes: 4096 },
+  })
+  const port = Number(new URL(stack.url).port)
+  for (const [path, auth] of [
+    ['/v1/chat/completions', stack.key],
+    ['/v1/api-keys', stack.mgmtKey],
+  ] as const) {
+    // 50 MiB announced, nine bytes sent: the client would wait on the router for ever if it read to the limit first.
+    const head = `POST ${path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${auth}\r\nContent-Type: application/json\r\nContent-Length: ${50 << 20}\r\n\r\n{"model":`
+    const started = Date.now()
+    const res = await exchange(port, [head], { waitMs: 5_000, until: responses(1) })
+    const [answer] = parseResponses(res.text)
+    t.equal(answer?.status, 413, `${path}: 413 (after ${Date.now() - started} ms)`)
+    t.equal(JSON.parse(answer?.body ?? 'null')?.error?.code, 'request_too_large')
+  }
+})
