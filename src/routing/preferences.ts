@@ -112,6 +112,32 @@ function badBool(header: string, value: string): RouterError {
   return new RouterError('invalid_provider_header', `${header} must be true or false, got ${JSON.stringify(value)}`)
 }
 
+/**
+ * Whether two copies of routing header `name` (lower case, trimmed, neither blank) say the same: a repeat that
+ * does is no conflict. Booleans ignore case (true, TRUE), a pinned address its hex case, and price ceilings
+ * compare as amounts (1 and 1.0); sort and trust mode are exact words. Any other header: the same text.
+ */
+export function sameRoutingValue(name: string, a: string, b: string): boolean {
+  if (a === b) return true
+  switch (name) {
+    case HEADER.providerAddress:
+      return a.toLowerCase() === b.toLowerCase()
+    case HEADER.providerAllowFallbacks:
+    case HEADER.providerRequireParameters: {
+      const x = parseBool(a)
+      return x !== UNSET && x === parseBool(b)
+    }
+    case HEADER.maxPricePrompt:
+    case HEADER.maxPriceCompletion:
+    case HEADER.maxPriceImage: {
+      const x = parseCeiling(a)
+      return x !== null && x === parseCeiling(b)
+    }
+    default:
+      return false
+  }
+}
+
 /** Each routing header by its lower-case name: how messages spell it, and the 400 code its bad value gets. */
 const ROUTING_HEADERS: ReadonlyMap<string, { readonly name: string; readonly code: ErrorCode }> = new Map([
   [HEADER.providerAddress, { name: 'X-SVC-Provider-Address', code: 'invalid_provider_header' }],

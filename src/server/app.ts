@@ -12,6 +12,7 @@
  */
 import { renderError, RouterError, statusLine } from '../errors.js'
 import { log } from '../log.js'
+import { sameRoutingValue } from '../routing/preferences.js'
 import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
 import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
@@ -126,7 +127,7 @@ function onHeaderField(name: string, value: string): void {
     // A copy blank after trimming is unset (spec §4.7), so it conflicts with nothing: the other copy counts.
     const now = trimOws(value)
     const kept = trimOws(scan.values[slot]!)
-    if (now.length === 0 || now === kept) return
+    if (now.length === 0 || sameRoutingValue(name, now, kept)) return
     if (kept.length === 0) scan.values[slot] = value
     else scan.conflict = name
   }

@@ -62,6 +62,25 @@ t.test('repeats with the same value, or values that differ only by SP and HTAB a
   t.equal(spaced.providerSort, 'price')
 })
 
+t.test('repeats of a routing header that say the same in other words are no conflict; other meanings are', async (t) => {
+  const port = await startEcho(t)
+  const same = [
+    ['x-svc-provider-allow-fallbacks: true', 'X-SVC-Provider-Allow-Fallbacks: TRUE'],
+    ['x-svc-provider-require-parameters: False', 'x-svc-provider-require-parameters: false'],
+    [`x-svc-provider-address: 0x${'ab'.repeat(20)}`, `x-svc-provider-address: 0x${'AB'.repeat(20)}`],
+    ['x-svc-provider-max-price-usd-prompt: 1', 'x-svc-provider-max-price-usd-prompt: 1.0'],
+    ['x-svc-provider-max-price-usd-image: 0.50', 'x-svc-provider-max-price-usd-image: 0.5'],
+  ]
+  for (const fields of same) t.equal((await headOf(port, fields)).conflictingHeader, '', fields.join(' + '))
+  const different = [
+    ['x-svc-provider-allow-fallbacks: true', 'x-svc-provider-allow-fallbacks: false'],
+    ['x-svc-provider-allow-fallbacks: yes', 'x-svc-provider-allow-fallbacks: YES'],
+    ['x-svc-provider-max-price-usd-prompt: 1', 'x-svc-provider-max-price-usd-prompt: 1.01'],
+    ['x-svc-provider-sort: price', 'x-svc-provider-sort: Price'],
+  ]
+  for (const fields of different) t.not((await headOf(port, fields)).conflictingHeader, '', fields.join(' + '))
+})
+
 t.test('a routing header repeated with another value is reported by its lower-case name; the first value is kept', async (t) => {
   const port = await startEcho(t)
   const head = await headOf(port, ['X-SVC-Provider-Sort: price', 'x-svc-provider-sort: latency'])
