@@ -13,6 +13,7 @@
  */
 import type { Budget } from '../billing/budget.js'
 import type { ResponseCodec } from '../codecs/codec.js'
+import { spliceTrace } from '../codecs/trace-splice.js'
 import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
 import type { BilledCost } from '../billing/ledger.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
@@ -83,6 +84,24 @@ function hasTimeOfDay(v: string): boolean {
     if (digit(i - 2) && digit(i - 1) && digit(i + 1) && digit(i + 2) && v[i + 3] === ':' && digit(i + 4) && digit(i + 5)) return true
   }
   return false
+}
+
+/**
+ * An error envelope (a JSON object) with `trace` as its `x_svc_trace` member: spliced in before the closing brace,
+ * or, when the provider's own object already has a member of that name, put in its place (no duplicate key).
+ */
+function withTrace(envelope: string | Buffer, trace: Record<string, unknown>): string | Buffer {
+  const body = typeof envelope === 'string' ? Buffer.from(envelope) : envelope
+  if (body.includes('"x_svc_trace"')) {
+    try {
+      const value: unknown = JSON.parse(body.toString('utf8'))
+      if (value !== null && typeof value === 'object' && !Array.isArray(value)) return JSON.stringify({ ...value, x_svc_trace: trace })
+    } catch {
+      // Not JSON after all: sent as it is.
+    }
+    return envelope
+  }
+  return spliceTrace(body, ',"x_svc_trace":' + JSON.stringify(trace)) ?? envelope
 }
 
 export class Failover<R extends SurfaceRequest, U extends Usage = Usage> implements AttemptOwner {
@@ -260,8 +279,10 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     this.#answeredBy(a, `http_${a.status}`)
     const codec = a.plan.codec
     if (codec.errorBody !== undefined) {
-      // The provider's error in the envelope of the format the client speaks, whatever the provider wrote.
-      this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], codec.errorBody(a.status, body, req.requestId))
+      // The provider's error in the envelope of the format the client speaks, whatever the provider wrote, with
+      // the trace every inference answer carries (spec §2.5): who answered, nothing billed, every try.
+      const out = withTrace(codec.errorBody(a.status, body, req.requestId), this.#trace(a, null, null))
+      this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], out)
     } else {
       const ct = contentType === '' ? 'application/json' : contentType
       this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], body)

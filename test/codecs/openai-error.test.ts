@@ -111,6 +111,18 @@ async function errorStack(t: Test): Promise<{ stack: Stack; answer: Answer }> {
   return { stack, answer }
 }
 
+/**
+ * The answer's JSON without its x_svc_trace, after checking that trace: the provider that answered, nothing
+ * billed, its try in attempts with the status it gave.
+ */
+function untraced(t: Test, res: Reply, label: string): unknown {
+  const value = JSON.parse(res.text) as Record<string, any>
+  const trace = value.x_svc_trace
+  t.match(trace, { request_id: res.headers['x-request-id'], provider: addr('e'), billing: { total_cost: '0' }, attempts: [{ provider: addr('e'), status: res.status }] }, `${label}: the trace`)
+  delete value.x_svc_trace
+  return value
+}
+
 async function post(stack: Stack, path: string, type: string, body: string | Buffer): Promise<Reply> {
   const res = await request(stack.url + path, { method: 'POST', headers: { 'content-type': type, ...stack.auth }, body })
   return { status: res.statusCode, headers: res.headers, text: await res.body.text() }
@@ -140,7 +152,7 @@ t.test('a provider 4xx that is not an OpenAI error object keeps its status and b
       const label = `${what}, ${surface}`
       t.equal(res.status, provider.status, `${label}: the status passes through`)
       t.equal(res.headers['content-type'], 'application/json', `${label}: JSON`)
-      t.same(JSON.parse(res.text), { error, request_id: res.headers['x-request-id'] }, `${label}: the envelope with the request_id`)
+      t.same(untraced(t, res, label), { error, request_id: res.headers['x-request-id'] }, `${label}: the envelope with the request_id`)
     }
   }
 })
@@ -152,15 +164,23 @@ t.test("a provider's OpenAI error object is relayed as it wrote it, as JSON, wit
     const res = await post(stack, path, type, body())
     t.equal(res.status, 400, surface)
     t.equal(res.headers['content-type'], 'application/json', `${surface}: JSON whatever the provider labelled it`)
-    t.equal(res.text, CONTEXT_ERROR.slice(0, -1) + `,"request_id":"${res.headers['x-request-id']}"}`, `${surface}: the provider's bytes, request_id spliced in`)
+    const spliced = CONTEXT_ERROR.slice(0, -1) + `,"request_id":"${res.headers['x-request-id']}","x_svc_trace":`
+    t.ok(res.text.startsWith(spliced), `${surface}: the provider's bytes, request_id and trace spliced in`)
+    t.same(untraced(t, res, surface), { ...JSON.parse(CONTEXT_ERROR), request_id: res.headers['x-request-id'] })
   }
   // The provider's own request_id gives way to ours: one member, never two.
   const own = JSON.stringify({ error: { message: 'nope', type: 'invalid_request_error', code: 'bad_thing' }, request_id: 'provider-7' })
   Object.assign(answer, { status: 409, type: 'application/json', body: own })
   const res = await post(stack, '/v1/chat/completions', JSON_TYPE, SURFACES[0]![3]())
   t.equal(res.status, 409)
-  t.same(JSON.parse(res.text), { error: { message: 'nope', type: 'invalid_request_error', code: 'bad_thing' }, request_id: res.headers['x-request-id'] })
-  t.equal(res.text.split('"request_id"').length, 2, 'one request_id member')
+  t.same(untraced(t, res, 'its own request_id'), { error: { message: 'nope', type: 'invalid_request_error', code: 'bad_thing' }, request_id: res.headers['x-request-id'] })
+  t.equal(res.text.split('"request_id"').length, 3, 'one request_id member (and the trace\'s)')
+  // A provider's own x_svc_trace member gives way to ours as well.
+  const traced = JSON.stringify({ error: { message: 'nope', type: 'invalid_request_error' }, x_svc_trace: { provider: 'me', billing: { total_cost: '9' } } })
+  Object.assign(answer, { status: 409, type: 'application/json', body: traced })
+  const again = await post(stack, '/v1/chat/completions', JSON_TYPE, SURFACES[0]![3]())
+  t.equal(again.text.split('"x_svc_trace"').length, 2, 'one x_svc_trace member')
+  t.same(untraced(t, again, 'its own trace'), { error: { message: 'nope', type: 'invalid_request_error' }, request_id: again.headers['x-request-id'] })
 })
 
 t.test('the openai client raises its typed errors with our code and message for such answers', async (t) => {
