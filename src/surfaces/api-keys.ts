@@ -51,9 +51,32 @@ function parseTrustMode(value: unknown): TrustMode | null {
   return value
 }
 
+/**
+ * Significant digits a JSON number may have and still be read as the amount its text wrote: a double keeps 15
+ * exactly (12345678901234567890 arrives as 12345678901234567000). Past that, money must come as a string.
+ */
+const EXACT_NUMBER_DIGITS = 15
+
+function significantDigits(decimal: string): number {
+  let first = -1
+  let last = -1
+  let count = 0
+  for (let i = 0; i < decimal.length; i++) {
+    const c = decimal.charCodeAt(i)
+    if (c === 46) continue
+    if (first === -1 && c !== 48) first = count
+    if (c !== 48) last = count
+    count++
+  }
+  return first === -1 ? 0 : last - first + 1
+}
+
 function parseCreditLimit(value: unknown): bigint | null {
   if (value === null) return null
   const text = typeof value === 'number' ? numberToDecimal(value) : typeof value === 'string' ? value : null
+  if (typeof value === 'number' && text !== null && significantDigits(text) > EXACT_NUMBER_DIGITS) {
+    throw bad(`credit_limit as a JSON number must have at most ${EXACT_NUMBER_DIGITS} significant digits to be exact; send it as a decimal string`)
+  }
   const atto = text === null ? null : parseUsd(text)
   if (atto === null) throw bad('credit_limit must be a non-negative USD amount as a decimal string (e.g. "25.50") or number, or null')
   return atto

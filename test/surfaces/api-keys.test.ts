@@ -89,6 +89,13 @@ t.test('create with every field', async (t) => {
     allowed_providers: [P],
   })
   t.equal((await create({ name: 'n', credit_limit: 12.25 })).json.credit_limit, '12.25', 'a JSON number is read as the decimal written')
+  t.equal((await create({ name: 'n', credit_limit: 123456789012345 })).json.credit_limit, '123456789012345', '15 significant digits are exact')
+  t.equal((await create({ name: 'n', credit_limit: 1e20 })).json.credit_limit, '100000000000000000000', 'so is a power of ten')
+  // JSON.stringify would write the double it became: the client's text is what a number past 15 digits loses.
+  const long = await call(stack, 'POST', '/v1/api-keys', { headers: mk, raw: '{"name":"n","credit_limit":12345678901234567890}' })
+  t.ok(isError(long, 400, 'invalid_request'), 'a number that may not be what was written is refused')
+  t.match(long.json.error.message, /send it as a decimal string/)
+  t.equal((await create({ name: 'n', credit_limit: '12345678901234567890' })).json.credit_limit, '12345678901234567890', 'as a string it is exact')
   t.equal((await create({ name: 'n', trust_mode: null, allowed_models: [] })).json.allowed_models, null, 'empty list: unrestricted')
   t.equal((await create({ name: '  spaced  ' })).json.name, 'spaced')
 })
