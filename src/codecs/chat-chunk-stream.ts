@@ -52,8 +52,10 @@ export abstract class ChatChunkStreamCodec<T extends ChatChunkTranslator> extend
     if (kind === 'blank') return
     const data = f.dataSource.toString('utf8', f.dataStart, f.dataEnd)
     if (kind === 'other') {
-      if (data.trim() === '[DONE]') this.#sawDone = true
-      else this.#malformed()
+      if (data.trim() !== '[DONE]') this.#malformed()
+      // [DONE] before any chunk: no answer at all, as a body that ended empty (a miss, incomplete_stream).
+      else if (!this.translator.started) this.#failed = true
+      else this.#sawDone = true
       return
     }
     let chunk: Json

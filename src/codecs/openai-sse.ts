@@ -6,8 +6,8 @@
  * provider's usage-only chunk.
  *
  * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not a JSON object
- * (by its first and last bytes) is dropped and the stream counts as failed (sawError). When that, or an error
- * object (`{"error":…}`), is the provider's first data event, the stream has failed before it began (`failed`):
+ * (by its first and last bytes) is dropped and the stream counts as failed (sawError). When that, an error
+ * object (`{"error":…}`) or `[DONE]` is the provider's first data event, the stream has failed before it began (`failed`):
  * nothing of it is forwarded, so the try is one the router can fail over from. After `[DONE]` or such a failure
  * the rest of the stream is dropped unread, whatever read it arrives in.
  */
@@ -204,8 +204,8 @@ export class OpenAiSseCodec {
   }
 
   /**
-   * The provider's first data event was an error object or not a JSON object: nothing was or will be forwarded
-   * (events before it stay held), and nothing after it is read.
+   * The provider's first data event was an error object, not a JSON object, or [DONE]: nothing was or will be
+   * forwarded (events before it stay held), and nothing after it is read.
    */
   get failed(): boolean {
     return this.#failed
@@ -309,8 +309,12 @@ export class OpenAiSseCodec {
   /** One data event's payload, [from, to) of `src`; true when it is not to be forwarded. */
   #onData(src: Buffer, from: number, to: number, inSource: boolean): boolean {
     if (isDone(src, from, to)) {
-      this.#started = true
-      this.#sawDone = true
+      // [DONE] before any chunk: no answer at all, as a body that ended empty (a miss, incomplete_stream).
+      if (this.#events === 0) this.#failed = true
+      else {
+        this.#started = true
+        this.#sawDone = true
+      }
       return true
     }
     // Chunks are JSON objects: anything else is the provider failing, never relayed. A blank payload is no

@@ -301,6 +301,11 @@ t.test('an error object or a payload that is not one as the first data event fai
     t.equal(r.codec.events, 0, 'nothing after it is read')
     t.equal(r.codec.usage, null)
   }
+  const doneFirst = run([': ping\n\ndata: [DONE]\n\n'])
+  t.equal(doneFirst.out, '', '[DONE] before any chunk: nothing relayed')
+  t.ok(doneFirst.codec.failed, 'no answer at all')
+  t.notOk(doneFirst.codec.sawDone, 'not an answer that ended')
+  t.notOk(doneFirst.codec.sawError, 'no error either: a stream that ended empty')
   const late = run([chunk('a') + 'data: {"error":{"message":"overloaded"}}\n\n'])
   t.equal(late.out, chunk('a') + 'data: {"error":{"message":"overloaded"}}\n\n', 'after a chunk, an error object is relayed as before')
   t.ok(late.codec.sawError)

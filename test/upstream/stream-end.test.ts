@@ -209,11 +209,12 @@ t.test("an OpenAI provider's error chunk mid-stream ends the stream as broken, e
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
 })
 
-t.test("an OpenAI stream failing at its first event is a miss, relayed nowhere; nothing after [DONE] is read", async (t) => {
+t.test("an OpenAI stream failing or ending at its first event is a miss, relayed nowhere; nothing after [DONE] is read", async (t) => {
   const error = `data: ${JSON.stringify({ error: { message: 'the engine died', type: 'server_error', code: 500 } })}\n\n`
   const FIRST = {
     errorFirst: ': ping\n\n' + error + 'data: [DONE]\n\n',
     garbledFirst: 'data: {"choices":[{"delta":{"content":"x"}]]\n\n' + chunk({ content: 'Hi' }) + chunk({}, 'stop') + USAGE + 'data: [DONE]\n\n',
+    doneFirst: ': ping\n\ndata: [DONE]\n\n',
   }
   let which: keyof typeof FIRST | 'afterDone' = 'errorFirst'
   const HUGE = oa({ id: 'chatcmpl-end', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: { prompt_tokens: 999999, completion_tokens: 999999 } })
@@ -233,19 +234,20 @@ t.test("an OpenAI stream failing at its first event is a miss, relayed nowhere; 
     { routing: { failure_threshold: 100 }, health: { probes: false } },
   )
   for (const surface of ['chat', 'messages'] as const) {
-    for (const c of ['errorFirst', 'garbledFirst'] as const) {
+    for (const c of ['errorFirst', 'garbledFirst', 'doneFirst'] as const) {
       which = c
       const out = await stream(stack, surface)
       t.equal(out.status, 200, `${surface}, ${c}`)
       t.ok(isWhole(surface, out.text), `${surface}, ${c}: the next candidate's whole answer`)
       t.notMatch(out.text, /engine died|"content":"x"|: ping/, `${surface}, ${c}: nothing of the failed stream reached the client`)
       const trace = surface === 'chat' ? lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace : lastData(out.text).x_svc_trace
-      t.same(trace.attempts, [{ provider: BAD, status: 200, error: 'stream_error' }, { provider: GOOD, status: 200 }], `${surface}, ${c}: a miss`)
+      const failure = c === 'doneFirst' ? 'incomplete_stream' : 'stream_error'
+      t.same(trace.attempts, [{ provider: BAD, status: 200, error: failure }, { provider: GOOD, status: 200 }], `${surface}, ${c}: a miss`)
       t.equal(trace.provider, GOOD)
     }
   }
   const journal = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
-  t.equal(journal.length, 4, 'each request billed once, by the provider that answered')
+  t.equal(journal.length, 6, 'each request billed once, by the provider that answered')
 
   which = 'afterDone'
   for (const surface of ['chat', 'messages'] as const) {
