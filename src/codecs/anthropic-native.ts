@@ -3,7 +3,9 @@
  * JSON body gets an `x_svc_trace` member spliced in; the SSE stream is relayed event by event except its
  * `message_stop`, which is held and sent by complete() with the trace in its data, so the last byte of the
  * answer waits for the durable charge. A provider's own `event: error` is held the same way and ends the
- * stream in place of message_stop, with the trace added.
+ * stream in place of message_stop, with the trace added, once the answer has begun; as the stream's first
+ * event (Anthropic's overloaded_error at the start of a stream, under a 200) it fails the try before anything
+ * was relayed, and the next candidate answers. Nothing after message_stop or an error event is relayed.
  */
 import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
@@ -59,12 +61,14 @@ export class AnthropicStreamCodec implements ResponseCodec {
     this.#framer.finish()
   }
 
+  /** Whole: ended by message_stop (or a stop_reason) or the provider's error event, after at least one event. */
   get ended(): boolean {
-    return !this.#malformed && (this.#stopped || this.#error !== null)
+    return !this.#malformed && this.#events > 0 && (this.#stopped || this.#error !== null)
   }
 
+  /** A malformed event, or an error event before any other: the provider failed (stream_error). */
   get streamError(): boolean {
-    return this.#malformed
+    return this.#malformed || (this.#error !== null && this.#events === 0)
   }
 
   get terminated(): boolean {
@@ -99,6 +103,8 @@ export class AnthropicStreamCodec implements ResponseCodec {
   }
 
   #onEvent(source: Buffer, start: number, end: number): void {
+    // The stream's last event came (message_stop, or the provider's error): whatever follows is not relayed.
+    if (this.#stopEvent || this.#error !== null) return
     const f = this.#framer
     if (f.continuation) {
       this.#emit!(source.subarray(start, end))

@@ -96,6 +96,8 @@ export class ChatFromAnthropicStreamCodec extends SseTranslationCodec {
   #stop: unknown = null
   /** The provider's message_stop arrived. */
   #stopped = false
+  /** The provider's own error event arrived (overloaded_error…): the stream failed there. */
+  #errored = false
   #events = 0
   /** message_delta brought the usage: its output_tokens is the whole count, not message_start's early one. */
   #finalUsage = false
@@ -114,7 +116,7 @@ export class ChatFromAnthropicStreamCodec extends SseTranslationCodec {
   }
 
   get terminated(): boolean {
-    return this.#stopped
+    return this.#stopped || this.#errored
   }
 
   get id(): string {
@@ -154,7 +156,8 @@ export class ChatFromAnthropicStreamCodec extends SseTranslationCodec {
   }
 
   protected onEvent(f: SseFramer): void {
-    if (f.continuation || f.dataLines === 0) return
+    // After message_stop or the provider's error, nothing more is read.
+    if (this.#stopped || this.#errored || f.continuation || f.dataLines === 0) return
     const kind = payloadKind(f.dataSource, f.dataStart, f.dataEnd)
     if (kind === 'blank') return
     let e: Json | null = null
@@ -192,6 +195,12 @@ export class ChatFromAnthropicStreamCodec extends SseTranslationCodec {
       }
       case 'message_stop':
         this.#stopped = true
+        return
+      case 'error':
+        // The provider failed (stream_error): before any chunk a miss the next candidate answers; after, the
+        // answer ends with the router's error event, billed for what came.
+        this.#errored = true
+        this.markMalformed()
         return
       case 'message_delta':
         this.#stop = e.delta?.stop_reason ?? null

@@ -262,3 +262,37 @@ t.test("an OpenAI stream failing or ending at its first event is a miss, relayed
   }
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
 })
+
+t.test("an Anthropic provider's error event as the stream's first event is a miss, on either surface", async (t) => {
+  const overloaded = an('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } })
+  let body = overloaded
+  const url = (
+    await fakeProvider(t, (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end(body)
+    })
+  ).url
+  const stack = await startStack(
+    t,
+    [
+      { address: BAD, url, models: [{ id: MODEL, formats: ['anthropic'], price: CHEAP }] },
+      { address: GOOD, models: [{ id: MODEL, price: DEAR }] },
+    ],
+    { routing: { failure_threshold: 100 }, health: { probes: false } },
+  )
+  for (const surface of ['messages', 'chat'] as const) {
+    const out = await stream(stack, surface)
+    t.equal(out.status, 200, surface)
+    t.ok(isWhole(surface, out.text), `${surface}: the next candidate's whole answer`)
+    t.notMatch(out.text, /Overloaded/, `${surface}: nothing of the failed stream reached the client`)
+    const trace = surface === 'chat' ? lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace : lastData(out.text).x_svc_trace
+    t.same(trace.attempts, [{ provider: BAD, status: 200, error: 'stream_error' }, { provider: GOOD, status: 200 }], `${surface}: a miss`)
+  }
+  // After the answer began, the provider's error still ends the stream as it does today, billed for what came.
+  body = START + BLOCK + DELTA + overloaded + MESSAGE_STOP
+  const out = await stream(stack, 'messages')
+  t.match(out.text, /Hi/)
+  t.match(out.text, /overloaded_error/, 'the error event ends the answer')
+  t.notMatch(out.text, /message_stop/, 'nothing after it is relayed')
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no reservation left behind')
+})
