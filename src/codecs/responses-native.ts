@@ -132,11 +132,18 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
   }
 
   get ended(): boolean {
-    return !this.#malformed && this.#last !== null
+    return !this.#malformed && this.#last !== null && !this.#failedFirst()
   }
 
+  /** A malformed event, or the provider's failure (error, response.failed) as its first event. */
   get streamError(): boolean {
-    return this.#malformed
+    return this.#malformed || this.#failedFirst()
+  }
+
+  /** The stream's first event was its failure: nothing was relayed, so the try is a miss the next candidate answers. */
+  #failedFirst(): boolean {
+    const last = this.#last
+    return last !== null && this.#events === 0 && (last.type === 'error' || last.type === 'response.failed')
   }
 
   get terminated(): boolean {
@@ -184,6 +191,8 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
   }
 
   #onEvent(source: Buffer, start: number, end: number): void {
+    // The stream's last event came (held for complete()): whatever follows is not relayed.
+    if (this.#last !== null) return
     const f = this.#framer
     if (f.continuation) {
       this.#emit!(source.subarray(start, end))

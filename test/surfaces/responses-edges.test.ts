@@ -528,3 +528,25 @@ t.test('a native provider that keeps its stream open after response.completed: t
   t.equal(evs[1]!.data.response.usage.output_tokens, 1)
   t.ok(evs[1]!.data.response.x_svc_trace)
 })
+
+t.test("a native provider's stream whose first event is its failure is a miss: the next candidate answers", async (t) => {
+  const { fakeProvider } = await import('../helpers/fake-provider.js')
+  const first = {
+    error: `event: error\ndata: ${JSON.stringify({ type: 'error', sequence_number: 0, code: 'server_error', message: 'overloaded' })}\n\n`,
+    failed: `event: response.failed\ndata: ${JSON.stringify({ type: 'response.failed', sequence_number: 0, response: { id: 'resp_p', object: 'response', status: 'failed', output: [], error: { code: 'server_error', message: 'overloaded' } } })}\n\n`,
+  }
+  let which: keyof typeof first = 'error'
+  const failing = await fakeProvider(t, (_req, res) => res.writeHead(200, { 'content-type': 'text/event-stream' }).end(first[which]))
+  const stack = await startStack(t, [
+    { address: N, url: failing.url, models: [{ id: MODEL, formats: ['openai', 'responses'], price: { prompt: 0.01, completion: 0.01 } }] },
+    { address: O, models: [{ id: MODEL, formats: ['openai'], price: { prompt: 5, completion: 5 } }] },
+  ])
+  for (const c of ['error', 'failed'] as const) {
+    which = c
+    const evs = events((await post(stack, { model: MODEL, input: 'hi', stream: true }, { ...stack.auth, 'x-svc-provider-sort': 'price' })).text)
+    t.equal(evs.at(-1)!.event, 'response.completed', `${c}: the next candidate's whole answer`)
+    t.notOk(evs.some((e) => JSON.stringify(e.data ?? '').includes('overloaded')), `${c}: nothing of the failed stream reached the client`)
+    t.same(evs.at(-1)!.data.response.x_svc_trace.attempts.map((a: any) => [a.provider, a.status, a.error ?? null]), [[N, 200, 'stream_error'], [O, 200, null]], `${c}: a miss`)
+  }
+  t.equal(stack.router.ledger.reserved(stack.account), 0n, 'nothing held')
+})
