@@ -21,6 +21,11 @@ import { decimalDigits } from '../vocabulary/http.js'
 
 function noop(): void {}
 
+/** The 413 of a body past `limit`, announced or counted. */
+function bodyTooLarge(limit: number): RouterError {
+  return new RouterError('request_too_large', `request body exceeds the limit of ${limit} bytes`)
+}
+
 /** How often a response waiting for writable restarts uWS's timeout (10 s, which ticks by 4 s). */
 export const STALL_CHECK_MS = 3_000
 /** The default longest a client may take to drain what was written before the response is closed as stalled. */
@@ -72,12 +77,11 @@ export class UwsReply implements Reply {
     // Announced past the limit: refused now, not once the client has sent up to the limit of it. The rest of
     // the body is read and dropped either way.
     let failed = decimalDigits(this.#declaredLength, 15) > limit
-    const tooLarge = (): RouterError => new RouterError('request_too_large', `request body exceeds the limit of ${limit} bytes`)
     this.#res.onData((chunk, isLast) => {
       if (failed) return
       if ((body?.size ?? 0) + chunk.byteLength > limit) {
         failed = true
-        onError(tooLarge())
+        onError(bodyTooLarge(limit))
         return
       }
       // uWS reuses `chunk` once this callback returns, so it is copied; a body in one piece is copied once.
@@ -88,7 +92,7 @@ export class UwsReply implements Reply {
       ;(body ??= new GrowingBody(limit)).append(new Uint8Array(chunk))
       if (isLast) onBody(body.bytes())
     })
-    if (failed) onError(tooLarge())
+    if (failed) onError(bodyTooLarge(limit))
   }
 
   bodySource(pool?: ChunkPool): BodySource {
