@@ -323,9 +323,12 @@ export class OpenAiSseCodec {
     if (kind !== 'object') {
       if (kind === 'other') {
         this.#sawError = true
-        if (this.#events === 0) this.#failed = true
+        if (this.#events === 0) {
+          this.#failed = true
+          return true
+        }
       }
-      if (!this.#failed) this.#started = true
+      this.#started = true
       return true
     }
     if (this.#events === 0 && startsWithErrorKey(src, from, to)) {
