@@ -99,6 +99,30 @@ function isWhole(surface: 'chat' | 'messages', text: string): boolean {
   return surface === 'chat' ? text.endsWith('data: [DONE]\n\n') : /event: message_stop\ndata: \{"type":"message_stop","x_svc_trace":/.test(text)
 }
 
+/** The trace of a streamed answer: in its last event, which on chat comes before [DONE]. */
+function traceOf(surface: 'chat' | 'messages', text: string): any {
+  return (surface === 'chat' ? lastData(text.slice(0, -'data: [DONE]\n\n'.length)) : lastData(text)).x_svc_trace
+}
+
+/**
+ * BAD, a provider of `format` whose stream is `body()` in one write (so that its events arrive in one read),
+ * priced under GOOD, a simulated provider: sorted by price, BAD is tried first and GOOD is the next candidate.
+ */
+async function withFallback(t: Test, format: 'openai' | 'anthropic', body: () => string): Promise<Stack> {
+  const { url } = await fakeProvider(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end(body())
+  })
+  return startStack(
+    t,
+    [
+      { address: BAD, url, models: [{ id: MODEL, formats: [format], price: CHEAP }] },
+      { address: GOOD, models: [{ id: MODEL, price: DEAR }] },
+    ],
+    { routing: { failure_threshold: 100 }, health: { probes: false } },
+  )
+}
+
 async function charges(stack: Stack): Promise<number> {
   return (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge').length
 }
@@ -166,19 +190,11 @@ for (const route of ROUTES) {
 }
 
 t.test('a stream that ends before any event is a miss: the next candidate answers', async (t) => {
-  const url = await provider(t, 'openai', () => 'empty')
-  const stack = await startStack(
-    t,
-    [
-      { address: BAD, url, models: [{ id: MODEL, price: CHEAP }] },
-      { address: GOOD, models: [{ id: MODEL, price: DEAR }] },
-    ],
-    { routing: { failure_threshold: 100 }, health: { probes: false } },
-  )
+  const stack = await withFallback(t, 'openai', () => BODIES.openai.empty)
   const out = await stream(stack, 'chat')
   t.equal(out.status, 200)
   t.ok(out.text.endsWith('data: [DONE]\n\n'))
-  const trace = lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace
+  const trace = traceOf('chat', out.text)
   t.same(trace.attempts, [
     { provider: BAD, status: 200, error: 'incomplete_stream' },
     { provider: GOOD, status: 200 },
@@ -218,21 +234,8 @@ t.test("an OpenAI stream failing or ending at its first event is a miss, relayed
   }
   let which: keyof typeof FIRST | 'afterDone' = 'errorFirst'
   const HUGE = oa({ id: 'chatcmpl-end', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: { prompt_tokens: 999999, completion_tokens: 999999 } })
-  const url = (
-    await fakeProvider(t, (_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      // In one write, so that [DONE] and what follows it arrive in one read.
-      res.end(which === 'afterDone' ? BODIES.openai.whole + chunk({ content: 'EXTRA-AFTER-DONE' }) + HUGE : FIRST[which])
-    })
-  ).url
-  const stack = await startStack(
-    t,
-    [
-      { address: BAD, url, models: [{ id: MODEL, formats: ['openai'], price: CHEAP }] },
-      { address: GOOD, models: [{ id: MODEL, price: DEAR }] },
-    ],
-    { routing: { failure_threshold: 100 }, health: { probes: false } },
-  )
+  // [DONE] and what follows it arrive in one read.
+  const stack = await withFallback(t, 'openai', () => (which === 'afterDone' ? BODIES.openai.whole + chunk({ content: 'EXTRA-AFTER-DONE' }) + HUGE : FIRST[which]))
   for (const surface of ['chat', 'messages'] as const) {
     for (const c of ['errorFirst', 'garbledFirst', 'doneFirst'] as const) {
       which = c
@@ -240,7 +243,7 @@ t.test("an OpenAI stream failing or ending at its first event is a miss, relayed
       t.equal(out.status, 200, `${surface}, ${c}`)
       t.ok(isWhole(surface, out.text), `${surface}, ${c}: the next candidate's whole answer`)
       t.notMatch(out.text, /engine died|"content":"x"|: ping/, `${surface}, ${c}: nothing of the failed stream reached the client`)
-      const trace = surface === 'chat' ? lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace : lastData(out.text).x_svc_trace
+      const trace = traceOf(surface, out.text)
       const failure = c === 'doneFirst' ? 'incomplete_stream' : 'stream_error'
       t.same(trace.attempts, [{ provider: BAD, status: 200, error: failure }, { provider: GOOD, status: 200 }], `${surface}, ${c}: a miss`)
       t.equal(trace.provider, GOOD)
@@ -255,7 +258,7 @@ t.test("an OpenAI stream failing or ending at its first event is a miss, relayed
     t.equal(out.status, 200)
     t.ok(isWhole(surface, out.text), `${surface}: ended at the provider's [DONE]`)
     t.notMatch(out.text, /EXTRA-AFTER-DONE/, `${surface}: an event after [DONE] is not relayed`)
-    const trace = surface === 'chat' ? lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace : lastData(out.text).x_svc_trace
+    const trace = traceOf(surface, out.text)
     t.equal(trace.provider, BAD)
     t.match(trace.usage, { prompt_tokens: 3, completion_tokens: 2 }, `${surface}: the usage before [DONE] is billed, not the one after it`)
     t.notOk(trace.billing.capped, `${surface}: nothing capped`)
@@ -266,26 +269,13 @@ t.test("an OpenAI stream failing or ending at its first event is a miss, relayed
 t.test("an Anthropic provider's error event as the stream's first event is a miss, on either surface", async (t) => {
   const overloaded = an('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } })
   let body = overloaded
-  const url = (
-    await fakeProvider(t, (_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.end(body)
-    })
-  ).url
-  const stack = await startStack(
-    t,
-    [
-      { address: BAD, url, models: [{ id: MODEL, formats: ['anthropic'], price: CHEAP }] },
-      { address: GOOD, models: [{ id: MODEL, price: DEAR }] },
-    ],
-    { routing: { failure_threshold: 100 }, health: { probes: false } },
-  )
+  const stack = await withFallback(t, 'anthropic', () => body)
   for (const surface of ['messages', 'chat'] as const) {
     const out = await stream(stack, surface)
     t.equal(out.status, 200, surface)
     t.ok(isWhole(surface, out.text), `${surface}: the next candidate's whole answer`)
     t.notMatch(out.text, /Overloaded/, `${surface}: nothing of the failed stream reached the client`)
-    const trace = surface === 'chat' ? lastData(out.text.slice(0, -'data: [DONE]\n\n'.length)).x_svc_trace : lastData(out.text).x_svc_trace
+    const trace = traceOf(surface, out.text)
     t.same(trace.attempts, [{ provider: BAD, status: 200, error: 'stream_error' }, { provider: GOOD, status: 200 }], `${surface}: a miss`)
   }
   // After the answer began, the provider's error still ends the stream as it does today, billed for what came.
