@@ -11,6 +11,8 @@ import { ConsoleOrigins } from './auth/console-origins.js'
 import { Credentials } from './auth/credentials.js'
 import { KeyCache } from './auth/key-cache.js'
 import { SessionBook } from './auth/session.js'
+import { createSourceResolver } from './auth/source-ip.js'
+import { MAX_TRACKED_SOURCES, SourceLimit } from './auth/source-limit.js'
 import { createSessionAuthenticators } from './auth/session-auth.js'
 import { createConsoleFiles } from './console/static-files.js'
 import { RateLimiter, type RateGate } from './auth/rate-limit.js'
@@ -21,9 +23,11 @@ import { log, setLogLevel } from './log.js'
 import { createFileSource } from './registry/file-source.js'
 import type { RegistrySnapshot, RegistrySource } from './registry/types.js'
 import { TeeStanding } from './tee/standing.js'
+import { SignerRecovery } from './tee/signer-recovery.js'
 import { TeeVerifier } from './tee/verify.js'
 import { RoutingTable } from './routing/table.js'
 import { listen, type Route } from './server/app.js'
+import type { SourceHead } from './auth/source-ip.js'
 import type { SimulatorHandle } from './simulator/simulator.js'
 import { bootstrapDevAccount, type DevKeys } from './operator/bootstrap.js'
 import { openStore } from './store/open.js'
@@ -43,6 +47,7 @@ import { asyncImageEdits, asyncImageGenerations, editJobs, generationJobs } from
 import { JobRunner } from './jobs/runner.js'
 import { createMultipartRoute, type MultipartDeps } from './pipeline/multipart-admission.js'
 import { createInferenceRoute, type AdmissionDeps } from './pipeline/admission.js'
+import { publicOnlyGuard } from './upstream/connect-guard.js'
 import { UpstreamPools } from './upstream/pools.js'
 import { InFlight } from './upstream/drain.js'
 import { startAccessLog, startPromptLog } from './telemetry/access-log.js'
@@ -97,6 +102,7 @@ const REGISTRY_SOURCES: Readonly<Record<Config['registry']['source'], (registry:
       contract: r.chain.contract as `0x${string}`,
       refreshMs: r.chain.refresh_ms,
       usdPer0g: r.chain.usd_per_0g,
+      allowPrivateUrls: r.chain.allow_private_urls,
       overridesPath: r.path === '' ? null : r.path,
     }),
 }
@@ -138,14 +144,17 @@ export async function serve(config: Config): Promise<RunningRouter> {
   const cache = new KeyCache(store.keys, { defaultRateLimit: config.limits.requests_per_minute, trusted: store.replica?.trusted })
   // The operator CLI writes to the same store from another process: drop the cached keys it changed.
   const stopWatchingStore = store.changes.subscribe((change) => cache.applyChange(change))
-  const auth = createKeyAuthenticators(cache, store.keys)
+  // Who a request is from, for the per-source throttles and the management-key audit (auth/source-ip.ts).
+  const sourceOf = createSourceResolver(config.server.trusted_proxies)
+  const failures = config.limits.auth_failures_per_minute === 0 ? undefined : new SourceLimit({ limit: config.limits.auth_failures_per_minute, windowMs: 60_000, maxSources: MAX_TRACKED_SOURCES })
+  const auth = createKeyAuthenticators(cache, store.keys, { sourceOf, ...(failures !== undefined && { failures }) })
   const credentials = new Credentials(store, cache)
   let devKeys: DevKeys | null = null
   try {
     if (config.dev.bootstrap) {
       devKeys = await bootstrapDevAccount(store, credentials, { wallet: config.dev.wallet, depositUsd: config.dev.deposit_usd })
     }
-    return await serveWith(config, { store, credentials, auth, devKeys, stopWatchingStore })
+    return await serveWith(config, { store, credentials, auth, sourceOf, devKeys, stopWatchingStore })
   } catch (err) {
     stopWatchingStore()
     await store.close()
@@ -204,12 +213,13 @@ interface AuthParts {
   readonly store: Store
   readonly credentials: Credentials
   readonly auth: KeyAuthenticators
+  readonly sourceOf: (head: SourceHead) => string
   readonly devKeys: DevKeys | null
   readonly stopWatchingStore: () => void
 }
 
 /** The rest of the start, once the store is open; `serve` closes the store if this throws. */
-async function serveWith(config: Config, { store, credentials, auth, devKeys, stopWatchingStore }: AuthParts): Promise<RunningRouter> {
+async function serveWith(config: Config, { store, credentials, auth, sourceOf, devKeys, stopWatchingStore }: AuthParts): Promise<RunningRouter> {
   // What the table routes on: the source's snapshot, with providers whose TEE signatures failed lowered
   // (tee/standing.ts). Either changing republishes it whole under a new version.
   const source = await REGISTRY_SOURCES[config.registry.source](config.registry)
@@ -243,6 +253,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     maxConcurrent: config.upstream.max_concurrent_per_provider,
     queue: config.upstream.queue_per_provider,
     queueTimeoutMs: config.upstream.queue_timeout_ms,
+    // The ledger's providers are anyone with a stake (DESIGN.md §8); the file registry is the operator's own word.
+    guard: config.registry.source === 'chain' && !config.registry.chain.allow_private_urls ? publicOnlyGuard() : null,
   })
 
   function publishRegistry(why: string): void {
@@ -255,7 +267,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       })
       .catch((err: unknown) => log.error('registry update failed; keeping the previous registry', { err: String(err) }))
   }
-  const tee = new TeeVerifier(pools, standing, { verifyTimeoutMs: config.tee.verify_timeout_ms, sampleRate: config.tee.sample_rate })
+  // One signature worker for TEE answers and console sign-ins.
+  const recovery = new SignerRecovery()
+  const tee = new TeeVerifier(pools, standing, { verifyTimeoutMs: config.tee.verify_timeout_ms, sampleRate: config.tee.sample_rate }, recovery)
 
   const healthSettings: HealthSettings = {
     failureThreshold: config.routing.failure_threshold,
@@ -339,7 +353,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
   const inFlight = new InFlight()
   const catalog = createCatalog(table)
-  const sessions = new SessionBook()
+  const sessions = new SessionBook({ maxSessions: config.limits.max_console_sessions })
   // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
   const consoleAuth = createSessionAuthenticators(sessions, auth)
   const apiKeys = createApiKeys({ authenticate: consoleAuth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
@@ -347,7 +361,14 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const mgmtKeys = createManagementKeys({ authenticate: consoleAuth.sessionOnly, credentials, store })
   // Where the console is reached: configured, or the listening address once it is known (below).
   let consoleOrigins = config.server.public_origins.length > 0 ? ConsoleOrigins.of(config.server.public_origins) : null
-  const signIn = createAuthSession({ sessions, store, origins: () => consoleOrigins! })
+  const signIn = createAuthSession({
+    sessions,
+    recover: (input) => recovery.recover(input),
+    sourceOf,
+    perSourcePerMinute: config.limits.sign_in_per_source_per_minute,
+    perMinute: config.limits.sign_in_per_minute,
+    origins: () => consoleOrigins!,
+  })
   const consoleFiles = createConsoleFiles()
   // POST /v1/responses and its stored state (GET/DELETE), in the store beside everything else.
   const responsesState = { store: store.responses, retentionMs: config.responses.retention_ms, maxInputBytes: config.server.max_json_body_bytes }
@@ -430,6 +451,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     await coordination.close()
     await table.close()
     await tee.close()
+    await recovery.close()
     await pools.close()
     await Promise.all([...simulators.values()].map((s) => s.close()))
     simulators.clear()

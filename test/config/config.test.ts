@@ -14,16 +14,23 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 
 function defaultsWithPathsIn(dir: string): Config {
   return {
-    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_head_bytes: 4096, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [] },
+    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_head_bytes: 4096, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [], trusted_proxies: [] },
     registry: {
       source: 'file',
       path: join(dir, 'providers.yaml'),
       watch: true,
-      chain: { rpc_url: 'http://127.0.0.1:8545', contract: '', refresh_ms: 5000, usd_per_0g: '' },
+      chain: { rpc_url: 'http://127.0.0.1:8545', contract: '', refresh_ms: 5000, usd_per_0g: '', allow_private_urls: false },
     },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full', url: '', pool_size: 10, connect_timeout_ms: 5000, query_timeout_ms: 5000 },
     redis: { url: '' },
-    limits: { requests_per_minute: 600, budget_wait_ms: 10000 },
+    limits: {
+      requests_per_minute: 600,
+      budget_wait_ms: 10000,
+      auth_failures_per_minute: 100,
+      sign_in_per_source_per_minute: 30,
+      sign_in_per_minute: 600,
+      max_console_sessions: 10000,
+    },
     upstream: {
       connect_timeout_ms: 10000,
       headers_timeout_ms: 120000,
