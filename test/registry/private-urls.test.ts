@@ -9,12 +9,12 @@ import { lookup as dnsLookup } from 'node:dns'
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net'
 import { request } from 'undici'
 import type { ChainService } from '../../src/registry/chain-abi.js'
-import { mapService } from '../../src/registry/chain-source.js'
+import { createChainSource, mapService } from '../../src/registry/chain-source.js'
 import { publicOnlyGuard, type Lookup } from '../../src/upstream/connect-guard.js'
 import { UpstreamPools } from '../../src/upstream/pools.js'
 import { refusedAddress, refusedHost } from '../../src/vocabulary/public-address.js'
 import { startSimulator } from '../../src/simulator/simulator.js'
-import { startChainStack, type ChainProvider } from '../helpers/chain-stack.js'
+import { startChain, startChainStack, type ChainProvider } from '../helpers/chain-stack.js'
 
 const HALF_USD = 500_000_000_000_000_000n
 
@@ -233,4 +233,31 @@ t.test('a name is judged at connect time by every address it resolves to: rebind
   const res = await open.get(`http://localhost:${listener.port}`).request({ path: '/', method: 'GET' }).catch(() => null)
   await res?.body.dump()
   t.ok(listener.connections() > 0, 'an unguarded pool reaches loopback')
+})
+
+t.test('a name that resolves to an internal address is left out of the catalog too; one that does not resolve yet is kept', async (t) => {
+  const plain = { inputPrice: 1_000_000_000n, outputPrice: 1_000_000_000n }
+  const { chain, contract } = await startChain(t, [
+    { account: 1, model: 'inward', url: 'http://rebind.example.com:2375', ...plain },
+    { account: 2, model: 'mixed', url: 'http://mixed.example.com', ...plain },
+    { account: 3, model: 'outward', url: 'https://broker.example.com/v1', ...plain },
+    { account: 4, model: 'unresolved', url: 'https://later.example.com', ...plain },
+  ])
+  // What the names resolve to (no resolver is asked: nothing leaves this machine).
+  const names: Record<string, string[]> = {
+    'rebind.example.com': ['10.0.0.5'],
+    'mixed.example.com': ['8.8.4.4', 'fd00:ec2::254'],
+    'broker.example.com': ['8.8.8.8', '2606:4700:4700::1111'],
+  }
+  const source = createChainSource({
+    rpcUrl: chain.rpcUrl,
+    contract: contract.address,
+    refreshMs: 60_000,
+    usdPer0g: '0.5',
+    overridesPath: null,
+    resolveHost: async (host) => names[host] ?? [],
+  })
+  t.teardown(() => source.close())
+  const snapshot = await source.start({ onChange() {}, onError() {} })
+  t.same(snapshot.providers.map((p) => p.models[0]!.id).sort(), ['outward', 'unresolved'])
 })
