@@ -39,6 +39,11 @@ export class SignerRecovery {
     return this.#pool.run(input)
   }
 
+  /** Signatures the worker has checked so far. */
+  get completed(): number {
+    return this.#pool?.completed ?? 0
+  }
+
   async close(): Promise<void> {
     await this.#pool?.close({ force: true })
     this.#pool = null

@@ -316,3 +316,31 @@ t.test('sessions expire when idle and at their absolute end', async (t) => {
   const late = await message(site, wallet, { nonce: issued, issuedAt: new Date(now) })
   t.ok(isError(await verify(site, late, await wallet.signMessage({ message: late })), 401, 'invalid_siwe_message'), 'an expired nonce')
 })
+
+t.test('the signature is recovered in the worker, never on the event loop; a full worker queue is a 429', async (t) => {
+  const sessions = new SessionBook()
+  const recovery = new SignerRecovery()
+  const jammed = new SignerRecovery(0)
+  t.teardown(() => Promise.all([recovery.close(), jammed.close()]))
+  let useJammed = false
+  let origins: ConsoleOrigins | null = null
+  const routes = createAuthSession({ sessions, recover: (input) => (useJammed ? jammed : recovery).recover(input), origins: () => origins! })
+  const app = await listen('127.0.0.1', 0, [
+    { method: 'get', pattern: '/v1/auth/nonce', handler: routes.nonce },
+    { method: 'post', pattern: '/v1/auth/verify', handler: routes.verify },
+  ])
+  t.teardown(() => app.close())
+  origins = ConsoleOrigins.listening('127.0.0.1', app.port)
+  const site = { url: app.url }
+  await signIn(site)
+  t.equal(recovery.completed, 1, 'the signer came from the worker')
+  const wallet = newWallet()
+  const text = await message(site, wallet)
+  const other = newWallet()
+  t.ok(isError(await verify(site, text, await other.signMessage({ message: text })), 401, 'invalid_siwe_message'), "another wallet's signature")
+  t.equal(recovery.completed, 2)
+  useJammed = true
+  const queued = await message(site, wallet)
+  const busy = await verify(site, queued, await wallet.signMessage({ message: queued }))
+  t.ok(isError(busy, 429, 'rate_limit_exceeded') && busy.headers['retry-after'] === '5', `no room in the queue: ${busy.status} ${busy.text}`)
+})
