@@ -88,7 +88,8 @@ export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, '
 
   /** The 429 for a source past its failures; null (and no source worked out) while no source is refused. */
   function refusedSource(head: RequestHead): RouterError | null {
-    if (failures === null) return null
+    // The common case (no source over its limit) reads no clock and works out no source.
+    if (failures === null || !failures.armed) return null
     const at = now()
     if (!failures.refusing(at)) return null
     const wait = failures.retryAfter(sourceOf(head), at)

@@ -44,9 +44,16 @@ export class SourceLimit {
     this.#settings = settings
   }
 
+  /** False when no source has been over its limit since the last window ended: no clock read needed. */
+  get armed(): boolean {
+    return this.#refusingUntil !== 0
+  }
+
   /** False when no source can be refused now: the caller need not even work out the source. */
   refusing(now: number): boolean {
-    return this.#refusingUntil > now
+    if (this.#refusingUntil > now) return true
+    this.#refusingUntil = 0
+    return false
   }
 
   /** Seconds until `source` may count again, 0 when it may now. */
