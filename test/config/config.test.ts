@@ -388,3 +388,13 @@ t.test('store.synchronous: full by default, normal on request, anything else ref
   t.equal(problems.length, 1)
   t.match(problems[0], /store\.synchronous/)
 })
+
+t.test('server.trusted_proxies takes addresses and CIDR blocks, from the file or the env as a comma-separated list', async (t) => {
+  const config = loadConfig({ env: { SVC_SERVER_TRUSTED_PROXIES: '10.0.0.0/8,::1,fd00::/8' } })
+  t.same(config.server.trusted_proxies, ['10.0.0.0/8', '::1', 'fd00::/8'])
+  for (const bad of ['proxy.internal', '10.0.0.0/33', '::1/129', '10.0.0.0/x']) {
+    t.throws(() => loadConfig({ env: { SVC_SERVER_TRUSTED_PROXIES: bad } }), /server\.trusted_proxies/, bad)
+  }
+  t.equal(loadConfig({ env: { SVC_REGISTRY_CHAIN_ALLOW_PRIVATE_URLS: 'true' } }).registry.chain.allow_private_urls, true)
+  t.equal(loadConfig({ env: { SVC_LIMITS_AUTH_FAILURES_PER_MINUTE: '0' } }).limits.auth_failures_per_minute, 0, '0 turns the throttle off')
+})
