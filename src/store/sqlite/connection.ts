@@ -59,6 +59,7 @@ export class SqliteConnection {
   #upkeeping: Promise<void> | null = null
   #endUpkeep: (() => void) | null = null
   readonly #upkeepEvery: number
+  readonly #upkeptListeners: (() => void)[] = []
   #writes = 0
   /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
   flushes = 0
@@ -214,7 +215,13 @@ export class SqliteConnection {
     if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
   }
 
+  /** Calls `listener` each time an upkeep of the thread has ended (the ledger reports what its fold quarantined). */
+  onUpkept(listener: () => void): void {
+    this.#upkeptListeners.push(listener)
+  }
+
   #upkept(): void {
+    for (const listener of this.#upkeptListeners) listener()
     this.#upkeep?.unref()
     const end = this.#endUpkeep
     const endRunning = this.#endUpkeepRunning
