@@ -103,7 +103,11 @@ export function createOpsRoutes(deps: OpsDeps): Route[] {
     const handler: Handler = (head, reply) => {
       metrics.render().then(
         (text) => reply.send(200, ['Content-Type', metrics.contentType, 'Cache-Control', 'no-store', 'x-request-id', head.requestId], text),
-        (err: unknown) => reply.send(500, [...JSON_TYPE, 'x-request-id', head.requestId], JSON.stringify({ status: 'error', reason: String(err) })),
+        (err: unknown) => {
+          log.warn('metrics could not be rendered', { err: String(err) })
+          const reason = deps.detailed === true ? String(err) : 'metrics could not be rendered'
+          reply.send(500, [...JSON_TYPE, 'x-request-id', head.requestId], JSON.stringify({ status: 'error', reason }))
+        },
       )
     }
     routes.push({ method: 'get', pattern: '/metrics', handler })
