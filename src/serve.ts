@@ -420,7 +420,7 @@ async function serveWith(config: Config, { store, credentials, auth, sourceOf, d
     { method: 'get', pattern: '/console/*', handler: consoleFiles },
   ]
   // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
-  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued }) : null
+  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued, ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0 }) : null
   const stopAccessLog = config.log.access_log ? startAccessLog() : null
   // Prompts only when the operator asked for both (telemetry/access-log.ts).
   const stopPromptLog = config.log.prompts && config.log.level === 'debug' ? startPromptLog() : null
@@ -430,7 +430,14 @@ async function serveWith(config: Config, { store, credentials, auth, sourceOf, d
     const { startTracing } = await import('./telemetry/tracing.js')
     tracing = await startTracing({ endpoint: config.tracing.otlp_endpoint, serviceName: config.tracing.service_name })
   }
-  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => inFlight.draining, registry: () => source.notReadyReason() })
+  const opsRoutes = createOpsRoutes({
+    table,
+    store,
+    metrics,
+    draining: () => inFlight.draining,
+    registry: () => source.notReadyReason(),
+    detailed: config.ops.separate_port,
+  })
 
   /** Everything serveWith started, in the order it must stop; the store is the caller's (serve closes it). */
   async function stopServing(): Promise<void> {
