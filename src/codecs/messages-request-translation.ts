@@ -120,6 +120,12 @@ function responseFormatOf(format: Json): Json {
   return { type: 'json_schema', json_schema: schema }
 }
 
+/** Request members the translation maps, or that are the router's own: any other has no chat equivalent. */
+const MAPPED = new Set([
+  'model', 'messages', 'system', 'max_tokens', 'stream', 'temperature', 'top_p', 'top_k', 'stop_sequences', 'tools', 'tool_choice',
+  'thinking', 'output_config', 'output_format', 'metadata', 'provider', 'verify_tee',
+])
+
 /** The translation of one request, made once: what every chat candidate gets, and the members that depend on it. */
 export interface ChatTranslation {
   /** The chat body without reasoning_effort and response_format. */
@@ -149,6 +155,8 @@ export function toOpenAiChat(body: Json): ChatTranslation {
     else userMessages(m.content, messages)
   }
   if (left.size > 0) notes.push(`content blocks of type ${[...left].join(', ')} have no chat equivalent and were not sent`)
+  const unmapped = Object.keys(body).filter((key) => !MAPPED.has(key))
+  if (unmapped.length > 0) notes.push(`members with no chat equivalent were not sent: ${unmapped.join(', ')}`)
   const out: Json = { model: body.model, messages, max_tokens: body.max_tokens }
   if (body.stream === true) {
     out.stream = true

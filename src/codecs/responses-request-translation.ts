@@ -116,6 +116,12 @@ function responseFormat(format: Json | undefined): Json | undefined {
   return { type: 'json_schema', json_schema: schema }
 }
 
+/** Request members the translation maps, or that are the router's own (state, routing): any other is noted. */
+const MAPPED = new Set([
+  'model', 'input', 'instructions', 'tools', 'tool_choice', 'parallel_tool_calls', 'max_output_tokens', 'temperature', 'top_p', 'text',
+  'reasoning', 'metadata', 'user', 'stream', 'store', 'previous_response_id', 'provider', 'verify_tee',
+])
+
 /**
  * The OpenAI chat request for a Responses request body (validated) over its resolved input items. Function
  * tools go as chat tools, a `namespace`'s function tools flattened to `<namespace>__<name>` (mapped back in the
@@ -128,6 +134,9 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
   const notes: string[] = []
   const out: Json = { model: body.model, messages: chatMessages(body.instructions, items, names, left) }
   if (left.size > 0) notes.push(`input items of type ${[...left].join(', ')} have no chat equivalent and were not sent`)
+  const unmapped = Object.keys(body).filter((key) => !MAPPED.has(key) && body[key] !== null)
+  if (body.text?.verbosity !== undefined && body.text.verbosity !== null) unmapped.push('text.verbosity')
+  if (unmapped.length > 0) notes.push(`members with no chat equivalent were not sent: ${unmapped.join(', ')}`)
   if (typeof body.max_output_tokens === 'number') out.max_tokens = body.max_output_tokens
   if (body.stream === true) {
     out.stream = true

@@ -167,7 +167,10 @@ t.test('a chat provider gets the namespace flattened and no built-in or custom t
   )
   for (const member of ['include', 'prompt_cache_key', 'client_metadata', 'text', 'store']) t.equal(chat[member], undefined, member)
   t.match(response.output, [{ type: 'function_call', call_id: 'call_1', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"message":"look"}' }])
-  t.same(response.x_svc_trace.notes, ['tools with no chat equivalent were not sent: apply_patch (custom), tool_search, web_search'])
+  t.same(response.x_svc_trace.notes, [
+    'members with no chat equivalent were not sent: include, prompt_cache_key, client_metadata, text.verbosity',
+    'tools with no chat equivalent were not sent: apply_patch (custom), tool_search, web_search',
+  ])
 
   // The next turn, as Codex sends it (store false, the whole history): the namespaced call is flattened again.
   const next = {
@@ -195,7 +198,7 @@ t.test('a chat provider gets the namespace flattened and no built-in or custom t
   t.equal(second.messages.length, 4, 'the custom tool call items are not sent')
   t.match(added, [{ type: 'function_call', name: 'spawn_agent', namespace: 'multi_agent_v1' }])
   t.match(completed.output, [{ type: 'function_call', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"message":"look"}' }])
-  t.match(completed.x_svc_trace.notes, [/custom_tool_call, custom_tool_call_output/, /apply_patch \(custom\), tool_search, web_search/])
+  t.match(completed.x_svc_trace.notes, [/custom_tool_call, custom_tool_call_output/, /include/, /apply_patch \(custom\), tool_search, web_search/])
 })
 
 t.test('through an Anthropic-only provider the flattened name comes back under its namespace too', async (t) => {
@@ -209,7 +212,7 @@ t.test('through an Anthropic-only provider the flattened name comes back under i
     ['exec_command', FLAT, 'multi_agent_v1__wait_agent'],
   )
   t.match(res.json.output, [{ type: 'function_call', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"message":"look"}' }])
-  t.match(res.json.x_svc_trace.notes, [/web_search/])
+  t.match(res.json.x_svc_trace.notes, [/include/, /web_search/])
 })
 
 t.test('a forced built-in tool: refused by a chat candidate, served by a native one', async (t) => {
