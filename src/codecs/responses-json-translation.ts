@@ -29,11 +29,32 @@ export function textPart(text: string): Json {
 export const NO_NAMES: ToolNames = new Map()
 
 /**
+ * The input of a custom tool's call from the arguments of the function it was sent as (`{"input": "…"}`); a
+ * model that wrote something else has it passed on as it wrote it.
+ */
+export function customInput(args: string): string {
+  try {
+    const v = JSON.parse(args) as unknown
+    if (v !== null && typeof v === 'object' && typeof (v as Json).input === 'string') return (v as Json).input
+  } catch {
+    // Not JSON: the text itself.
+  }
+  return args
+}
+
+/**
  * A function_call output item, in progress or done, with the client's name for the tool the provider called
- * (`upstream`), and its `namespace` when the tool was one of a namespace's.
+ * (`upstream`), and its `namespace` when the tool was one of a namespace's; a custom_tool_call item (its
+ * `input` from the arguments) when the tool was a custom one.
  */
 export function functionCallItem(status: string, callId: string, upstream: string, args: string, names: ToolNames): Json {
   const tool = clientTool(upstream, names)
+  if (tool.custom === true) {
+    const input = status === 'completed' ? customInput(args) : ''
+    return tool.namespace === undefined
+      ? { id: newId('ctc_'), type: 'custom_tool_call', status, call_id: callId, name: tool.name, input }
+      : { id: newId('ctc_'), type: 'custom_tool_call', status, call_id: callId, name: tool.name, namespace: tool.namespace, input }
+  }
   return tool.namespace === undefined
     ? { id: newId('fc_'), type: 'function_call', status, call_id: callId, name: tool.name, arguments: args }
     : { id: newId('fc_'), type: 'function_call', status, call_id: callId, name: tool.name, namespace: tool.namespace, arguments: args }

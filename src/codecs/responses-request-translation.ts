@@ -63,15 +63,17 @@ export function chatMessages(instructions: unknown, items: readonly Json[], name
       // developer is OpenAI's newer name for system; most OpenAI-compatible servers know only system.
       if (role === 'system' || role === 'developer') messages.push({ role: 'system', content: textOfParts(item.content) })
       else messages.push({ role: 'user', content: userContent(item.content) })
-    } else if (type === 'function_call') {
+    } else if (type === 'function_call' || (type === 'custom_tool_call' && typeof item.name === 'string' && typeof item.input === 'string')) {
       if (assistant === null) {
         assistant = { role: 'assistant', content: null }
         messages.push(assistant)
       }
       if (assistant.content === '') assistant.content = null
-      const name = upstreamToolName(item.name, names, typeof item.namespace === 'string' ? item.namespace : undefined)
-      ;(assistant.tool_calls ??= []).push({ id: item.call_id, type: 'function', function: { name, arguments: item.arguments } })
-    } else if (type === 'function_call_output') {
+      const custom = type === 'custom_tool_call'
+      const name = upstreamToolName(item.name, names, typeof item.namespace === 'string' ? item.namespace : undefined, custom)
+      const args = custom ? JSON.stringify({ input: item.input }) : item.arguments
+      ;(assistant.tool_calls ??= []).push({ id: item.call_id, type: 'function', function: { name, arguments: args } })
+    } else if (type === 'function_call_output' || type === 'custom_tool_call_output') {
       assistant = null
       messages.push({ role: 'tool', tool_call_id: item.call_id, content: typeof item.output === 'string' ? item.output : textOfParts(item.output) })
     } else if (type !== 'reasoning' && type !== 'item_reference') {
@@ -90,6 +92,24 @@ function chatTool(t: Json, names: ToolNames, namespace?: string): Json {
   return { type: 'function', function: fn }
 }
 
+/**
+ * A free-form (`custom`) tool as a chat function of one string argument, `input`, its format (a grammar, or
+ * plain text) told in the argument's description; the call comes back as a custom_tool_call with that input.
+ */
+function customTool(t: Json, names: ToolNames, namespace?: string): Json {
+  const format = t.format
+  let about = 'The raw input for the tool, as free-form text.'
+  if (format?.type === 'grammar' && typeof format.definition === 'string') {
+    about = `The raw input for the tool: text that follows this ${typeof format.syntax === 'string' ? format.syntax + ' ' : ''}grammar:\n${format.definition}`
+  }
+  const fn: Json = {
+    name: upstreamToolName(t.name, names, namespace, true),
+    parameters: { type: 'object', properties: { input: { type: 'string', description: about } }, required: ['input'], additionalProperties: false },
+  }
+  if (typeof t.description === 'string') fn.description = t.description
+  return { type: 'function', function: fn }
+}
+
 /** What a tool is called in notes and errors: its type, and its name when it has one. */
 function toolLabel(t: Json, namespace?: string): string {
   const name = typeof t.name === 'string' ? (namespace === undefined ? t.name : `${namespace}.${t.name}`) : ''
@@ -100,7 +120,7 @@ function toolLabel(t: Json, namespace?: string): string {
 export interface ChatOfResponses {
   readonly body: Buffer
   readonly names: ToolNames
-  /** What the provider does not get (built-in and free-form tools, built-in tool call items). */
+  /** What the provider does not get (built-in tools and their call items, members with no chat equivalent). */
   readonly notes: readonly string[]
   /** Set when the client forces a tool a chat provider does not have: such a candidate cannot serve it. */
   readonly refusal: string | null
@@ -125,8 +145,9 @@ const MAPPED = new Set([
 /**
  * The OpenAI chat request for a Responses request body (validated) over its resolved input items. Function
  * tools go as chat tools, a `namespace`'s function tools flattened to `<namespace>__<name>` (mapped back in the
- * answer). Built-in tools (web_search, file_search, local_shell, mcp, …) and free-form `custom` tools have no
- * chat equivalent: they are left out and noted, and a tool_choice that forces one is a refusal.
+ * answer), free-form `custom` tools as functions of one string argument. Built-in tools (web_search,
+ * file_search, local_shell, mcp, …) have no chat equivalent: they are left out and noted, and a tool_choice
+ * that forces one is a refusal.
  */
 export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfResponses {
   const names: ToolNames = new Map()
@@ -149,15 +170,13 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
   const sent = new Set<string>()
   if (Array.isArray(body.tools)) {
     for (const t of body.tools as Json[]) {
-      if (t.type === 'function') {
-        tools.push(chatTool(t, names))
-        sent.add(t.name)
+      if (t.type === 'function' || t.type === 'custom') {
+        tools.push(t.type === 'custom' ? customTool(t, names) : chatTool(t, names))
+        sent.add(`${t.type}:${t.name}`)
       } else if (t.type === 'namespace') {
         for (const inner of t.tools as Json[]) {
-          if (inner.type === 'function') {
-            tools.push(chatTool(inner, names, t.name))
-            sent.add(`${t.name}.${inner.name}`)
-          } else dropped.push(toolLabel(inner, t.name))
+          tools.push(inner.type === 'custom' ? customTool(inner, names, t.name) : chatTool(inner, names, t.name))
+          sent.add(`${inner.type}:${t.name}.${inner.name}`)
         }
       } else dropped.push(toolLabel(t))
     }
@@ -170,10 +189,10 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
     if (choice === 'required' && tools.length === 0) refusal = 'tool_choice "required" forces a tool, and none of the tools given is available from a chat provider'
     else if (tools.length > 0 || choice === 'none') out.tool_choice = choice
   } else if (choice !== undefined && choice !== null) {
-    if (choice.type === 'function') {
+    if (choice.type === 'function' || choice.type === 'custom') {
       const label = typeof choice.namespace === 'string' ? `${choice.namespace}.${choice.name}` : choice.name
-      if (sent.has(label)) out.tool_choice = { type: 'function', function: { name: upstreamToolName(choice.name, names, choice.namespace) } }
-      else refusal = `tool_choice forces the function ${JSON.stringify(label)}, which is not among the function tools`
+      if (sent.has(`${choice.type}:${label}`)) out.tool_choice = { type: 'function', function: { name: upstreamToolName(choice.name, names, choice.namespace, choice.type === 'custom') } }
+      else refusal = `tool_choice forces the ${choice.type === 'custom' ? 'custom tool' : 'function'} ${JSON.stringify(label)}, which is not among the tools`
     } else if (choice.type === 'allowed_tools') {
       // The restriction to a subset has no chat form: the provider may call any of the tools sent.
       if (choice.mode === 'required' && tools.length === 0) refusal = 'tool_choice forces a tool, and none of the tools given is available from a chat provider'
@@ -182,7 +201,7 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
         notes.push('tool_choice allowed_tools was sent as "' + out.tool_choice + '": chat has no way to allow only some tools')
       }
     } else {
-      refusal = `tool_choice forces the ${choice.type === 'custom' ? 'custom tool ' + JSON.stringify(choice.name) : 'built-in tool ' + JSON.stringify(choice.type)}, which a chat provider does not have`
+      refusal = `tool_choice forces the built-in tool ${JSON.stringify(choice.type)}, which a chat provider does not have`
     }
   }
   const format = responseFormat(body.text?.format)

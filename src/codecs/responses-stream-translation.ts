@@ -11,7 +11,7 @@ import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
 import { isHeaderSafeId } from './codec.js'
 import { holdCall, type HeldCall } from './held-tool-calls.js'
 import { openAiErrorOf } from './openai-error.js'
-import { functionCallItem, NO_NAMES, outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
+import { customInput, functionCallItem, NO_NAMES, outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
 import { clientTool, type ToolNames } from './tool-names.js'
 
@@ -190,7 +190,14 @@ export class ResponsesStreamTranslator {
     const text = this.#text
     const where = this.#where()
     let out = ''
-    if (this.#kind === TOOL) {
+    if (this.#kind === TOOL && item.type === 'custom_tool_call') {
+      // A custom tool's input is inside the JSON arguments of the function it went as: sent whole once known.
+      const input = customInput(text)
+      item.input = input
+      item.status = 'completed'
+      out += this.#event('response.custom_tool_call_input.delta', `${where},"delta":${JSON.stringify(input)}`)
+      out += this.#event('response.custom_tool_call_input.done', `${where},"input":${JSON.stringify(input)}`)
+    } else if (this.#kind === TOOL) {
       item.arguments = text
       item.status = 'completed'
       out += this.#event('response.function_call_arguments.done', `${where},"name":${JSON.stringify(item.name)},"arguments":${JSON.stringify(text)}`)
@@ -226,6 +233,7 @@ export class ResponsesStreamTranslator {
   #argsDelta(args: string): string {
     this.contentChunks++
     this.#text += args
+    if (this.#item!.type === 'custom_tool_call') return ''
     return this.#event('response.function_call_arguments.delta', `${this.#where()},"delta":${JSON.stringify(args)}`)
   }
 

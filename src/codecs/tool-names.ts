@@ -13,21 +13,24 @@ const OPENAI_NAME = /^[a-zA-Z0-9_-]{1,64}$/
 export interface ClientTool {
   readonly name: string
   readonly namespace?: string
+  /** A Responses free-form (`custom`) tool, sent as a function of one string argument, `input`. */
+  readonly custom?: true
 }
 
 /** Tool names as sent upstream, back to the client's tools (only names that had to change). */
 export type ToolNames = Map<string, ClientTool>
 
 /** The name the provider gets for the client's tool `name` (of `namespace`, when it is in one). */
-export function upstreamToolName(name: string, names: ToolNames, namespace?: string): string {
+export function upstreamToolName(name: string, names: ToolNames, namespace?: string, custom = false): string {
   const flat = namespace === undefined ? name : `${namespace}__${name}`
+  const tool: ClientTool = namespace === undefined ? (custom ? { name, custom } : { name }) : custom ? { name, namespace, custom } : { name, namespace }
   if (OPENAI_NAME.test(flat)) {
-    if (namespace !== undefined) names.set(flat, { name, namespace })
+    if (namespace !== undefined || custom) names.set(flat, tool)
     return flat
   }
   const hash = createHash('sha256').update(flat).digest('hex').slice(0, 8)
   const renamed = flat.replace(/[^a-zA-Z0-9_-]/g, '_').slice(0, 55) + '_' + hash
-  names.set(renamed, namespace === undefined ? { name } : { name, namespace })
+  names.set(renamed, tool)
   return renamed
 }
 

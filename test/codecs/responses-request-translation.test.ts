@@ -94,40 +94,64 @@ const CODEX_TOOLS = [
   { type: 'local_shell' },
 ]
 
-t.test("Codex's tools: namespace functions flattened and mapped back, built-in and custom tools left out with a note", async (t) => {
+t.test("Codex's tools: namespace functions flattened, custom tools as one-string functions, built-ins left out with a note", async (t) => {
   const chat = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: 'auto' }, [
     { type: 'message', role: 'user', content: 'x' },
     { type: 'function_call', call_id: 'c1', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{}' },
     { type: 'function_call_output', call_id: 'c1', output: 'ok' },
     { type: 'custom_tool_call', call_id: 'c2', name: 'apply_patch', input: '*** Begin Patch' },
+    { type: 'custom_tool_call_output', call_id: 'c2', output: 'patched' },
     { type: 'web_search_call', id: 'ws_1', status: 'completed' },
   ])
   const body = JSON.parse(chat.body.toString())
   t.same(
     body.tools.map((x: any) => x.function.name),
-    ['exec_command', 'multi_agent_v1__spawn_agent'],
+    ['exec_command', 'multi_agent_v1__spawn_agent', 'multi_agent_v1__sketch', 'apply_patch'],
   )
   t.equal(body.tools[1].function.description, 'Spawn one')
+  t.same(body.tools[3].function.parameters.required, ['input'])
+  t.match(body.tools[3].function.parameters.properties.input.description, /lark grammar:\nstart: x/)
   t.equal(body.tool_choice, 'auto')
   t.same(body.messages[1].tool_calls[0].function.name, 'multi_agent_v1__spawn_agent', 'a namespaced call in the history is flattened the same way')
+  t.same(body.messages[3], { role: 'assistant', content: null, tool_calls: [{ id: 'c2', type: 'function', function: { name: 'apply_patch', arguments: '{"input":"*** Begin Patch"}' } }] })
+  t.same(body.messages[4], { role: 'tool', tool_call_id: 'c2', content: 'patched' })
   t.same(chat.names.get('multi_agent_v1__spawn_agent'), { name: 'spawn_agent', namespace: 'multi_agent_v1' })
+  t.same(chat.names.get('apply_patch'), { name: 'apply_patch', custom: true })
   t.equal(chat.refusal, null)
   t.same(chat.notes, [
-    'input items of type custom_tool_call, web_search_call have no chat equivalent and were not sent',
-    'tools with no chat equivalent were not sent: multi_agent_v1.sketch (custom), apply_patch (custom), web_search, local_shell',
+    'input items of type web_search_call have no chat equivalent and were not sent',
+    'tools with no chat equivalent were not sent: web_search, local_shell',
   ])
-  // The answer: the provider's flattened name comes back as the client's function in its namespace.
+  // The answer: the provider's names come back as the client's tools, in their namespace, custom ones as custom calls.
   const items = outputItems(
-    { choices: [{ message: { tool_calls: [{ id: 'c3', type: 'function', function: { name: 'multi_agent_v1__spawn_agent', arguments: '{"task":"t"}' } }] }, finish_reason: 'tool_calls' }] },
+    {
+      choices: [
+        {
+          message: {
+            tool_calls: [
+              { id: 'c3', type: 'function', function: { name: 'multi_agent_v1__spawn_agent', arguments: '{"task":"t"}' } },
+              { id: 'c4', type: 'function', function: { name: 'apply_patch', arguments: '{"input":"*** Begin Patch\\n*** End Patch"}' } },
+              { id: 'c5', type: 'function', function: { name: 'multi_agent_v1__sketch', arguments: 'not json' } },
+            ],
+          },
+          finish_reason: 'tool_calls',
+        },
+      ],
+    },
     chat.names,
   )
-  t.match(items, [{ type: 'function_call', call_id: 'c3', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"task":"t"}' }])
+  t.match(items, [
+    { type: 'function_call', call_id: 'c3', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"task":"t"}' },
+    { type: 'custom_tool_call', status: 'completed', call_id: 'c4', name: 'apply_patch', input: '*** Begin Patch\n*** End Patch' },
+    { type: 'custom_tool_call', call_id: 'c5', name: 'sketch', namespace: 'multi_agent_v1', input: 'not json' },
+  ])
+  t.equal(items[1]!.arguments, undefined)
 })
 
-t.test('tool_choice: a forced built-in, custom or missing tool is a refusal; required with no chat tool too; auto with none is left out', async (t) => {
+t.test('tool_choice: a forced built-in or missing tool is a refusal; required with no chat tool too; auto with none is left out', async (t) => {
   const web = [{ type: 'web_search' }]
   t.match(toChatCompletions({ model: 'm', tools: web, tool_choice: { type: 'web_search' } }, []).refusal, /built-in tool "web_search"/)
-  t.match(toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'custom', name: 'apply_patch' } }, []).refusal, /custom tool "apply_patch"/)
+  t.match(toChatCompletions({ model: 'm', tools: web, tool_choice: { type: 'custom', name: 'apply_patch' } }, []).refusal, /custom tool "apply_patch"/)
   t.match(toChatCompletions({ model: 'm', tools: web, tool_choice: 'required' }, []).refusal, /required/)
   t.match(toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'function', name: 'nope' } }, []).refusal, /"nope"/)
   const auto = toChatCompletions({ model: 'm', tools: web, tool_choice: 'auto' }, [])
@@ -136,6 +160,8 @@ t.test('tool_choice: a forced built-in, custom or missing tool is a refusal; req
   t.equal(JSON.parse(auto.body.toString()).tools, undefined)
   const forced = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'function', name: 'spawn_agent', namespace: 'multi_agent_v1' } }, [])
   t.same(JSON.parse(forced.body.toString()).tool_choice, { type: 'function', function: { name: 'multi_agent_v1__spawn_agent' } })
+  const patch = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'custom', name: 'apply_patch' } }, [])
+  t.same(JSON.parse(patch.body.toString()).tool_choice, { type: 'function', function: { name: 'apply_patch' } })
 })
 
 t.test('names OpenAI refuses are renamed and mapped back, in a namespace or not', async (t) => {

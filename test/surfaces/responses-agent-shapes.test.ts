@@ -2,9 +2,10 @@
  * /v1/responses takes what the Codex CLI 0.171 sends by default (issue 42): function tools grouped in a
  * `namespace`, a free-form `custom` tool, built-in tools (web_search, tool_search, local_shell), `include`,
  * `prompt_cache_key`, `client_metadata`, `text.verbosity`, `store: false`. A capturing provider shows what each
- * candidate gets: a Responses-native one the body as sent, a chat one the namespace flattened and the rest
- * left out (noted in the trace); the provider's calls come back to the real openai client under the client's
- * names, namespace included, JSON and streamed, and through an Anthropic-only provider too.
+ * candidate gets: a Responses-native one the body as sent, a chat one the namespace flattened, the custom tool
+ * as a function of one string, the built-ins left out (noted in the trace); the provider's calls come back to
+ * the real openai client under the client's names, namespace included, custom calls as custom_tool_call, JSON
+ * and streamed, and through an Anthropic-only provider too.
  */
 import OpenAI from 'openai'
 import t from 'tap'
@@ -102,13 +103,13 @@ const ANTHROPIC_ANSWER = {
   usage: { input_tokens: 9, output_tokens: 3 },
 }
 
-async function stackOf(t: Parameters<typeof startStack>[0], which: Array<'native' | 'openai' | 'anthropic'>, seen: Seen[]): Promise<Stack> {
+async function stackOf(t: Parameters<typeof startStack>[0], which: Array<'native' | 'openai' | 'anthropic'>, seen: Seen[], answer = chatCall): Promise<Stack> {
   const { url } = await fakeProvider(t, (req, res, raw) => {
     const body = JSON.parse(raw)
     seen.push({ path: req.url ?? '', body })
     if (req.url === '/v1/chat/completions') {
       res.writeHead(200, { 'content-type': body.stream === true ? 'text/event-stream' : 'application/json' })
-      return res.end(chatCall(body.stream === true))
+      return res.end(answer(body.stream === true))
     }
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify(req.url === '/v1/messages' ? ANTHROPIC_ANSWER : NATIVE_ANSWER))
@@ -147,7 +148,7 @@ t.test("Codex's request reaches a Responses-native provider as sent, its namespa
   t.notOk(res.json.x_svc_trace.notes)
 })
 
-t.test('a chat provider gets the namespace flattened and no built-in or custom tool; the call comes back under its namespace', async (t) => {
+t.test('a chat provider gets the namespace flattened, the custom tool as a function, no built-in; the call comes back under its namespace', async (t) => {
   const seen: Seen[] = []
   const stack = await stackOf(t, ['openai'], seen)
   const openai = client(stack)
@@ -156,9 +157,10 @@ t.test('a chat provider gets the namespace flattened and no built-in or custom t
   t.equal(seen[0]!.path, '/v1/chat/completions')
   t.same(
     chat.tools.map((x: any) => x.function.name),
-    ['exec_command', FLAT, 'multi_agent_v1__wait_agent'],
+    ['exec_command', FLAT, 'multi_agent_v1__wait_agent', 'apply_patch'],
   )
   t.equal(chat.tools[1].function.description, 'Spawn a sub-agent.')
+  t.same(chat.tools[3].function.parameters.required, ['input'], 'the custom tool as a function of one string')
   t.equal(chat.tool_choice, 'auto')
   t.equal(chat.reasoning_effort, 'medium')
   t.same(
@@ -169,7 +171,7 @@ t.test('a chat provider gets the namespace flattened and no built-in or custom t
   t.match(response.output, [{ type: 'function_call', call_id: 'call_1', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"message":"look"}' }])
   t.same(response.x_svc_trace.notes, [
     'members with no chat equivalent were not sent: include, prompt_cache_key, client_metadata, text.verbosity',
-    'tools with no chat equivalent were not sent: apply_patch (custom), tool_search, web_search',
+    'tools with no chat equivalent were not sent: tool_search, web_search',
   ])
 
   // The next turn, as Codex sends it (store false, the whole history): the namespaced call is flattened again.
@@ -195,10 +197,11 @@ t.test('a chat provider gets the namespace flattened and no built-in or custom t
   const second = seen[1]!.body
   t.same(second.messages[2], { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: FLAT, arguments: '{"message":"look"}' } }] })
   t.same(second.messages[3], { role: 'tool', tool_call_id: 'call_1', content: 'agent a1 started' })
-  t.equal(second.messages.length, 4, 'the custom tool call items are not sent')
+  t.same(second.messages[4], { role: 'assistant', content: null, tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'apply_patch', arguments: '{"input":"*** Begin Patch"}' } }] })
+  t.same(second.messages[5], { role: 'tool', tool_call_id: 'call_0', content: 'done' })
   t.match(added, [{ type: 'function_call', name: 'spawn_agent', namespace: 'multi_agent_v1' }])
   t.match(completed.output, [{ type: 'function_call', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"message":"look"}' }])
-  t.match(completed.x_svc_trace.notes, [/custom_tool_call, custom_tool_call_output/, /include/, /apply_patch \(custom\), tool_search, web_search/])
+  t.match(completed.x_svc_trace.notes, [/include/, /tool_search, web_search/])
 })
 
 t.test('through an Anthropic-only provider the flattened name comes back under its namespace too', async (t) => {
@@ -209,7 +212,7 @@ t.test('through an Anthropic-only provider the flattened name comes back under i
   t.equal(seen[0]!.path, '/v1/messages')
   t.same(
     seen[0]!.body.tools.map((x: any) => x.name),
-    ['exec_command', FLAT, 'multi_agent_v1__wait_agent'],
+    ['exec_command', FLAT, 'multi_agent_v1__wait_agent', 'apply_patch'],
   )
   t.match(res.json.output, [{ type: 'function_call', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"message":"look"}' }])
   t.match(res.json.x_svc_trace.notes, [/include/, /web_search/])
@@ -238,4 +241,47 @@ t.test('a forced built-in tool: refused by a chat candidate, served by a native 
     ],
   )
   t.same(seenBoth.map((s) => s.path), ['/v1/responses'])
+})
+
+/** A streamed answer with two calls whose chunks interleave: the custom apply_patch and a namespaced function. */
+function patchAndWait(): string {
+  const base = { id: 'chatcmpl-3', object: 'chat.completion.chunk', created: 0, model: MODEL }
+  const call = (index: number, fn: object, id?: string) => ({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index, ...(id === undefined ? {} : { id, type: 'function' }), function: fn }] }, finish_reason: null }] })
+  const chunks = [
+    call(0, { name: 'apply_patch', arguments: '{"input":"*** Begin' }, 'call_p'),
+    call(1, { name: 'multi_agent_v1__wait_agent', arguments: '{}' }, 'call_w'),
+    call(0, { arguments: ' Patch\\n*** End Patch\\n"}' }),
+    { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] },
+    { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 8, total_tokens: 17 } },
+  ]
+  return chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n'
+}
+
+t.test("a streamed custom tool call comes back as custom_tool_call with its input events, beside a namespaced call", async (t) => {
+  const seen: Seen[] = []
+  const stack = await stackOf(t, ['openai'], seen, patchAndWait)
+  const stream = await client(stack).responses.create({ ...CODEX, stream: true } as any)
+  const events: any[] = []
+  for await (const event of stream as any) events.push(event)
+  const types = events.map((e) => e.type).filter((type) => type !== 'response.created' && type !== 'response.in_progress')
+  t.same(types, [
+    'response.output_item.added',
+    'response.custom_tool_call_input.delta',
+    'response.custom_tool_call_input.done',
+    'response.output_item.done',
+    'response.output_item.added',
+    'response.function_call_arguments.delta',
+    'response.function_call_arguments.done',
+    'response.output_item.done',
+    'response.completed',
+  ])
+  const patch = '*** Begin Patch\n*** End Patch\n'
+  t.match(events.find((e) => e.type === 'response.output_item.added').item, { type: 'custom_tool_call', status: 'in_progress', call_id: 'call_p', name: 'apply_patch', input: '' })
+  t.equal(events.find((e) => e.type === 'response.custom_tool_call_input.done').input, patch)
+  const completed = events.at(-1).response
+  t.match(completed.output, [
+    { type: 'custom_tool_call', status: 'completed', call_id: 'call_p', name: 'apply_patch', input: patch },
+    { type: 'function_call', call_id: 'call_w', name: 'wait_agent', namespace: 'multi_agent_v1', arguments: '{}' },
+  ])
+  t.same(events.map((e) => e.sequence_number), events.map((_, i) => i))
 })
