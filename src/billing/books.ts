@@ -1,7 +1,7 @@
 /**
  * What admission, the job runner and the account endpoints ask of the billing ledger, whichever keeps the
  * books: one process alone on its store (ledger.ts: the whole budget in memory) or a replica among several
- * (leased-ledger.ts: slices of it leased from PostgreSQL). serve.ts picks one.
+ * (leased-ledger.ts: slices of it leased from PostgreSQL). compose/table.ts picks one.
  */
 import type { Principal } from '../auth/principal.js'
 import type { ResetPeriod } from '../store/store.js'

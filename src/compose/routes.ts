@@ -46,7 +46,7 @@ export interface ApiParts {
 
 export interface Api {
   readonly routes: readonly Route[]
-  /** Inference requests started and not yet answered: every inference route is counted, so a drain knows what it waits for. */
+  /** Inference requests started and not yet answered (every inference route counts them: the drain waits for them). */
   readonly inFlight: InFlight
   /** The console's wallet sessions and sign-in nonces (in memory: auth/session.ts says why). */
   readonly sessions: SessionBook
