@@ -79,7 +79,7 @@ async function serveWith(config: Config): Promise<RunningRouter> {
     const jobs = await life.add(jobsPart(config, { store, table, engine, ledger, auth, limiter }))
     await life.add(followBooksPart({ store, credentials, ledger }))
     await life.add(followRegistryPart({ registry, simulators, table, pools }))
-    const { metrics } = await life.add(telemetryPart(config, { table, writer }))
+    const { metrics } = await life.add(telemetryPart(config, { table, writer, store }))
     const api = await life.add(apiPart(config, { store, auth, credentials, table, engine, ledger, limiter, jobs }))
     await life.add(probesPart(config.health, { table, engine }))
     const listeners = await life.add(listenPart(config, { api, jobs, table, store, metrics, registry }))

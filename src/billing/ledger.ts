@@ -23,6 +23,7 @@ import { BudgetWaiters } from './budget-waiters.js'
 import type { Books } from './books.js'
 import type { Bill, BilledCost, Settled } from './budget.js'
 import { periodBounds } from './periods.js'
+import { usageCount } from './usage-bound.js'
 
 interface AccountBook {
   deposited: bigint
@@ -61,8 +62,9 @@ export interface LedgerOptions {
   readonly budgetWaitMs?: number
 }
 
+/** A count as stored: the bounded figure (usage-bound.ts), 0 for one that is not a count. */
 function tokenCount(n: number): number {
-  return Number.isSafeInteger(n) && n > 0 ? n : 0
+  return Math.max(0, usageCount(n))
 }
 
 /**

@@ -29,7 +29,14 @@ export interface Listeners {
 
 export async function listenPart(config: Pick<Config, 'server' | 'ops'>, parts: ListenParts): Promise<Part<Listeners>> {
   const { api, jobs, table, store, metrics, registry } = parts
-  const opsRoutes = createOpsRoutes({ table, store, metrics, draining: () => api.inFlight.draining, registry: () => registry.notReadyReason() })
+  const opsRoutes = createOpsRoutes({
+    table,
+    store,
+    metrics,
+    draining: () => api.inFlight.draining,
+    registry: () => registry.notReadyReason(),
+    detailed: config.ops.separate_port,
+  })
   await jobs.resume()
   const maxHeaderBytes = config.server.max_head_bytes
   const opsApp = config.ops.separate_port ? await listen(config.ops.host, config.ops.port, opsRoutes, { maxHeaderBytes }) : null

@@ -96,6 +96,7 @@ export const settlementOf = (_config: Config): keyof typeof SETTLEMENT => 'none'
 export interface TelemetrySources {
   readonly table: RoutingTable
   readonly writer: ChargeWriter
+  readonly store: Store
 }
 
 interface Subscriber {
@@ -108,7 +109,8 @@ interface Subscriber {
 export const TELEMETRY = {
   metrics: {
     wanted: (c) => c.ops.metrics,
-    start: (_c, { table, writer }): Metrics => startMetrics(table, { chargesQueued: () => writer.queued }),
+    start: (_c, { table, writer, store }): Metrics =>
+      startMetrics(table, { chargesQueued: () => writer.queued, ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0 }),
   },
   accessLog: { wanted: (c) => c.log.access_log, start: () => ({ close: startAccessLog() }) },
   // Prompts only when the operator asked for both (telemetry/access-log.ts).
