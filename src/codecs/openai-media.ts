@@ -7,8 +7,7 @@
 import type { AudioUsage, ImageUsage } from '../billing/cost.js'
 import { usageSeconds } from '../billing/usage-bound.js'
 import { renderError, type RouterError } from '../errors.js'
-import type { ResponseHead } from '../upstream/attempt.js'
-import { isHeaderSafeId, type ResponseCodec } from './codec.js'
+import { isHeaderSafeId, type ResponseCodec, type ResponseHead } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
 import { spliceTrace } from './trace-splice.js'
 
