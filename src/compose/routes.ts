@@ -25,6 +25,7 @@ import { asyncImageEdits, asyncImageGenerations, editJobs, generationJobs } from
 import { createAuthSession } from '../surfaces/auth-session.js'
 import { createCatalog } from '../surfaces/catalog.js'
 import { chatCompletions } from '../surfaces/chat-completions.js'
+import { createCountTokens } from '../surfaces/count-tokens.js'
 import { imageEdits } from '../surfaces/image-edits.js'
 import { imageGenerations } from '../surfaces/images.js'
 import { createManagementKeys } from '../surfaces/management-keys.js'
@@ -70,6 +71,14 @@ export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'
   const asyncEdits = jobs.kind(editJobs)
   const inFlight = new InFlight()
   const catalog = createCatalog(table)
+  const countTokens = createCountTokens({
+    authenticate: auth.inference,
+    limiter,
+    table,
+    pools: engine.pools,
+    maxBodyBytes: config.server.max_json_body_bytes,
+    timeoutMs: Math.min(config.upstream.headers_timeout_ms, 10_000),
+  })
   const sessions = new SessionBook({ maxSessions: config.limits.max_console_sessions })
   // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
   const consoleAuth = createSessionAuthenticators(sessions, auth)
@@ -99,6 +108,7 @@ export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'
       handler: inFlight.track(createInferenceRoute(deps, messages), messages.name),
       renderError: messages.renderError,
     },
+    { method: 'post', pattern: '/v1/messages/count_tokens', handler: countTokens, renderError: messages.renderError },
     { method: 'post', pattern: '/v1/responses', handler: inFlight.track(createInferenceRoute(deps, responses), responses.name) },
     { method: 'get', pattern: '/v1/responses/:id', handler: storedResponses.get },
     { method: 'del', pattern: '/v1/responses/:id', handler: storedResponses.remove },
@@ -117,6 +127,7 @@ export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'
     },
     { method: 'get', pattern: '/v1/async/jobs/:jobId', handler: jobs.poll },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
+    { method: 'get', pattern: '/v1/models/*', handler: catalog.getModel },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
     { method: 'post', pattern: '/v1/api-keys', handler: apiKeys.create },
