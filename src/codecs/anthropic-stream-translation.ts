@@ -170,7 +170,7 @@ export class AnthropicStreamTranslator {
   }
 
   #toolBlock(id: string, name: string): string {
-    return JSON.stringify({ type: 'tool_use', id, name: this.#names.get(name) ?? name, input: {} })
+    return JSON.stringify({ type: 'tool_use', id, name: this.#names.get(name)?.name ?? name, input: {} })
   }
 
   #toolCall(call: Record<string, any>): string {
