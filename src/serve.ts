@@ -31,6 +31,7 @@ import type { Store } from './store/store.js'
 import { createAccount } from './surfaces/account.js'
 import { createApiKeys } from './surfaces/api-keys.js'
 import { createAuthSession } from './surfaces/auth-session.js'
+import { createCountTokens } from './surfaces/count-tokens.js'
 import { createManagementKeys } from './surfaces/management-keys.js'
 import { createCatalog } from './surfaces/catalog.js'
 import { chatCompletions } from './surfaces/chat-completions.js'
@@ -339,6 +340,14 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
   const inFlight = new InFlight()
   const catalog = createCatalog(table)
+  const countTokens = createCountTokens({
+    authenticate: auth.inference,
+    limiter,
+    table,
+    pools,
+    maxBodyBytes: config.server.max_json_body_bytes,
+    timeoutMs: Math.min(config.upstream.headers_timeout_ms, 10_000),
+  })
   const sessions = new SessionBook()
   // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
   const consoleAuth = createSessionAuthenticators(sessions, auth)
@@ -361,6 +370,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       handler: inFlight.track(createInferenceRoute(deps, messages), messages.name),
       renderError: messages.renderError,
     },
+    { method: 'post', pattern: '/v1/messages/count_tokens', handler: countTokens, renderError: messages.renderError },
     { method: 'post', pattern: '/v1/responses', handler: inFlight.track(createInferenceRoute(deps, responses), responses.name) },
     { method: 'get', pattern: '/v1/responses/:id', handler: storedResponses.get },
     { method: 'del', pattern: '/v1/responses/:id', handler: storedResponses.remove },
@@ -379,6 +389,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     },
     { method: 'get', pattern: '/v1/async/jobs/:jobId', handler: jobs.poll },
     { method: 'get', pattern: '/v1/models', handler: catalog.listModels },
+    { method: 'get', pattern: '/v1/models/*', handler: catalog.getModel },
     { method: 'get', pattern: '/v1/providers', handler: catalog.listProviders },
     { method: 'get', pattern: '/v1/api-keys', handler: apiKeys.list },
     { method: 'post', pattern: '/v1/api-keys', handler: apiKeys.create },

@@ -13,6 +13,7 @@ import { anthropicErrorEvent, meteredAnthropicStreamUsage, meteredAnthropicUsage
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
+import { cleanHeld, cleanJson, isEmptyObject, stripTraces, TraceFinder } from './foreign-trace.js'
 import { spliceTrace } from './trace-splice.js'
 
 export const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
@@ -38,6 +39,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
   /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
   #malformed = false
   readonly #framer: SseFramer
+  readonly #traces = new TraceFinder()
 
   constructor() {
     this.#framer = new SseFramer((source, start, end) => this.#onEvent(source, start, end))
@@ -49,6 +51,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
 
   push(chunk: Buffer, emit: Emit): void {
     this.#emit = emit
+    this.#traces.reset()
     this.#framer.push(chunk)
   }
 
@@ -58,6 +61,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
 
   finish(emit: Emit): void {
     this.#emit = emit
+    this.#traces.reset()
     this.#framer.finish()
   }
 
@@ -133,7 +137,25 @@ export class AnthropicStreamCodec implements ResponseCodec {
       } catch {
         this.#error = { type: 'error', error: { type: 'api_error', message: 'the provider sent an unreadable error event' } }
       }
+      // complete() sends it with our trace: none of the provider's may stay in it.
+      stripTraces(this.#error)
       return
+    }
+    // A provider's own x_svc_trace (foreign-trace.ts): only then is the event parsed and written again.
+    if (this.#traces.test(f.dataSource, f.dataStart, f.dataEnd, f.dataLines === 1)) {
+      const cleaned = cleanJson(f.dataSource, f.dataStart, f.dataEnd)
+      if (cleaned.kind === 'invalid') {
+        this.#malformed = true
+        return
+      }
+      if (cleaned.kind === 'changed') {
+        // An event that was only the fake trace is no event: nothing of it is relayed.
+        if (isEmptyObject(cleaned.value)) return
+        this.#events++
+        if (name === 'message_start' || name === 'message_delta') this.#read(name, cleaned.text)
+        this.#emit!(Buffer.from(`${name === '' ? '' : `event: ${name}\n`}data: ${cleaned.text}\n\n`))
+        return
+      }
     }
     this.#events++
     if (name === 'message_start' || name === 'message_delta') this.#read(name, f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
@@ -170,8 +192,11 @@ export class AnthropicJsonCodec extends JsonAnswerCodec {
   read(body: Buffer): boolean {
     const parsed = answerObject(body, 'content')
     if (parsed === null) return false
+    // A provider's own x_svc_trace goes (the body written again only then); ours is spliced in by complete().
+    const clean = cleanHeld(body, parsed)
+    if (clean === null) return false
     this.#parsed = parsed as NativeMessage
-    this.#body = body
+    this.#body = clean
     return true
   }
 

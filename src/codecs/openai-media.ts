@@ -9,6 +9,7 @@ import { renderError, type RouterError } from '../errors.js'
 import type { ResponseHead } from '../upstream/attempt.js'
 import { isHeaderSafeId, type ResponseCodec } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
+import { cleanHeld } from './foreign-trace.js'
 import { spliceTrace } from './trace-splice.js'
 
 const JSON_HEADERS = ['Content-Type', 'application/json']
@@ -109,7 +110,10 @@ export class ImagesJsonCodec extends HeldMediaCodec<ImageUsage> {
   read(body: Buffer): boolean {
     const parsed = parseObject(body)
     if (parsed === null || !Array.isArray(parsed.data)) return false
-    this.body = body
+    // A provider's own x_svc_trace goes (the body written again only then); ours is spliced in by complete().
+    const clean = cleanHeld(body, parsed)
+    if (clean === null) return false
+    this.body = clean
     this.parsed = parsed
     return true
   }
@@ -152,7 +156,10 @@ export class TranscriptionCodec extends HeldMediaCodec<AudioUsage> {
     if (isJsonType(this.#contentType)) {
       const parsed = parseObject(body)
       if (parsed === null) return false
+      const clean = cleanHeld(body, parsed)
+      if (clean === null) return false
       this.parsed = parsed
+      body = clean
     }
     this.body = body
     return true

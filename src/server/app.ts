@@ -269,12 +269,12 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * a 413.
  */
 function refuseHead(res: HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
+  const body = render(err, head.requestId)
   res.cork(() => {
-    res
-      .writeStatus(statusLine(err.status))
-      .writeHeader('Content-Type', 'application/json')
-      .writeHeader('x-request-id', head.requestId)
-      .end(render(err, head.requestId), true)
+    res.writeStatus(statusLine(err.status)).writeHeader('Content-Type', 'application/json').writeHeader('x-request-id', head.requestId)
+    // HEAD: the head alone (uws-reply.ts says why the length is a header of ours).
+    if (head.method === 'head') res.writeHeader('Content-Length', String(Buffer.byteLength(body))).endWithoutBody(undefined, true)
+    else res.end(body, true)
   })
 }
 
@@ -293,20 +293,23 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const verb = route.method === 'del' ? 'DELETE' : route.method.toUpperCase()
     const key = route.pattern.replace(/:[^/]+/g, '*')
     const render = route.renderError ?? renderError
-    methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
+    // HEAD is answered wherever GET is (RFC 9110 §9.3.2): the GET's handler, its head only.
+    methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), ...(verb === 'GET' ? [verb, 'HEAD'] : [verb])])
     if (route.renderError !== undefined) rendererByPath.set(key, route.renderError)
-    app[route.method](route.pattern, (res, req) => {
+    const serve = (headOnly: boolean) => (res: HttpResponse, req: HttpRequest) => {
       const head = new UwsRequestHead(req, res, params)
       const problem = headProblem(head, maxHeaderBytes)
       if (problem !== null) return refuseHead(res, head, problem, render)
-      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength)
+      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength, headOnly)
       try {
         route.handler(head, reply)
       } catch (err) {
         log.error('handler threw', { path: head.path, err: String((err as Error)?.stack ?? err) })
         sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, ['x-request-id', head.requestId], render)
       }
-    })
+    }
+    app[route.method](route.pattern, serve(false))
+    if (route.method === 'get') app.head(route.pattern, serve(true))
   }
 
   /**
@@ -328,7 +331,8 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const render = rendererFor(head.path)
     const problem = headProblem(head, maxHeaderBytes)
     if (problem !== null) return refuseHead(res, head, problem, render)
-    const reply = new UwsReply(res, sendTimeoutMs)
+    // Any other HEAD gets the status a GET would, and no body.
+    const reply = new UwsReply(res, sendTimeoutMs, '', head.method === 'head')
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
     if (allowed !== undefined) {

@@ -13,6 +13,8 @@
  */
 import type { Budget } from '../billing/budget.js'
 import type { ResponseCodec } from '../codecs/codec.js'
+import { mayHoldTrace, stripTraces } from '../codecs/foreign-trace.js'
+import { isJsonType } from '../codecs/openai-media.js'
 import { spliceTrace } from '../codecs/trace-splice.js'
 import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
 import type { BilledCost } from '../billing/ledger.js'
@@ -86,20 +88,35 @@ function hasTimeOfDay(v: string): boolean {
   return false
 }
 
+/** Whether a body is a JSON object. */
+function isJsonObject(body: Buffer): boolean {
+  try {
+    const value: unknown = JSON.parse(body.toString('utf8'))
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+  } catch {
+    return false
+  }
+}
+
 /**
- * An error envelope (a JSON object) with `trace` as its `x_svc_trace` member: spliced in before the closing brace,
- * or, when the provider's own object already has a member of that name, put in its place (no duplicate key).
+ * An error body (a JSON object) with `trace` as its only `x_svc_trace` member: spliced in before the closing
+ * brace; when the provider's own object may hold one in any spelling (foreign-trace.ts), parsed, every such
+ * member removed, and written again with ours last.
  */
 function withTrace(envelope: string | Buffer, trace: Record<string, unknown>): string | Buffer {
   const body = typeof envelope === 'string' ? Buffer.from(envelope) : envelope
-  if (body.includes('"x_svc_trace"')) {
+  if (mayHoldTrace(body)) {
     try {
       const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value !== null && typeof value === 'object' && !Array.isArray(value)) return JSON.stringify({ ...value, x_svc_trace: trace })
+      if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+        stripTraces(value)
+        return JSON.stringify({ ...value, x_svc_trace: trace })
+      }
     } catch {
-      // Not JSON after all: sent as it is.
+      // Not JSON, or too deep to write back: what a reader would take for its trace is unknown, so the
+      // provider's body does not go out at all.
     }
-    return envelope
+    return JSON.stringify({ error: { message: 'the provider answered with an error body the router does not relay', type: 'provider_error' }, x_svc_trace: trace })
   }
   return spliceTrace(body, ',"x_svc_trace":' + JSON.stringify(trace)) ?? envelope
 }
@@ -294,8 +311,11 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       const out = withTrace(codec.errorBody(a.status, body, req.requestId), this.#trace(a, null, null))
       this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], out)
     } else {
+      // Relayed as the provider wrote it (an Anthropic-native error on /v1/messages), but for the trace: a JSON
+      // object gets ours, and loses any of the provider's.
       const ct = contentType === '' ? 'application/json' : contentType
-      this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], body)
+      const out = isJsonType(ct) && isJsonObject(body) ? withTrace(body, this.#trace(a, null, null)) : body
+      this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], out)
     }
     this.#publishEnd(a.status, a, `http_${a.status}`)
   }
