@@ -74,6 +74,18 @@ export async function clientStack(t: TapLike): Promise<Stack> {
   return startStack(t, providers)
 }
 
+/**
+ * True when the last request a simulator got sent a tool's result back (a tool_result block, a tool message,
+ * a *_call_output item): the run went through a whole tool round trip.
+ */
+export function sentToolResult(stack: Stack): boolean {
+  for (const sim of stack.sims.values()) {
+    const body = JSON.stringify(sim.stats.lastBody ?? null)
+    if (/"type":"tool_result"|"role":"tool"|"type":"[a-z_]+_call_output"/.test(body)) return true
+  }
+  return false
+}
+
 /** Requests the simulators behind `stack` received so far (the bound a client run is held to). */
 export function providerRequests(stack: Stack): number {
   let n = 0

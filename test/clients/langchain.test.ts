@@ -43,6 +43,9 @@ for (const [which, model] of TARGETS) {
     const viaResponses = await chat({ useResponsesApi: true }).withStructuredOutput(Film, { method: 'jsonSchema', name: 'film' }).invoke('Name a film.')
     t.same(viaResponses, film, 'json_schema over the Responses API')
     // JSON mode carries no schema: the simulated model answers {"answer": text} (README), which this schema reads.
+    // Anthropic has no JSON mode (its format always carries a schema): there the prompt alone asks for JSON,
+    // which a simulated model does not read.
+    if (model === MODELS.anthropic) return
     const loose = await chat().withStructuredOutput(z.object({ answer: z.string() }), { method: 'jsonMode' }).invoke('Answer in JSON.')
     t.match(loose.answer, /quick brown fox/, 'json_mode: JSON, parsed')
   })
