@@ -1,7 +1,7 @@
 /**
  * LangChain's ChatOpenAI (@langchain/openai, pinned in test/clients) against the router: a `bindTools` round
  * trip (a tool call, its result sent back, a text answer), `withStructuredOutput` with json_schema (the value
- * the schema asks for, parsed and validated by LangChain) and with json_mode (parsed), and the same chat and
+ * the schema asks for, parsed and validated by LangChain), with function calling and with json_mode (parsed), and the same chat and
  * tools over the Responses API (`useResponsesApi: true`). Against a model whose provider speaks both formats
  * natively, an OpenAI-chat-only one (the Responses API translated) and an Anthropic-native one (both
  * translated).
@@ -42,6 +42,8 @@ for (const [which, model] of TARGETS) {
     t.same(film, { title: 'sample', year: 1, genre: 'drama', cast: [{ name: 'sample' }], sequel: 'sample' }, 'json_schema: the schema value, parsed')
     const viaResponses = await chat({ useResponsesApi: true }).withStructuredOutput(Film, { method: 'jsonSchema', name: 'film' }).invoke('Name a film.')
     t.same(viaResponses, film, 'json_schema over the Responses API')
+    const called = await chat().withStructuredOutput(Film, { method: 'functionCalling', name: 'film' }).invoke('Name a film.')
+    t.same(called, film, 'function calling: the forced tool call, its arguments parsed')
     // JSON mode carries no schema: the simulated model answers {"answer": text} (README), which this schema reads.
     // Anthropic has no JSON mode (its format always carries a schema): there the prompt alone asks for JSON,
     // which a simulated model does not read.
