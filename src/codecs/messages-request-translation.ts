@@ -187,8 +187,9 @@ export function toOpenAiChat(body: Json): ChatTranslation {
     if (forced !== undefined && !isClientTool(forced)) {
       refusal = `tool_choice forces the server tool ${JSON.stringify(choice.name)} (${forced.type}), which a chat provider does not have`
     } else if (out.tools === undefined && choice.type === 'any') {
-      refusal = 'tool_choice "any" forces a tool, and only server tools, which a chat provider does not have, were given'
-    } else if (out.tools !== undefined || choice.type === 'none') {
+      refusal = 'tool_choice "any" forces a tool, and no tool a chat provider can call was given'
+    } else if (out.tools !== undefined) {
+      // Without tools there is nothing to choose, and OpenAI refuses a tool_choice without tools.
       out.tool_choice = toolChoice(choice, names)
       if (choice.disable_parallel_tool_use === true) out.parallel_tool_calls = false
     }

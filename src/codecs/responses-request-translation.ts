@@ -187,7 +187,8 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
   const choice = body.tool_choice
   if (typeof choice === 'string') {
     if (choice === 'required' && tools.length === 0) refusal = 'tool_choice "required" forces a tool, and none of the tools given is available from a chat provider'
-    else if (tools.length > 0 || choice === 'none') out.tool_choice = choice
+    // Without tools there is nothing to choose, and OpenAI refuses a tool_choice without tools.
+    else if (tools.length > 0) out.tool_choice = choice
   } else if (choice !== undefined && choice !== null) {
     if (choice.type === 'function' || choice.type === 'custom') {
       const label = typeof choice.namespace === 'string' ? `${choice.namespace}.${choice.name}` : choice.name

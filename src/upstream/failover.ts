@@ -198,7 +198,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #tryNext(): void {
     if (this.#finished || this.sink.aborted) return
     const req = this.#req
-    const offer = this.#attempts.length < this.#ctx.maxAttempts ? req.selection.next() : null
+    // A candidate that could not serve the request (a refusal) was never sent it: it is no try.
+    const offer = this.#attempts.length - this.#refused < this.#ctx.maxAttempts ? req.selection.next() : null
     if (offer === null) return this.#failAll()
     this.#reserve(offer)
   }
