@@ -269,11 +269,13 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * a 413.
  */
 function refuseHead(res: HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
-  const body = render(err, head.requestId)
+  const body = head.method === 'head' ? '' : render(err, head.requestId)
   res.cork(() => {
     res.writeStatus(statusLine(err.status)).writeHeader('Content-Type', 'application/json').writeHeader('x-request-id', head.requestId)
-    // HEAD: the head alone (uws-reply.ts says why the length is a header of ours).
-    if (head.method === 'head') res.writeHeader('Content-Length', String(Buffer.byteLength(body))).endWithoutBody(undefined, true)
+    // HEAD: the head alone. endWithoutBody(0, true) ends the answer on every build and closes where the core
+    // honours it (the trufflesuite core keeps the connection, correctly framed); it says Content-Length: 0, so no
+    // length of ours goes with it (uws-reply.ts has the other HEAD answers).
+    if (head.method === 'head') res.endWithoutBody(0, true)
     else res.end(body, true)
   })
 }
@@ -314,7 +316,7 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
 
   /**
    * The envelope of a path the catch-all answers: its route's own (a wrong method on /v1/messages), or that of
-   * the route it lies under (/v1/messages/count_tokens, which an Anthropic client expects in its own shape).
+   * the route it lies under (/v1/messages/batches, which an Anthropic client expects in its own shape).
    * Only exact paths set one (no route with a parameter does today). Off the hot path: 404s and 405s only.
    */
   const rendererFor = (path: string): ((err: RouterError, requestId: string) => string) => {

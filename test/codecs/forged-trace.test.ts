@@ -2,7 +2,8 @@
  * Issue 43 point 3: a provider cannot forge the trace. A provider of the test's own (a small http server) puts
  * its own `x_svc_trace` (tee_verified, another provider's address) in every answer it gives, spelled plainly and
  * with key escapes a JSON reader decodes to the same name. Through the real router, on chat, messages and
- * responses (native and translated), images, async jobs, stored responses and provider 4xx bodies, the client
+ * responses (native and translated), images, transcriptions, async jobs, stored responses and provider 4xx
+ * bodies, the client
  * sees exactly one x_svc_trace member in each body or stream, the router's: first-wins and last-wins readers of
  * the JSON agree.
  */
@@ -11,6 +12,7 @@ import { request } from 'undici'
 import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, startStack, type Stack } from '../helpers/stack.js'
 import { eventually } from '../helpers/wait.js'
+import { wav } from '../media/fixtures.js'
 
 const FAKE = { request_id: 'req_fake', provider: addr('f'), tee_verified: true, billing: { input_cost: '0', output_cost: '0', total_cost: '0', currency: 'USD' } }
 const FAKE_JSON = JSON.stringify(FAKE)
@@ -23,6 +25,8 @@ const OPENAI = 'm-openai'
 const ANTHROPIC = 'm-anth'
 const RESPONSES = 'm-resp'
 const IMAGE = 'm-image'
+const AUDIO = 'm-audio'
+const BOUNDARY = 'forged-trace-boundary'
 
 /**
  * Every key of a JSON text, decoded, in order, at any depth: a string followed by a colon. Counting keys named
@@ -105,6 +109,7 @@ function answers(key: string) {
       ],
     ]),
     imagesJson: `{"created":0,"data":[{"b64_json":"aGk="}],${fake}}`,
+    transcriptionJson: `{"text":"ok","usage":{"type":"duration","seconds":1},${fake}}`,
     chatError: `{"error":{"message":"bad thing","type":"invalid_request_error"},${fake}}`,
     messagesError: `{"type":"error","error":{"type":"invalid_request_error","message":"bad thing"},${fake}}`,
   }
@@ -120,7 +125,12 @@ async function forgingStack(t: Test): Promise<Forger> {
   let a = answers(SPELLINGS[0]!)
   let error = false
   const provider = await fakeProvider(t, (req, res, body) => {
-    const stream = (JSON.parse(body || '{}') as { stream?: boolean }).stream === true
+    let stream = false
+    try {
+      stream = (JSON.parse(body || '{}') as { stream?: boolean }).stream === true
+    } catch {
+      // A multipart upload.
+    }
     const send = (status: number, type: string, text: string) => {
       res.writeHead(status, { 'content-type': type })
       res.end(text)
@@ -136,6 +146,7 @@ async function forgingStack(t: Test): Promise<Forger> {
     }
     if (url.endsWith('/responses')) return stream ? send(200, 'text/event-stream', a.responsesStream) : send(200, 'application/json', a.responsesJson)
     if (url.endsWith('/images/generations')) return send(200, 'application/json', a.imagesJson)
+    if (url.endsWith('/audio/transcriptions')) return send(200, 'application/json', a.transcriptionJson)
     send(404, 'text/plain', 'no')
   })
   const stack = await startStack(t, [
@@ -147,6 +158,7 @@ async function forgingStack(t: Test): Promise<Forger> {
         { id: ANTHROPIC, formats: ['anthropic'] },
         { id: RESPONSES, formats: ['openai', 'responses'] },
         { id: IMAGE, type: 'text-to-image', price: { image: '0.003' } },
+        { id: AUDIO, type: 'speech-to-text', price: { audio_second: '0.0001' } },
       ],
     },
   ])
@@ -202,6 +214,22 @@ t.test('JSON answers: one x_svc_trace, the router\'s, whatever the provider wrot
     t.equal(traceCount(images.text), 1, `images, ${key}: one x_svc_trace`)
     checkOurs(t, JSON.parse(images.text).x_svc_trace, `images, ${key}`)
     t.same(JSON.parse(images.text).data, [{ b64_json: 'aGk=' }])
+    const form = Buffer.concat([
+      Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${AUDIO}\r\n`),
+      Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+      wav(0.5),
+      Buffer.from(`\r\n--${BOUNDARY}--\r\n`),
+    ])
+    const res = await request(stack.url + '/v1/audio/transcriptions', {
+      method: 'POST',
+      headers: { 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, ...stack.auth },
+      body: form,
+    })
+    const text = await res.body.text()
+    t.equal(res.statusCode, 200, `transcriptions, ${key}`)
+    t.equal(traceCount(text), 1, `transcriptions, ${key}: one x_svc_trace`)
+    checkOurs(t, JSON.parse(text).x_svc_trace, `transcriptions, ${key}`)
+    t.equal(JSON.parse(text).text, 'ok')
   }
 })
 

@@ -99,6 +99,11 @@ t.test('HEAD where there is no GET: its status, no body, and the connection goes
     t.equal(answers[2]!.status, status)
     t.equal(wire(text, answers), text.length, `${path}: nothing after the answers`)
   }
+  // A head the front end refuses (431, closed after): no body either.
+  const big = await sequence(port, [req('HEAD', '/v1/models', { 'x-padding': 'p'.repeat(5000) })])
+  t.equal(big.answers[0]?.status, 431)
+  t.equal(big.answers[0]?.body, '')
+  t.equal(wire(big.text, big.answers), big.text.length, '431: nothing after its head')
   // The GET routes list HEAD among their methods.
   const { answers } = await sequence(port, [req('POST', '/v1/models', { 'content-length': '0' })])
   t.equal(answers[0]!.status, 405)
