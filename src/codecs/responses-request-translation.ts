@@ -166,7 +166,7 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
   for (const key of ['temperature', 'top_p', 'parallel_tool_calls', 'user'] as const) if (body[key] !== undefined && body[key] !== null) out[key] = body[key]
   const tools: Json[] = []
   const dropped: string[] = []
-  /** Names of the function tools sent (as the client names them: `ns.name` in a namespace). */
+  /** The tools sent, as `<type>:<name>` (`<type>:<namespace>.<name>` in a namespace), for tool_choice. */
   const sent = new Set<string>()
   if (Array.isArray(body.tools)) {
     for (const t of body.tools as Json[]) {

@@ -68,12 +68,18 @@ async function capturing(t: Parameters<typeof startStack>[0], seen: Seen[]): Pro
   return url
 }
 
-async function stackOf(t: Parameters<typeof startStack>[0], which: 'native' | 'openai' | 'both', seen: Seen[], params = ['tools', 'tool_choice', 'reasoning', 'response_format']): Promise<Stack> {
+async function stackOf(
+  t: Parameters<typeof startStack>[0],
+  which: 'native' | 'openai' | 'both',
+  seen: Seen[],
+  params = ['tools', 'tool_choice', 'reasoning', 'response_format'],
+  config = {},
+): Promise<Stack> {
   const url = await capturing(t, seen)
   const providers = []
   if (which !== 'openai') providers.push({ address: N, url, models: [{ id: MODEL, formats: ['anthropic'], supported_parameters: params, price: { prompt: 0.5, completion: 1 } }] })
   if (which !== 'native') providers.push({ address: O, url, models: [{ id: MODEL, formats: ['openai'], supported_parameters: params, price: { prompt: 0.1, completion: 0.2 } }] })
-  return startStack(t, providers)
+  return startStack(t, providers, config)
 }
 
 function client(stack: Stack, headers: Record<string, string> = {}): Anthropic {
@@ -215,7 +221,8 @@ t.test('tool_choice forcing a server tool: refused by a translated candidate, se
   t.equal(seen.length, 0, 'the translated provider got nothing')
 
   const seenBoth: Seen[] = []
-  const both = await stackOf(t, 'both', seenBoth)
+  // One try allowed: the candidate that could not serve was sent nothing, so it is no try.
+  const both = await stackOf(t, 'both', seenBoth, undefined, { routing: { max_attempts: 1 } })
   // Sorted by price the translated candidate comes first; it cannot serve, the native one does.
   const served = await post(both, forced, { 'x-svc-provider-sort': 'price' })
   t.equal(served.status, 200)
