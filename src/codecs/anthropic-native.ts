@@ -5,7 +5,8 @@
  * answer waits for the durable charge. A provider's own `event: error` is held the same way and ends the
  * stream in place of message_stop, with the trace added, once the answer has begun; as the stream's first
  * event (Anthropic's overloaded_error at the start of a stream, under a 200) it fails the try before anything
- * was relayed, and the next candidate answers. Nothing after message_stop or an error event is relayed.
+ * was relayed, and the next candidate answers. Nothing after message_stop or an error event is relayed. A
+ * provider's own x_svc_trace is taken out of the body and of every event (foreign-trace.ts).
  */
 import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'

@@ -385,7 +385,12 @@ export class OpenAiSseCodec {
       // is not relayed, as any malformed chunk (before any other, the stream failed before it began).
       if (!suspect) return false
       this.#sawError = true
-      if (this.#events === 1) this.#failed = true
+      if (this.#events === 1) {
+        // It was the first chunk: the stream failed before it began, nothing held goes out (a miss).
+        this.#events = 0
+        this.#started = false
+        this.#failed = true
+      }
       return true
     }
     if (value === null || typeof value !== 'object' || Array.isArray(value)) return false

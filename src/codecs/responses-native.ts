@@ -5,7 +5,8 @@
  * client asked. On a stream only the lifecycle events that carry the response object are re-written
  * (response.created, .in_progress, .queued); every delta is relayed byte for byte. The last event
  * (response.completed, .incomplete, .failed, or an error event) is held and sent by complete() with the
- * trace, so it waits for the durable charge.
+ * trace, so it waits for the durable charge. A provider's own x_svc_trace is taken out of the body and of every
+ * event (foreign-trace.ts), so neither the client nor the stored response keeps it.
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'

@@ -120,7 +120,13 @@ export function createCountTokens(deps: CountTokensDeps): Handler {
     if (index === undefined) return fail(reply, head, new RouterError('model_not_found', `model ${model} is not in the catalog`), headers)
     const offer = nativeOffers(index.offers, principal)[0]
     if (offer === undefined) return answer(reply, headers, estimateInputTokens(b), 'estimate')
-    providerCount(offer, head, raw).then(
+    // The router's own `provider` object (deprecated routing preferences) is no field of Anthropic's.
+    let forwarded = raw
+    if (Object.hasOwn(b, 'provider')) {
+      const { provider: _, ...rest } = b
+      forwarded = Buffer.from(JSON.stringify(rest))
+    }
+    providerCount(offer, head, forwarded).then(
       (n) => answer(reply, headers, n ?? estimateInputTokens(b), n === null ? 'estimate' : 'provider'),
       (err: unknown) => {
         log.warn('count_tokens: the provider gave no count, the estimate answers', { request_id: head.requestId, provider: offer.provider.address, err: String(err) })

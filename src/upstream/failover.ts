@@ -14,7 +14,6 @@
 import type { Budget } from '../billing/budget.js'
 import type { ResponseCodec } from '../codecs/codec.js'
 import { mayHoldTrace, stripTraces } from '../codecs/foreign-trace.js'
-import { isJsonType } from '../codecs/openai-media.js'
 import { spliceTrace } from '../codecs/trace-splice.js'
 import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
 import type { BilledCost } from '../billing/budget.js'
@@ -313,9 +312,10 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], out)
     } else {
       // Relayed as the provider wrote it (an Anthropic-native error on /v1/messages), but for the trace: a JSON
-      // object gets ours, and loses any of the provider's.
+      // object, whatever Content-Type it came under (SDKs parse an error body that parses), gets ours and loses
+      // any of the provider's.
       const ct = contentType === '' ? 'application/json' : contentType
-      const out = isJsonType(ct) && isJsonObject(body) ? withTrace(body, this.#trace(a, null, null)) : body
+      const out = isJsonObject(body) ? withTrace(body, this.#trace(a, null, null)) : body
       this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], out)
     }
     this.#publishEnd(a.status, a, `http_${a.status}`)

@@ -66,3 +66,14 @@ t.test('the chat stream relays an ordinary chunk as the same bytes, and rewrites
   t.equal(text, plain + 'data: {"id":"c","choices":[]}\n\n' + plain)
   t.equal(out[0]!.buffer, input.buffer, 'the first chunk is a view of the provider\'s bytes, not a copy')
 })
+
+t.test('a first chunk that may spell the trace and is not JSON fails the stream before it began', async (t) => {
+  const codec = new OpenAiSseCodec(true)
+  const out: Buffer[] = []
+  codec.push(Buffer.from(': keep-alive\n\ndata: {"x_svc\\u005ftrace":{"provider":"0xf"},}\n\ndata: {"id":"c","choices":[]}\n\n'), (b) => out.push(b))
+  codec.finish((b) => out.push(b))
+  t.equal(Buffer.concat(out).toString(), '', 'nothing relayed, the comment before it neither')
+  t.ok(codec.failed, 'a miss the next candidate answers')
+  t.ok(codec.sawError)
+  t.equal(codec.events, 0)
+})

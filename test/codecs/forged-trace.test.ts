@@ -123,6 +123,7 @@ interface Forger {
 
 async function forgingStack(t: Test): Promise<Forger> {
   let a = answers(SPELLINGS[0]!)
+  let spelling = SPELLINGS[0]!
   let error = false
   const provider = await fakeProvider(t, (req, res, body) => {
     let stream = false
@@ -141,7 +142,8 @@ async function forgingStack(t: Test): Promise<Forger> {
       return stream ? send(200, 'text/event-stream', a.chatStream) : send(200, 'application/json', a.chatJson)
     }
     if (url.endsWith('/messages')) {
-      if (error) return send(400, 'application/json', a.messagesError)
+      // Under a Content-Type that is not JSON as well: clients parse an error body that parses.
+      if (error) return send(400, spelling === SPELLINGS[1] ? 'text/plain' : 'application/json', a.messagesError)
       return stream ? send(200, 'text/event-stream', a.messagesStream) : send(200, 'application/json', a.messagesJson)
     }
     if (url.endsWith('/responses')) return stream ? send(200, 'text/event-stream', a.responsesStream) : send(200, 'application/json', a.responsesJson)
@@ -166,6 +168,7 @@ async function forgingStack(t: Test): Promise<Forger> {
     stack,
     set(key, err = false) {
       a = answers(key)
+      spelling = key
       error = err
     },
   }

@@ -67,6 +67,14 @@ t.test('countTokens: the provider\'s own count where a native provider gives one
   t.equal(seen[0]!.headers['anthropic-beta'], 'token-counting-2024-11-01', 'with the client\'s anthropic headers')
   t.type(seen[0]!.headers['anthropic-version'], 'string')
   t.notOk(seen[0]!.headers['x-api-key'] ?? seen[0]!.headers.authorization, 'never the client\'s key')
+  // The router's deprecated `provider` object stays with the router.
+  const withPrefs = await request(stack.url + '/v1/messages/count_tokens', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': stack.key },
+    body: JSON.stringify({ ...PARAMS, model: OWN, provider: { sort: 'price' } }),
+  })
+  t.same(await withPrefs.body.json(), { input_tokens: 4242 })
+  t.same(JSON.parse(seen[1]!.body), { ...PARAMS, model: OWN }, 'the provider object left out')
 
   for (const model of [OPENAI_ONLY, BROKEN]) {
     const answer = await client.messages.countTokens({ ...PARAMS, model }).withResponse()

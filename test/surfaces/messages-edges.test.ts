@@ -348,8 +348,8 @@ t.test("what the front end refuses on /v1/messages is Anthropic-shaped too: a wr
   t.equal(twiceBody.type, 'error')
   t.equal(twiceBody.error.code, 'invalid_request')
 
-  // A path under /v1/messages that is no route (the Anthropic SDK's countTokens) is a 404 in the same envelope.
-  const count = await request(stack.url + '/v1/messages/count_tokens', { method: 'POST', headers: { 'x-api-key': stack.key, 'content-type': 'application/json' }, body: '{}' })
+  // A path under /v1/messages that is no route (the Anthropic SDK's batches) is a 404 in the same envelope.
+  const count = await request(stack.url + '/v1/messages/batches', { method: 'POST', headers: { 'x-api-key': stack.key, 'content-type': 'application/json' }, body: '{}' })
   t.equal(count.statusCode, 404)
   const countBody = JSON.parse(await count.body.text())
   t.equal(countBody.type, 'error')
