@@ -8,7 +8,7 @@ import type { Credentials } from './auth/credentials.js'
 import type { SessionBook } from './auth/session.js'
 import type { Books } from './billing/books.js'
 import { billingPart, followBooksPart } from './compose/billing.js'
-import { enginePart, healthPart, poolsPart, probesPart, tablePart, teePart } from './compose/engine.js'
+import { enginePart, healthPart, poolsPart, probesPart, recoveryPart, tablePart, teePart } from './compose/engine.js'
 import { jobsPart } from './compose/jobs.js'
 import { listenPart, type Listeners } from './compose/listen.js'
 import { Lifecycle } from './compose/part.js'
@@ -65,11 +65,12 @@ async function serveWith(config: Config): Promise<RunningRouter> {
   const life = new Lifecycle()
   try {
     const store = await life.add(storePart(config))
-    const { auth, credentials, devKeys } = await life.add(keysPart(config, store))
+    const { auth, credentials, sourceOf, devKeys } = await life.add(keysPart(config, store))
     const { registry, snapshot } = await life.add(registryPart(config.registry))
     const simulators = await life.add(simulatorsPart(snapshot))
-    const pools = await life.add(poolsPart(config.upstream))
-    const tee = await life.add(teePart(config.tee, { pools, standing: registry.standing }))
+    const pools = await life.add(poolsPart(config))
+    const recovery = await life.add(recoveryPart())
+    const tee = await life.add(teePart(config.tee, { pools, standing: registry.standing, recovery }))
     const health = await life.add(healthPart(config))
     const table = await life.add(tablePart(config.routing, { snapshot, health }))
     const limiter = await life.add(COORDINATION[coordinationOf(config)](config, { store, book: health.book }))
@@ -80,7 +81,7 @@ async function serveWith(config: Config): Promise<RunningRouter> {
     await life.add(followBooksPart({ store, credentials, ledger }))
     await life.add(followRegistryPart({ registry, simulators, table, pools }))
     const { metrics } = await life.add(telemetryPart(config, { table, writer, store }))
-    const api = await life.add(apiPart(config, { store, auth, credentials, table, engine, ledger, limiter, jobs }))
+    const api = await life.add(apiPart(config, { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery }))
     await life.add(probesPart(config.health, { table, engine }))
     const listeners = await life.add(listenPart(config, { api, jobs, table, store, metrics, registry }))
     const { inFlight, sessions } = api

@@ -8,12 +8,15 @@ import { startProbes } from '../health/probes.js'
 import type { RegistrySnapshot } from '../registry/types.js'
 import { RoutingTable } from '../routing/table.js'
 import type { TeeStanding } from '../tee/standing.js'
+import { SignerRecovery } from '../tee/signer-recovery.js'
 import { TeeVerifier } from '../tee/verify.js'
 import type { EngineContext } from '../upstream/failover.js'
 import { UpstreamPools } from '../upstream/pools.js'
 import { part, type Part } from './part.js'
+import { connectGuardOf } from './table.js'
 
-export function poolsPart(upstream: Config['upstream']): Part<UpstreamPools> {
+export function poolsPart(config: Pick<Config, 'upstream' | 'registry'>): Part<UpstreamPools> {
+  const upstream = config.upstream
   const pools = new UpstreamPools({
     connections: upstream.connections_per_provider,
     connectTimeoutMs: upstream.connect_timeout_ms,
@@ -24,12 +27,19 @@ export function poolsPart(upstream: Config['upstream']): Part<UpstreamPools> {
     maxConcurrent: upstream.max_concurrent_per_provider,
     queue: upstream.queue_per_provider,
     queueTimeoutMs: upstream.queue_timeout_ms,
+    guard: connectGuardOf(config.registry),
   })
   return part(pools, () => pools.close())
 }
 
-export function teePart(tee: Config['tee'], parts: { pools: UpstreamPools; standing: TeeStanding }): Part<TeeVerifier> {
-  const verifier = new TeeVerifier(parts.pools, parts.standing, { verifyTimeoutMs: tee.verify_timeout_ms, sampleRate: tee.sample_rate })
+/** The signature worker pool, shared by TEE answers' checks and console sign-ins (started on first use). */
+export function recoveryPart(): Part<SignerRecovery> {
+  const recovery = new SignerRecovery()
+  return part(recovery, () => recovery.close())
+}
+
+export function teePart(tee: Config['tee'], parts: { pools: UpstreamPools; standing: TeeStanding; recovery: SignerRecovery }): Part<TeeVerifier> {
+  const verifier = new TeeVerifier(parts.pools, parts.standing, { verifyTimeoutMs: tee.verify_timeout_ms, sampleRate: tee.sample_rate }, parts.recovery)
   return part(verifier, () => verifier.close())
 }
 

@@ -7,6 +7,7 @@ import { ConsoleOrigins } from '../auth/console-origins.js'
 import type { Credentials } from '../auth/credentials.js'
 import type { RateGate } from '../auth/rate-limit.js'
 import { SessionBook } from '../auth/session.js'
+import type { SourceHead } from '../auth/source-ip.js'
 import { createSessionAuthenticators } from '../auth/session-auth.js'
 import type { Books } from '../billing/books.js'
 import type { Config } from '../config/index.js'
@@ -17,6 +18,7 @@ import { createMultipartRoute, type MultipartDeps } from '../pipeline/multipart-
 import type { RoutingTable } from '../routing/table.js'
 import type { Route } from '../server/app.js'
 import type { Store } from '../store/store.js'
+import type { SignerRecovery } from '../tee/signer-recovery.js'
 import { createAccount } from '../surfaces/account.js'
 import { createApiKeys } from '../surfaces/api-keys.js'
 import { asyncImageEdits, asyncImageGenerations, editJobs, generationJobs } from '../surfaces/async-images.js'
@@ -43,6 +45,8 @@ export interface ApiParts {
   readonly ledger: Books
   readonly limiter: RateGate
   readonly jobs: JobRunner
+  readonly sourceOf: (head: SourceHead) => string
+  readonly recovery: SignerRecovery
 }
 
 export interface Api {
@@ -55,8 +59,8 @@ export interface Api {
   listening(host: string, port: number): void
 }
 
-export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'>, parts: ApiParts): Part<Api> {
-  const { store, auth, credentials, table, engine, ledger, limiter, jobs } = parts
+export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses' | 'limits'>, parts: ApiParts): Part<Api> {
+  const { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery } = parts
   const deps: AdmissionDeps = { table, engine, ledger, limiter, authenticate: auth.inference, maxJsonBodyBytes: config.server.max_json_body_bytes }
   const multipartDeps: MultipartDeps = {
     ...deps,
@@ -75,7 +79,7 @@ export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'
     maxBodyBytes: config.server.max_json_body_bytes,
     timeoutMs: Math.min(config.upstream.headers_timeout_ms, 10_000),
   })
-  const sessions = new SessionBook()
+  const sessions = new SessionBook({ maxSessions: config.limits.max_console_sessions })
   // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
   const consoleAuth = createSessionAuthenticators(sessions, auth)
   const apiKeys = createApiKeys({ authenticate: consoleAuth.management, credentials, store, used: (key) => ledger.used(key.id, key.resetPeriod) })
@@ -83,7 +87,14 @@ export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'
   const mgmtKeys = createManagementKeys({ authenticate: consoleAuth.sessionOnly, credentials, store })
   // Where the console is reached: configured, or the listening address once it is known.
   let consoleOrigins = config.server.public_origins.length > 0 ? ConsoleOrigins.of(config.server.public_origins) : null
-  const signIn = createAuthSession({ sessions, store, origins: () => consoleOrigins! })
+  const signIn = createAuthSession({
+    sessions,
+    recover: (input) => recovery.recover(input),
+    sourceOf,
+    perSourcePerMinute: config.limits.sign_in_per_source_per_minute,
+    perMinute: config.limits.sign_in_per_minute,
+    origins: () => consoleOrigins!,
+  })
   const consoleFiles = createConsoleFiles()
   // POST /v1/responses and its stored state (GET/DELETE), in the store beside everything else.
   const responsesState = { store: store.responses, retentionMs: config.responses.retention_ms, maxInputBytes: config.server.max_json_body_bytes }

@@ -20,6 +20,7 @@ import type { Store } from '../store/store.js'
 import type { RoutingTable } from '../routing/table.js'
 import { startAccessLog, startPromptLog } from '../telemetry/access-log.js'
 import { startMetrics, type Metrics } from '../telemetry/metrics.js'
+import { publicOnlyGuard, type ConnectGuard } from '../upstream/connect-guard.js'
 import { part, type Part } from './part.js'
 
 /**
@@ -34,6 +35,7 @@ export const REGISTRY_SOURCES: Readonly<Record<Config['registry']['source'], (re
       contract: r.chain.contract as `0x${string}`,
       refreshMs: r.chain.refresh_ms,
       usdPer0g: r.chain.usd_per_0g,
+      allowPrivateUrls: r.chain.allow_private_urls,
       overridesPath: r.path === '' ? null : r.path,
     }),
 }
@@ -121,3 +123,12 @@ export const TELEMETRY = {
     start: async (c) => (await import('../telemetry/tracing.js')).startTracing({ endpoint: c.tracing.otlp_endpoint, serviceName: c.tracing.service_name }),
   },
 } satisfies Record<string, Subscriber>
+
+/**
+ * What every connection to a provider is judged by: the ledger's providers are anyone with a stake (DESIGN.md
+ * §8), so public unicast addresses only unless `registry.chain.allow_private_urls`; the file registry is the
+ * operator's own word.
+ */
+export function connectGuardOf(registry: Config['registry']): ConnectGuard | null {
+  return registry.source === 'chain' && !registry.chain.allow_private_urls ? publicOnlyGuard() : null
+}

@@ -5,6 +5,7 @@
 
 import { z } from 'zod'
 import { originProblem } from '../auth/console-origins.js'
+import { proxyEntryProblem } from '../auth/source-ip.js'
 import { LOWER_ADDRESS_PATTERN } from '../vocabulary/address.js'
 
 /** Node clamps any timer delay above 2^31-1 ms to 1 ms, so a longer "timeout" would fire at once. */
@@ -41,6 +42,19 @@ const ServerSchema = z.strictObject({
       }),
     )
     .default([]),
+  /**
+   * Proxies in front of the router (addresses or CIDR blocks) whose X-Forwarded-For is believed: the source of a
+   * request whose peer is one of them is the right-most forwarded address that is not (auth/source-ip.ts). Empty:
+   * the source is the socket's peer, and the header is never read. Decides what the per-source throttles count.
+   */
+  trusted_proxies: z
+    .array(
+      z.string().superRefine((value, ctx) => {
+        const problem = proxyEntryProblem(value)
+        if (problem !== null) ctx.addIssue({ code: 'custom', message: `${problem} (got ${JSON.stringify(value)})` })
+      }),
+    )
+    .default([]),
 })
 
 /** `registry.chain`: the InferenceServing contract as the registry (registry/chain-source.ts). */
@@ -61,6 +75,11 @@ const ChainRegistrySchema = z.strictObject({
     .string()
     .default('')
     .refine((v) => v === '' || /^\d+(\.\d{1,18})?$/.test(v), { message: 'must be a non-negative decimal string with at most 18 decimals, e.g. "0.5"' }),
+  /**
+   * false: a service whose URL is (or resolves, at connect time, to) anything but a public unicast address is
+   * left out (DESIGN.md §8). true lifts that: a local chain whose providers run on loopback (the demo, tests).
+   */
+  allow_private_urls: z.boolean().default(false),
 })
 
 const RegistrySchema = z
@@ -145,6 +164,17 @@ const LimitsSchema = z.strictObject({
    * before its 402 (a burst on a capped key spends the cap instead of being refused); 0 refuses at once.
    */
   budget_wait_ms: z.int().min(0).max(MAX_TIMER_MS).default(10_000),
+  /**
+   * Failed authentications (unknown, malformed, revoked or expired keys) a source may make in a minute; past it
+   * the source gets 429 with Retry-After, whatever key it sends, until its minute is over. 0 turns it off.
+   */
+  auth_failures_per_minute: z.int().min(0).default(100),
+  /** Requests to /v1/auth/* (console sign-in) a source may make in a minute; past it 429 with Retry-After. */
+  sign_in_per_source_per_minute: z.int().positive().default(30),
+  /** Requests to /v1/auth/* from all sources together in a minute (bounds the CPU a sign-in flood takes). */
+  sign_in_per_minute: z.int().positive().default(600),
+  /** Live console sessions at most; a sign-in past it gets 429 until one ends (each wallet keeps its 8 newest). */
+  max_console_sessions: z.int().positive().default(10_000),
 })
 
 const UpstreamSchema = z.strictObject({

@@ -85,7 +85,9 @@ async function main(): Promise<void> {
     }
     const config = loadConfig({
       file: CONFIG,
-      env: { ...process.env, SVC_REGISTRY_CHAIN_RPC_URL: chain.rpcUrl, SVC_REGISTRY_CHAIN_CONTRACT: contract.address },
+      // The demo's providers are simulators on loopback: addresses a router on a real chain refuses (README
+      // "Providers as untrusted input").
+      env: { SVC_REGISTRY_CHAIN_ALLOW_PRIVATE_URLS: 'true', ...process.env, SVC_REGISTRY_CHAIN_RPC_URL: chain.rpcUrl, SVC_REGISTRY_CHAIN_CONTRACT: contract.address },
     })
     installProcessNet()
     const router = await serve(config)

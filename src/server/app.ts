@@ -15,7 +15,7 @@ import { log } from '../log.js'
 import { sameRoutingValue } from '../routing/preferences.js'
 import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
-import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
+import { ANTHROPIC_HEADER, FORWARD_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
@@ -61,7 +61,7 @@ export const UWS_HEAD_LIMIT_FACTOR = 2
  * `scan.values`, and each field's slot. Only HEADER's slots (the first CONFLICT_CHECKED) are checked for
  * conflicting repeats.
  */
-const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER, ...TEE_HEADER }
+const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER, ...TEE_HEADER, ...FORWARD_HEADER }
 const COPIED: readonly string[] = Object.values(COPY)
 const SLOT = Object.fromEntries(Object.keys(COPY).map((key, slot) => [key, slot])) as Record<keyof typeof COPY, number>
 const CONFLICT_CHECKED = Object.keys(HEADER).length
@@ -75,9 +75,10 @@ const SECOND_BY_LENGTH = new Int8Array(64).fill(-1)
 const THIRD_BY_LENGTH = new Int8Array(64).fill(-1)
 /**
  * Headers whose repeats are one list, comma-joined as HTTP combines list fields: anthropic-beta, and
- * tracestate (W3C Trace Context: a vendor may split it over several fields, and all of them are the state).
+ * tracestate (W3C Trace Context: a vendor may split it over several fields, and all of them are the state), and
+ * x-forwarded-for (each proxy may append a field of its own).
  */
-const JOINED = (1 << SLOT.anthropicBeta) | (1 << SLOT.tracestate)
+const JOINED = (1 << SLOT.anthropicBeta) | (1 << SLOT.tracestate) | (1 << SLOT.forwardedFor)
 for (let slot = 0; slot < COPIED.length; slot++) {
   const name = COPIED[slot]!
   if (name.length >= SLOT_BY_LENGTH.length || THIRD_BY_LENGTH[name.length] !== -1) {
@@ -160,6 +161,7 @@ class UwsRequestHead implements RequestHead {
   readonly anthropicVersion: string
   readonly anthropicBeta: string
   readonly verifyTee: string
+  readonly forwardedFor: string
   readonly conflictingHeader: string
   /** The head's size as MAX_HEADER_BYTES counts it. */
   readonly headBytes: number
@@ -202,6 +204,7 @@ class UwsRequestHead implements RequestHead {
     this.anthropicVersion = v[SLOT.anthropicVersion]!
     this.anthropicBeta = v[SLOT.anthropicBeta]!
     this.verifyTee = v[SLOT.verifyTee]!
+    this.forwardedFor = v[SLOT.forwardedFor]!
     this.conflictingHeader = scan.conflict
     // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
     const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)

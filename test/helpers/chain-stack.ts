@@ -90,11 +90,14 @@ export async function startChain(t: TapLike, providers: ChainProvider[]): Promis
   return { chain, contract, owner, providers: registered, register }
 }
 
-/** The chain, and a router serving from it. `config` is merged into the router's config file. */
+/**
+ * The chain, and a router serving from it. `config` is merged into the router's config file; loopback providers
+ * are allowed (registry.chain.allow_private_urls) unless `allowPrivateUrls: false`.
+ */
 export async function startChainStack(
   t: TapLike,
   providers: ChainProvider[],
-  config: { refreshMs?: number; usdPer0g?: string; overrides?: string; extra?: Record<string, Record<string, unknown>> } = {},
+  config: { refreshMs?: number; usdPer0g?: string; overrides?: string; allowPrivateUrls?: boolean; extra?: Record<string, Record<string, unknown>> } = {},
 ): Promise<ChainStack & { stack: Stack }> {
   const chain = await startChain(t, providers)
   const stack = await startStack(t, [], {
@@ -102,7 +105,14 @@ export async function startChainStack(
     registry: {
       source: 'chain',
       path: config.overrides ?? '',
-      chain: { rpc_url: chain.chain.rpcUrl, contract: chain.contract.address, refresh_ms: config.refreshMs ?? 500, usd_per_0g: config.usdPer0g ?? '0.5' },
+      chain: {
+        rpc_url: chain.chain.rpcUrl,
+        contract: chain.contract.address,
+        refresh_ms: config.refreshMs ?? 500,
+        usd_per_0g: config.usdPer0g ?? '0.5',
+        // Its providers are simulators on loopback, which a router on a real chain refuses.
+        allow_private_urls: config.allowPrivateUrls ?? true,
+      },
     },
   })
   return { ...chain, stack }

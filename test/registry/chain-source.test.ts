@@ -314,7 +314,7 @@ t.test('a router started while the RPC is down serves nothing, is not ready, and
   // The first contract anvil's account 0 deploys always has this address (its nonce 0).
   const address = '0x5FbDB2315678afecb367f032d93F642f64180aa3'
   const stack = await startStack(t, [], {
-    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: address, refresh_ms: 200, usd_per_0g: '1' } },
+    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: address, refresh_ms: 200, usd_per_0g: '1', allow_private_urls: true } },
   })
   const ready = await request(`${stack.router.opsUrl}/readyz`)
   t.equal(ready.statusCode, 503)
@@ -365,7 +365,7 @@ t.test('an RPC that answers garbage, or never answers, keeps the last snapshot',
   })
   const port = (proxy.address() as AddressInfo).port
   const stack = await startStack(t, [], {
-    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: contract.address, refresh_ms: 200, usd_per_0g: '1' } },
+    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: contract.address, refresh_ms: 200, usd_per_0g: '1', allow_private_urls: true } },
   })
   const registry = async () => (await providersOf(stack.url, 'qwen'))?.map((r) => [r.address, r.trust_mode, r.pricing])
   const before = await registry()
