@@ -213,6 +213,9 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   // What the table routes on: the source's snapshot, with providers whose TEE signatures failed lowered
   // (tee/standing.ts). Either changing republishes it whole under a new version.
   const source = await REGISTRY_SOURCES[config.registry.source](config.registry)
+  // Paying chain providers (src/settlement/): only the ones it has paid for reach the table.
+  let paidChanged: (() => void) | null = null
+  const settlement = config.settlement.key_file === '' && config.settlement.key_env === '' ? null : (await import('./settlement/index.js')).createSettlementPart(config, { onRoutableChange: () => paidChanged?.() })
   let routedVersion = 0
   const standing = new TeeStanding(() => publishRegistry('tee standing changed'))
   let sourceSnapshot = await source.start({
@@ -224,7 +227,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       log.error('registry source rejected; keeping the previous registry', { err: err.message })
     },
   })
-  const snapshot = standing.lower(sourceSnapshot, ++routedVersion)
+  settlement?.observe(sourceSnapshot)
+  const snapshot = standing.lower(settlement?.filter(sourceSnapshot) ?? sourceSnapshot, ++routedVersion)
   const simulators = new Map<string, SimulatorHandle>()
   await reconcileSimulators(snapshot, simulators)
 
@@ -246,7 +250,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   })
 
   function publishRegistry(why: string): void {
-    const next = standing.lower(sourceSnapshot, ++routedVersion)
+    if (why !== 'paid providers changed') settlement?.observe(sourceSnapshot)
+    const next = standing.lower(settlement?.filter(sourceSnapshot) ?? sourceSnapshot, ++routedVersion)
     reconcileSimulators(next, simulators)
       .then(() => table.update(next))
       .then(() => {
@@ -255,6 +260,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       })
       .catch((err: unknown) => log.error('registry update failed; keeping the previous registry', { err: String(err) }))
   }
+  paidChanged = () => publishRegistry('paid providers changed')
+  paidChanged()
   const tee = new TeeVerifier(pools, standing, { verifyTimeoutMs: config.tee.verify_timeout_ms, sampleRate: config.tee.sample_rate })
 
   const healthSettings: HealthSettings = {
@@ -307,6 +314,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       health: healthSettings,
       maxAttempts: config.routing.max_attempts,
       tee,
+      payer: settlement,
     },
     ledger,
     limiter,
@@ -338,7 +346,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const asyncEdits = jobs.kind(editJobs)
   // Every inference route is wrapped in inFlight.track so that a drain knows what it waits for.
   const inFlight = new InFlight()
-  const catalog = createCatalog(table)
+  const catalog = createCatalog(table, settlement)
   const sessions = new SessionBook()
   // The account and key endpoints take an mk- key or a console session; /v1/management-keys only a session.
   const consoleAuth = createSessionAuthenticators(sessions, auth)
@@ -420,6 +428,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     stopPromptLog?.()
     await tracing?.close()
     source.close()
+    await settlement?.stop()
     stopWatchingLedger()
     stopWatchingRevocations()
     stopWatchingUpdates()
