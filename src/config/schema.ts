@@ -102,7 +102,10 @@ const SettlementSchema = z
     /** A file holding the payer's hex private key; refused unless its mode is 0600. Relative to the config file. */
     key_file: z.string().default(''),
     /** Or the name of an environment variable holding it. */
-    key_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).or(z.literal('')).default(''),
+    key_env: z
+      .string()
+      .default('')
+      .refine((v) => v === '' || /^[A-Za-z_][A-Za-z0-9_]*$/.test(v), { message: 'must be an environment variable name' }),
     /** The LedgerManager's address; '' = InferenceServing.ledgerAddress(). */
     ledger: z
       .string()

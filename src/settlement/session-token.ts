@@ -33,8 +33,25 @@ export interface SessionToken {
   readonly claims: SessionClaims
 }
 
-/** Signs a fresh ephemeral token for `provider` at the sub-account's `generation`. */
-export async function signSessionToken(payer: LocalAccount, provider: string, generation: bigint, now = Date.now(), lifetimeMs = EPHEMERAL_MAX_MS): Promise<SessionToken> {
+/**
+ * The id a new token takes: 255 (ephemeral), or while 255 is revoked the lowest id the sub-account has not
+ * revoked (still signed to expire within 24 h); -1 when every id is revoked (only revokeAllTokens helps).
+ */
+export function freeTokenId(revokedBitmap: bigint): number {
+  if ((revokedBitmap & (1n << 255n)) === 0n) return EPHEMERAL_TOKEN_ID
+  for (let id = 0; id < EPHEMERAL_TOKEN_ID; id++) if ((revokedBitmap & (1n << BigInt(id))) === 0n) return id
+  return -1
+}
+
+/** Signs a fresh token for `provider` at the sub-account's `generation`, living at most 24 h. */
+export async function signSessionToken(
+  payer: LocalAccount,
+  provider: string,
+  generation: bigint,
+  tokenId = EPHEMERAL_TOKEN_ID,
+  now = Date.now(),
+  lifetimeMs = EPHEMERAL_MAX_MS,
+): Promise<SessionToken> {
   const claims: SessionClaims = {
     address: payer.address,
     provider,
@@ -42,7 +59,7 @@ export async function signSessionToken(payer: LocalAccount, provider: string, ge
     expiresAt: now + Math.min(lifetimeMs, EPHEMERAL_MAX_MS),
     nonce: randomBytes(16).toString('hex'),
     generation: Number(generation),
-    tokenId: EPHEMERAL_TOKEN_ID,
+    tokenId,
   }
   const json = JSON.stringify(claims)
   const signature = await payer.signMessage({ message: { raw: keccak256(stringToBytes(json)) } })

@@ -18,7 +18,7 @@ import type { RegistryProvider, RegistrySnapshot } from '../registry/types.js'
 import { settled as settledChannel, type SettleEvent } from '../telemetry/events.js'
 import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI, format0g, parse0g, type PayerLedger, type SubAccount } from './abi.js'
 import type { FundingLock } from './funding-lock.js'
-import { RENEW_BEFORE_MS, signSessionToken, type SessionToken } from './session-token.js'
+import { freeTokenId, RENEW_BEFORE_MS, signSessionToken, type SessionToken } from './session-token.js'
 import { errorText, TxSender } from './sender.js'
 
 export interface SettlementSettings {
@@ -189,13 +189,23 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     }
   }
 
-  /** The session token for `e`: kept while it has an hour left and its generation is the account's. */
-  async function ensureToken(e: Entry, force: boolean): Promise<void> {
+  /**
+   * The session token for `e`: kept while it has an hour left, its generation is the account's and its id is not
+   * revoked. False when no token can be made (every id revoked: a new generation is needed).
+   */
+  async function ensureToken(e: Entry, force: boolean): Promise<boolean> {
     const a = e.account
-    if (a === null) return
+    if (a === null) return false
     const t = e.token
-    if (!force && t !== null && BigInt(t.claims.generation) === a.generation && t.claims.expiresAt - Date.now() > RENEW_BEFORE_MS) return
-    e.token = await signSessionToken(payer, e.address, a.generation)
+    const fresh = t !== null && BigInt(t.claims.generation) === a.generation && (a.revokedBitmap & (1n << BigInt(t.claims.tokenId))) === 0n
+    if (!force && fresh && t.claims.expiresAt - Date.now() > RENEW_BEFORE_MS) return true
+    const id = freeTokenId(a.revokedBitmap)
+    if (id < 0) {
+      e.token = null
+      return false
+    }
+    e.token = await signSessionToken(payer, e.address, a.generation, id)
+    return true
   }
 
   /** Funds, acknowledges and signs for one provider; returns why it is not routable, or null. */
@@ -232,7 +242,16 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       e.account = await readAccount(e)
       if (e.account === null || !e.account.acknowledged) return 'signer not acknowledged'
     }
-    await ensureToken(e, false)
+    if (!(await ensureToken(e, false))) {
+      if (!funder) return 'every session token id is revoked (another replica funds)'
+      try {
+        await sender.send({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'revokeAllTokens', args: [e.address] })
+      } catch (err) {
+        return `starting a new token generation failed: ${errorText(err)}`
+      }
+      e.account = await readAccount(e)
+      if (!(await ensureToken(e, true))) return 'every session token id is revoked'
+    }
     return null
   }
 
@@ -332,7 +351,11 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         try {
           e.account = await readAccount(e)
           if (e.account === null) return false
-          await ensureToken(e, true)
+          if (!(await ensureToken(e, true))) {
+            // A new generation needs a transaction: the next round sends it; this request moves on.
+            void round()
+            return false
+          }
           log.info('settlement: session token renewed after the provider refused it', { provider: address, generation: e.account.generation.toString() })
           return true
         } catch (err) {
