@@ -215,7 +215,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
   const source = await REGISTRY_SOURCES[config.registry.source](config.registry)
   // Paying chain providers (src/settlement/): only the ones it has paid for reach the table.
   let paidChanged: (() => void) | null = null
-  const settlement = config.settlement.key_file === '' && config.settlement.key_env === '' ? null : (await import('./settlement/index.js')).createSettlementPart(config, { onRoutableChange: () => paidChanged?.() })
+  const settlement = config.settlement.key_file === '' && config.settlement.key_env === '' ? null : (await import('./settlement/index.js')).createSettlementPart(config, { onRoutableChange: () => paidChanged?.(), books: store.settlement })
   let routedVersion = 0
   const standing = new TeeStanding(() => publishRegistry('tee standing changed'))
   let sourceSnapshot = await source.start({

@@ -4,6 +4,7 @@
  * store's kind, like every other choice of implementation.
  */
 import type { Config } from '../config/index.js'
+import type { SettlementStore } from '../store/settlement.js'
 import { log } from '../log.js'
 import { postgresLock, PROCESS_LOCK, type FundingLock } from './funding-lock.js'
 import { loadPayer, payerConfigured } from './payer.js'
@@ -17,6 +18,7 @@ const FUNDING_LOCKS: Readonly<Record<Config['store']['kind'], (store: Config['st
 export interface SettlementParts {
   /** The registry is to be published again (the routable set changed). */
   readonly onRoutableChange: () => void
+  readonly books: SettlementStore
   readonly env?: NodeJS.ProcessEnv
 }
 
@@ -34,6 +36,7 @@ export function createSettlementPart(config: Config, parts: SettlementParts): Se
     serving: config.registry.chain.contract as `0x${string}`,
     lock: FUNDING_LOCKS[config.store.kind](config.store),
     onRoutableChange: parts.onRoutableChange,
+    books: parts.books,
   })
 }
 

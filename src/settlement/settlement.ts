@@ -18,6 +18,7 @@ import type { RegistryProvider, RegistrySnapshot } from '../registry/types.js'
 import { settled as settledChannel, type SettleEvent } from '../telemetry/events.js'
 import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI, format0g, parse0g, type PayerLedger, type SubAccount } from './abi.js'
 import type { FundingLock } from './funding-lock.js'
+import type { SettlementStore } from '../store/settlement.js'
 import { freeTokenId, RENEW_BEFORE_MS, signSessionToken, type SessionToken } from './session-token.js'
 import { errorText, TxSender } from './sender.js'
 
@@ -35,6 +36,8 @@ export interface SettlementDeps {
   /** The InferenceServing contract the registry is read from. */
   readonly serving: `0x${string}`
   readonly lock: FundingLock
+  /** The books: served, settled and flags per provider, shared by the replicas and kept across restarts. */
+  readonly books: SettlementStore
   /** The set of routable providers changed: the registry is to be published again (through filter()). */
   readonly onRoutableChange: () => void
 }
@@ -86,6 +89,8 @@ interface Entry {
   flagged: boolean
   /** The balance last read, to see what the provider took since (null before the first read). */
   lastBalance: bigint | null
+  /** Served by this replica and not yet added to the books. */
+  unsaved: bigint
   /** A renewal under way (401), shared by the requests that met it. */
   renewing: Promise<boolean> | null
 }
@@ -111,11 +116,13 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   let again = false
   let stopped = false
   let timer: NodeJS.Timeout | null = null
+  /** Whether this replica funds in the round under way (only the funder reconciles and writes the books' settled side). */
+  let funding = false
 
   function entry(p: RegistryProvider): Entry {
     let e = entries.get(p.address)
     if (e === undefined) {
-      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, renewing: null }
+      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, unsaved: 0n, renewing: null }
       entries.set(p.address, e)
     }
     e.record = p
@@ -150,7 +157,9 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       if (!errorText(err).startsWith('AccountNotExists')) throw err
       account = null
     }
+    if (!funding) return account
     const balance = account?.balance ?? 0n
+    const before = { settled: e.settled, lastBalance: e.lastBalance, flagged: e.flagged }
     if (e.lastBalance !== null && balance < e.lastBalance && !e.flagged) e.settled += e.lastBalance - balance
     e.lastBalance = balance
     if (!e.flagged && e.settled > e.served + tolerance) {
@@ -161,7 +170,35 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         settled_0g: format0g(e.settled),
       })
     }
+    if (before.settled !== e.settled || before.lastBalance !== e.lastBalance || before.flagged !== e.flagged) {
+      await deps.books.record(e.address, e.settled, e.lastBalance, e.flagged)
+    }
     return account
+  }
+
+  /** This replica's meter into the books, then the books (every replica's meter, the flags) into memory. */
+  async function syncBooks(): Promise<void> {
+    for (const e of entries.values()) {
+      const delta = e.unsaved
+      if (delta === 0n) continue
+      e.unsaved = 0n
+      try {
+        await deps.books.addServed(e.address, delta)
+      } catch (err) {
+        e.unsaved += delta
+        throw err
+      }
+    }
+    const rows = new Map((await deps.books.rows()).map((r) => [r.provider, r]))
+    for (const e of entries.values()) {
+      const r = rows.get(e.address)
+      if (r === undefined) continue
+      e.served = r.served + e.unsaved
+      e.settled = r.settled
+      e.lastBalance = r.lastBalance
+      if (e.flagged && !r.flagged) log.info('settlement: flag cleared by the operator', { provider: e.address })
+      e.flagged = r.flagged
+    }
   }
 
   /** Asks the flagged provider's sub-account back (retrieveFund: released to the ledger after the lock time). */
@@ -258,7 +295,10 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   async function runRound(): Promise<void> {
     await resolveNames()
     const funder = await deps.lock.held()
+    funding = funder
     payerLedger = await readLedger()
+    for (const p of providers) entry(p)
+    await syncBooks()
     const wanted = new Set<string>()
     for (const p of providers) {
       wanted.add(p.address)
@@ -272,7 +312,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       setReason(e, reason)
       if (stopped) return
     }
-    for (const address of entries.keys()) if (!wanted.has(address)) entries.delete(address)
+    for (const [address, e] of entries) if (!wanted.has(address) && e.unsaved === 0n) entries.delete(address)
   }
 
   function round(): Promise<void> {
@@ -311,7 +351,9 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     const m = message as SettleEvent
     if (!m.durable || m.neuron === undefined) return
     const e = entries.get(m.provider)
-    if (e !== undefined) e.served += m.neuron
+    if (e === undefined) return
+    e.served += m.neuron
+    e.unsaved += m.neuron
   }
   settledChannel.subscribe(onSettled)
   void round().finally(schedule)
@@ -386,6 +428,8 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       if (timer !== null) clearTimeout(timer)
       settledChannel.unsubscribe(onSettled)
       await running?.catch(() => {})
+      // What this replica served since the last round goes into the books before it stops.
+      await syncBooks().catch((err: unknown) => log.error('settlement: saving what was served failed', { err: errorText(err) }))
       await deps.lock.close()
     },
   }

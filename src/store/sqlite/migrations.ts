@@ -280,4 +280,18 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX response_items_by_response ON response_items (response_id);
     `,
   },
+  {
+    version: 6,
+    name: 'settlement books per chain provider',
+    // What the router served each provider and what it settled, in neuron (src/store/settlement.ts).
+    sql: `
+      CREATE TABLE provider_settlement (
+        provider      TEXT PRIMARY KEY,
+        served        TEXT NOT NULL DEFAULT '0' ${money('served')},
+        settled       TEXT NOT NULL DEFAULT '0' ${money('settled')},
+        last_balance  TEXT,
+        flagged       INTEGER NOT NULL DEFAULT 0
+      ) STRICT;
+    `,
+  },
 ]
