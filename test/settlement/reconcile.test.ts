@@ -10,6 +10,10 @@ import { chainAccount } from '../../src/demo/local-chain.js'
 import { SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
 import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider, type ChainStack } from '../helpers/chain-stack.js'
 import { eventually } from '../helpers/wait.js'
+import { join } from 'node:path'
+import { loadConfig } from '../../src/config/index.js'
+import { chainCommand } from '../../src/operator/chain-command.js'
+import { serve } from '../../src/serve.js'
 
 const G = 10n ** 18n
 /** About 0.85 0G a request (5 prompt tokens at 0.01, 16 completion tokens at 0.05). */
@@ -74,4 +78,20 @@ t.test('a provider that settles more than it served is flagged, unrouted and ref
   )
   const requests = p!.sim!.stats.requests
   t.equal(requests, 1, 'nothing more was sent to it')
+
+  // The operator's view, from the store and the chain (another process would see the same).
+  const configFile = join(stack.dir, 'config.yaml')
+  const out: string[] = []
+  const io = { out: (s: string) => void out.push(s), err: () => {}, env: {} }
+  t.equal(await chainCommand(['status', '--config', configFile], io), 0)
+  t.match(out.join(''), new RegExp(`${p!.address}.*FLAGGED`), 'chain status shows the flag')
+
+  // A restart keeps the books: still flagged, still not routed.
+  await stack.router.close()
+  const again = await serve(loadConfig({ file: configFile, env: {} }))
+  t.teardown(() => again.close())
+  t.ok(await eventually(async () => /flagged/.test((await row(again.url, p!.address))?.unrouted_reason ?? '')), 'still flagged after a restart')
+
+  t.equal(await chainCommand(['clear-flag', p!.address, '--config', configFile], io), 0)
+  t.ok(await eventually(async () => (await row(again.url, p!.address))?.routable !== false && (await row(again.url, p!.address)) !== undefined), 'routed again once cleared')
 })
