@@ -407,7 +407,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     { method: 'get', pattern: '/console/*', handler: consoleFiles },
   ]
   // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
-  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued }) : null
+  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued, ...(settlement !== null && { settlement: () => settlement.states() }) }) : null
   const stopAccessLog = config.log.access_log ? startAccessLog() : null
   // Prompts only when the operator asked for both (telemetry/access-log.ts).
   const stopPromptLog = config.log.prompts && config.log.level === 'debug' ? startPromptLog() : null
