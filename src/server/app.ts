@@ -269,12 +269,14 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * a 413.
  */
 function refuseHead(res: HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
+  const body = head.method === 'head' ? '' : render(err, head.requestId)
   res.cork(() => {
-    res
-      .writeStatus(statusLine(err.status))
-      .writeHeader('Content-Type', 'application/json')
-      .writeHeader('x-request-id', head.requestId)
-      .end(render(err, head.requestId), true)
+    res.writeStatus(statusLine(err.status)).writeHeader('Content-Type', 'application/json').writeHeader('x-request-id', head.requestId)
+    // HEAD: the head alone. endWithoutBody(0, true) ends the answer on every build and closes where the core
+    // honours it (the trufflesuite core keeps the connection, correctly framed); it says Content-Length: 0, so no
+    // length of ours goes with it (uws-reply.ts has the other HEAD answers).
+    if (head.method === 'head') res.endWithoutBody(0, true)
+    else res.end(body, true)
   })
 }
 
@@ -293,25 +295,28 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const verb = route.method === 'del' ? 'DELETE' : route.method.toUpperCase()
     const key = route.pattern.replace(/:[^/]+/g, '*')
     const render = route.renderError ?? renderError
-    methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
+    // HEAD is answered wherever GET is (RFC 9110 §9.3.2): the GET's handler, its head only.
+    methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), ...(verb === 'GET' ? [verb, 'HEAD'] : [verb])])
     if (route.renderError !== undefined) rendererByPath.set(key, route.renderError)
-    app[route.method](route.pattern, (res, req) => {
+    const serve = (headOnly: boolean) => (res: HttpResponse, req: HttpRequest) => {
       const head = new UwsRequestHead(req, res, params)
       const problem = headProblem(head, maxHeaderBytes)
       if (problem !== null) return refuseHead(res, head, problem, render)
-      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength)
+      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength, headOnly)
       try {
         route.handler(head, reply)
       } catch (err) {
         log.error('handler threw', { path: head.path, err: String((err as Error)?.stack ?? err) })
         sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, ['x-request-id', head.requestId], render)
       }
-    })
+    }
+    app[route.method](route.pattern, serve(false))
+    if (route.method === 'get') app.head(route.pattern, serve(true))
   }
 
   /**
    * The envelope of a path the catch-all answers: its route's own (a wrong method on /v1/messages), or that of
-   * the route it lies under (/v1/messages/count_tokens, which an Anthropic client expects in its own shape).
+   * the route it lies under (/v1/messages/batches, which an Anthropic client expects in its own shape).
    * Only exact paths set one (no route with a parameter does today). Off the hot path: 404s and 405s only.
    */
   const rendererFor = (path: string): ((err: RouterError, requestId: string) => string) => {
@@ -328,7 +333,8 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const render = rendererFor(head.path)
     const problem = headProblem(head, maxHeaderBytes)
     if (problem !== null) return refuseHead(res, head, problem, render)
-    const reply = new UwsReply(res, sendTimeoutMs)
+    // Any other HEAD gets the status a GET would, and no body.
+    const reply = new UwsReply(res, sendTimeoutMs, '', head.method === 'head')
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
     if (allowed !== undefined) {

@@ -191,6 +191,30 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     return s.fault
   }
 
+  /**
+   * Anthropic's token counting: the input tokens its messages answer would report for the same request (no
+   * max_tokens needed). Not a generation: no fault, no delay, no count in the stats.
+   */
+  function countTokens(req: IncomingMessage, res: ServerResponse): void {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('end', function onCountBody() {
+      const s = settings
+      let body: unknown
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+      } catch {
+        return sendError(res, 400, s.name, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_request')
+      }
+      const request = parseMessagesRequest(body !== null && typeof body === 'object' ? { max_tokens: 1, ...body } : body)
+      if ('error' in request) return sendError(res, 400, s.name, request.error, 'invalid_request_error', 'invalid_request')
+      if (s.models !== undefined && !s.models.has(request.model)) {
+        return sendError(res, 404, s.name, `model: ${request.model}`, 'not_found_error', 'model_not_found')
+      }
+      sendJson(res, 200, `{"input_tokens":${estimateMessagesPromptTokens(request)}}`, s.name)
+    })
+  }
+
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const url = req.url ?? '/'
     const query = url.indexOf('?')
@@ -236,6 +260,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   function route(req: IncomingMessage, res: ServerResponse, path: string): void {
     if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
     if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
+    if (path === '/v1/messages/count_tokens' && req.method === 'POST') return countTokens(req, res)
     if (path === '/v1/responses' && req.method === 'POST') return handlePost(req, res, respondResponses)
     if (path === '/v1/images/generations' && req.method === 'POST') return handlePost(req, res, respondImages)
     if (path === '/v1/images/edits' && req.method === 'POST') return handleForm(req, res, respondEdits)

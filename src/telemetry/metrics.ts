@@ -30,6 +30,8 @@ export interface Metrics {
 export interface MetricsSources {
   /** Charges waiting for, or inside, a group commit (ChargeWriter.queued). */
   readonly chargesQueued: () => number
+  /** Journal rows quarantined by the ledger fold (LedgerStore.quarantinedRows). */
+  readonly ledgerQuarantined?: () => number
   /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
   readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint }[]
 }
@@ -178,6 +180,14 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     registers: [registry],
     collect() {
       this.set(sources.chargesQueued())
+    },
+  })
+  new Gauge({
+    name: 'svc_ledger_quarantined_rows',
+    help: 'Journal rows the ledger fold left out of the totals, whole or for their usage counts (SQLite; see ledger_quarantine).',
+    registers: [registry],
+    collect() {
+      this.set(sources.ledgerQuarantined?.() ?? 0)
     },
   })
   const providersOf = (): Iterable<ProviderEntry> => table.providers()
