@@ -8,11 +8,13 @@ import { randomBytes } from 'node:crypto'
 import { log } from '../log.js'
 import { resolveSettings, type Settings, type SimulatorFault, type SimulatorOptions, type Tunables } from './settings.js'
 import {
+  answerPieces,
   completionBody,
   contentChunk,
   contentMessage,
   estimatePromptTokens,
   fillerToken,
+  jsonMessage,
   parseChatRequest,
   responseMeta,
   roleChunk,
@@ -29,12 +31,14 @@ import {
 import {
   estimateMessagesPromptTokens,
   inputJsonDelta,
+  jsonTextBlock,
   messageBody,
   parseMessagesRequest,
   streamStart,
   streamStop,
   textBlock,
   textDelta,
+  textPieceDelta,
   toolUseBlock,
   type MessagesRequest,
 } from './messages.js'
@@ -444,7 +448,9 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const meta = responseMeta(object, id, Math.floor(Date.now() / 1000), JSON.stringify(request.model), s.nameJson)
     const reset = fault === 'reset-mid-stream'
     const tool = request.tool
-    let tokens = s.completionTokens
+    // A structured answer: its pieces are its tokens, and max_tokens cuts it as it cuts filler.
+    const json = tool === undefined && request.json !== undefined ? answerPieces(request.json) : undefined
+    let tokens = json?.length ?? s.completionTokens
     let finishReason = 'stop'
     if (tool !== undefined) {
       tokens = toolCallTokens(tool)
@@ -456,14 +462,16 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const usage = fault === 'no-usage' ? undefined : usageJson(estimatePromptTokens(request.messages), tokens)
     const callId = tool === undefined ? '' : nextId('call_')
     if (!request.stream) {
-      const message = tool === undefined ? contentMessage(tokens) : toolCallMessage(callId, tool)
+      const text = json === undefined ? contentMessage(tokens) : jsonMessage(json.slice(0, tokens))
+      const message = tool === undefined ? text : toolCallMessage(callId, tool)
       const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
       return sendCompletion(ex, completionBody(meta, message, finishReason, usage), units, reset)
     }
     const frame = streamFrame(meta, request.includeUsage && usage !== undefined)
     const end = streamEnd(frame, finishReason, usage ?? '')
     if (tool === undefined) {
-      return stream(ex, roleChunk(frame), tokens, (i) => contentChunk(frame, fillerToken(i)), end, reset)
+      const token = json === undefined ? fillerToken : (i: number) => json[i]!
+      return stream(ex, roleChunk(frame), tokens, (i) => contentChunk(frame, token(i)), end, reset)
     }
     const pieces = splitArguments(tool.arguments)
     const first = toolStartChunk(frame, callId, tool.name)
@@ -491,7 +499,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const modelJson = JSON.stringify(request.model)
     const reset = fault === 'reset-mid-stream'
     const tool = request.tool
-    let tokens = s.completionTokens
+    const json = tool === undefined && request.json !== undefined ? answerPieces(request.json) : undefined
+    let tokens = json?.length ?? s.completionTokens
     let stopReason = 'end_turn'
     if (tool !== undefined) {
       tokens = toolCallTokens(tool)
@@ -503,14 +512,16 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const input = fault === 'no-usage' ? undefined : estimateMessagesPromptTokens(request)
     const toolId = tool === undefined ? '' : nextId('toolu_')
     if (!request.stream) {
-      const content = tool === undefined ? textBlock(tokens) : toolUseBlock(toolId, tool)
+      const text = json === undefined ? textBlock(tokens) : jsonTextBlock(json.slice(0, tokens))
+      const content = tool === undefined ? text : toolUseBlock(toolId, tool)
       const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
       const usage: [number, number] | undefined = input === undefined ? undefined : [input, tokens]
       return sendCompletion(ex, messageBody(id, modelJson, content, stopReason, usage), units, reset)
     }
     const end = streamStop(stopReason, input === undefined ? undefined : tokens)
     if (tool === undefined) {
-      return stream(ex, streamStart(id, modelJson, input, '{"type":"text","text":""}'), tokens, textDelta, end, reset)
+      const delta = json === undefined ? textDelta : (i: number) => textPieceDelta(json[i]!)
+      return stream(ex, streamStart(id, modelJson, input, '{"type":"text","text":""}'), tokens, delta, end, reset)
     }
     const pieces = splitArguments(tool.arguments)
     const block = `{"type":"tool_use","id":"${toolId}","name":${JSON.stringify(tool.name)},"input":{}}`
@@ -539,7 +550,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const modelJson = JSON.stringify(request.model)
     const reset = fault === 'reset-mid-stream'
     const tool = request.tool
-    let tokens = s.completionTokens
+    const json = tool === undefined && request.json !== undefined ? answerPieces(request.json) : undefined
+    let tokens = json?.length ?? s.completionTokens
     let status = 'completed'
     if (tool !== undefined) tokens = toolCallTokens(tool)
     else if (request.maxOutputTokens !== undefined && request.maxOutputTokens < tokens) {
@@ -549,7 +561,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const usage = fault === 'no-usage' ? undefined : responsesUsageJson(estimateResponsesPromptTokens(request), tokens)
     const itemId = nextId(tool === undefined ? 'msg_' : 'fc_')
     const callId = tool === undefined ? '' : nextId('call_')
-    const item = tool === undefined ? messageItem(itemId, tokens) : functionCallItem(itemId, callId, tool)
+    const jsonText = json?.slice(0, tokens).join('')
+    const item = tool === undefined ? messageItem(itemId, tokens, 'completed', jsonText) : functionCallItem(itemId, callId, tool)
     if (!request.stream) {
       const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
       return sendCompletion(ex, responseBody(id, created, modelJson, status, item, usage), units, reset)
@@ -560,8 +573,12 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const first = deltasFrom(text)
     const pieces = text ? [] : splitArguments(tool!.arguments)
     const units = text ? tokens : pieces.length
-    const end = responseStreamEnd(first + units, itemId, item, text ? fillerText(tokens) : null, text ? null : tool!.arguments, responseBody(id, created, modelJson, status, item, usage), status)
-    const unit = text ? (i: number) => outputTextDelta(itemId, first + i, i) : (i: number) => argumentsDelta(itemId, first + i, pieces[i]!)
+    const end = responseStreamEnd(first + units, itemId, item, text ? (jsonText ?? fillerText(tokens)) : null, text ? null : tool!.arguments, responseBody(id, created, modelJson, status, item, usage), status)
+    const unit = !text
+      ? (i: number) => argumentsDelta(itemId, first + i, pieces[i]!)
+      : json === undefined
+        ? (i: number) => outputTextDelta(itemId, first + i, i)
+        : (i: number) => outputTextDelta(itemId, first + i, i, json[i])
     stream(ex, start, units, unit, end, reset)
   }
 
