@@ -2,6 +2,7 @@
  * The data plane's parts (DESIGN.md §5): the upstream pools, the TEE checks, provider health, the routing table
  * and the engine context the failover loop runs with, and the active health probes.
  */
+import type { ProviderPayer } from '../settlement/settlement.js'
 import type { Config } from '../config/index.js'
 import { HealthBook, type HealthSettings } from '../health/health.js'
 import { startProbes } from '../health/probes.js'
@@ -69,8 +70,8 @@ export function tablePart(routing: Config['routing'], parts: { snapshot: Registr
 }
 
 /** What every attempt of every surface runs with, the async jobs' included. */
-export function enginePart(routing: Config['routing'], parts: { pools: UpstreamPools; health: Health; tee: TeeVerifier }): Part<EngineContext> {
-  return part({ pools: parts.pools, book: parts.health.book, health: parts.health.settings, maxAttempts: routing.max_attempts, tee: parts.tee })
+export function enginePart(routing: Config['routing'], parts: { pools: UpstreamPools; health: Health; tee: TeeVerifier; payer: ProviderPayer | null }): Part<EngineContext> {
+  return part({ pools: parts.pools, book: parts.health.book, health: parts.health.settings, maxAttempts: routing.max_attempts, tee: parts.tee, payer: parts.payer })
 }
 
 export function probesPart(health: Config['health'], parts: { table: RoutingTable; engine: EngineContext }): Part<null> {

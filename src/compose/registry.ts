@@ -15,6 +15,14 @@ import { REGISTRY_SOURCES } from './table.js'
 
 type Publish = (next: RegistrySnapshot, why: string) => void
 
+/** What stands between the source and routing (src/settlement/: only the providers the router has paid for). */
+export interface RegistryGate {
+  /** Each snapshot of the source, whole. */
+  observe(snapshot: RegistrySnapshot): void
+  /** The snapshot with only the providers that may be routed. */
+  filter(snapshot: RegistrySnapshot): RegistrySnapshot
+}
+
 export class RoutedRegistry {
   readonly standing = new TeeStanding(() => this.#changed('tee standing changed'))
   readonly #source: RegistrySource
@@ -25,6 +33,7 @@ export class RoutedRegistry {
   /** Why the registry changed before anything followed it (published once something does). */
   #unpublished: string | null = null
   #closed = false
+  #gate: RegistryGate | null = null
 
   private constructor(source: RegistrySource) {
     this.#source = source
@@ -47,6 +56,17 @@ export class RoutedRegistry {
     return this.#source.notReadyReason()
   }
 
+  /** Puts `gate` between the source and routing; it sees the current source snapshot at once. */
+  gate(gate: RegistryGate): void {
+    this.#gate = gate
+    if (this.#sourceSnapshot !== null) gate.observe(this.#sourceSnapshot)
+  }
+
+  /** What the gate lets through changed: the registry is published again. */
+  republish(why: string): void {
+    this.#changed(why)
+  }
+
   /** From now on each change goes to `publish`; one that came before goes at once. */
   follow(publish: Publish): void {
     this.#publish = publish
@@ -65,6 +85,7 @@ export class RoutedRegistry {
 
   #sourceChanged(next: RegistrySnapshot): void {
     this.#sourceSnapshot = next
+    this.#gate?.observe(next)
     this.#changed('registry reloaded')
   }
 
@@ -75,7 +96,8 @@ export class RoutedRegistry {
   }
 
   #routed(): RegistrySnapshot {
-    return this.standing.lower(this.#sourceSnapshot!, ++this.#version)
+    const source = this.#sourceSnapshot!
+    return this.standing.lower(this.#gate?.filter(source) ?? source, ++this.#version)
   }
 }
 

@@ -23,7 +23,7 @@ import { createAccount } from '../surfaces/account.js'
 import { createApiKeys } from '../surfaces/api-keys.js'
 import { asyncImageEdits, asyncImageGenerations, editJobs, generationJobs } from '../surfaces/async-images.js'
 import { createAuthSession } from '../surfaces/auth-session.js'
-import { createCatalog } from '../surfaces/catalog.js'
+import { createCatalog, type UnroutedProviders } from '../surfaces/catalog.js'
 import { chatCompletions } from '../surfaces/chat-completions.js'
 import { createCountTokens } from '../surfaces/count-tokens.js'
 import { imageEdits } from '../surfaces/image-edits.js'
@@ -47,6 +47,8 @@ export interface ApiParts {
   readonly jobs: JobRunner
   readonly sourceOf: (head: SourceHead) => string
   readonly recovery: SignerRecovery
+  /** Providers left out of routing and why (the payer's unpaid ones), listed by /v1/providers. */
+  readonly unrouted: UnroutedProviders | null
 }
 
 export interface Api {
@@ -70,7 +72,7 @@ export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses'
   const asyncGenerations = jobs.kind(generationJobs)
   const asyncEdits = jobs.kind(editJobs)
   const inFlight = new InFlight()
-  const catalog = createCatalog(table)
+  const catalog = createCatalog(table, parts.unrouted)
   const countTokens = createCountTokens({
     authenticate: auth.inference,
     limiter,

@@ -22,6 +22,8 @@ import { startAccessLog, startPromptLog } from '../telemetry/access-log.js'
 import { startMetrics, type Metrics } from '../telemetry/metrics.js'
 import { publicOnlyGuard, type ConnectGuard } from '../upstream/connect-guard.js'
 import { part, type Part } from './part.js'
+import type { RoutedRegistry } from './registry.js'
+import type { Settlement } from '../settlement/settlement.js'
 
 /**
  * Registry sources by `registry.source` (DESIGN.md §7). The chain source is loaded only when configured: viem
@@ -85,20 +87,33 @@ export const BOOKS: Readonly<Record<'alone' | 'leased', (config: Config, parts: 
 export const booksOf = (store: Store): keyof typeof BOOKS => (store.leases === undefined ? 'alone' : 'leased')
 
 /**
- * Paying providers on the ledger (DESIGN.md §8): none yet. The settlement issue adds its entry here, picked by
- * its own config section, and its part takes the slot in serve.ts's list.
+ * Paying providers on the ledger (DESIGN.md §8, src/settlement/), by whether `settlement` names a payer key: none
+ * (chain providers are sent requests unpaid), or the payer, which gates the registry (only paid providers are
+ * routed). Loaded only with a key: viem and the settlement rounds cost nothing otherwise.
  */
-export const SETTLEMENT: Readonly<Record<'none', (config: Config) => Part<null>>> = {
-  none: () => part(null),
+export const SETTLEMENT: Readonly<Record<'none' | 'payer', (config: Config, parts: { store: Store; registry: RoutedRegistry }) => Promise<Part<Settlement | null>>>> = {
+  none: async (config) => {
+    if (config.registry.source === 'chain') log.warn('settlement: no payer key (settlement.key_file or key_env): chain providers are sent requests unpaid')
+    return part(null)
+  },
+  payer: async (config, { store, registry }) => {
+    const { createSettlementPart } = await import('../settlement/index.js')
+    const settlement = createSettlementPart(config, { onRoutableChange: () => registry.republish('paid providers changed'), books: store.settlement })
+    if (settlement === null) return part(null)
+    registry.gate(settlement)
+    return part(settlement, () => settlement.stop())
+  },
 }
 
-export const settlementOf = (_config: Config): keyof typeof SETTLEMENT => 'none'
+export const settlementOf = (config: Config): keyof typeof SETTLEMENT => (config.settlement.key_file === '' && config.settlement.key_env === '' ? 'none' : 'payer')
 
 /** What a telemetry subscriber is given; it subscribes to the engine's events (DESIGN.md §5). */
 export interface TelemetrySources {
   readonly table: RoutingTable
   readonly writer: ChargeWriter
   readonly store: Store
+  /** The payer of chain providers, when there is one. */
+  readonly settlement?: Settlement | null
 }
 
 interface Subscriber {
@@ -111,8 +126,12 @@ interface Subscriber {
 export const TELEMETRY = {
   metrics: {
     wanted: (c) => c.ops.metrics,
-    start: (_c, { table, writer, store }): Metrics =>
-      startMetrics(table, { chargesQueued: () => writer.queued, ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0 }),
+    start: (_c, { table, writer, store, settlement }): Metrics =>
+      startMetrics(table, {
+        chargesQueued: () => writer.queued,
+        ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0,
+        ...(settlement != null && { settlement: () => settlement.states() }),
+      }),
   },
   accessLog: { wanted: (c) => c.log.access_log, start: () => ({ close: startAccessLog() }) },
   // Prompts only when the operator asked for both (telemetry/access-log.ts).

@@ -108,6 +108,43 @@ const TeeSchema = z.strictObject({
   sample_rate: z.number().min(0).max(1).default(0.01),
 })
 
+const ZERO_G = z
+  .string()
+  .refine((v) => /^\d{1,12}(\.\d{1,18})?$/.test(v), { message: 'must be a decimal 0G string with at most 18 decimals, e.g. "1.5"' })
+
+/**
+ * `settlement`: paying the providers of a chain registry (src/settlement/, DESIGN.md §8). Off unless a payer key
+ * is given (key_file or key_env).
+ */
+const SettlementSchema = z
+  .strictObject({
+    /** A file holding the payer's hex private key; refused unless its mode is 0600. Relative to the config file. */
+    key_file: z.string().default(''),
+    /** Or the name of an environment variable holding it. */
+    key_env: z
+      .string()
+      .default('')
+      .refine((v) => v === '' || /^[A-Za-z_][A-Za-z0-9_]*$/.test(v), { message: 'must be an environment variable name' }),
+    /** The LedgerManager's address; '' = InferenceServing.ledgerAddress(). */
+    ledger: z
+      .string()
+      .default('')
+      .refine((a) => a === '' || /^0x[0-9a-fA-F]{40}$/.test(a), { message: 'must be a quoted 0x followed by 40 hex digits' }),
+    /** The service the sub-accounts live on (serviceType-version); '' = the ledger's recommended "inference" one. */
+    service_name: z.string().max(128).default(''),
+    /** Sub-account bounds in 0G: routed only at or above min (after what was served and not yet settled); topped up to target. */
+    sub_account: z
+      .strictObject({ min_0g: ZERO_G.default('1'), target_0g: ZERO_G.default('2') })
+      .prefault({}),
+    /** How often accounts, the ledger and settlements are read (and funds moved when needed). */
+    interval_ms: z.int().min(100).max(MAX_TIMER_MS).default(5000),
+    /** Served and unsettled may go this far negative (in 0G) before a provider is flagged for over-settling. */
+    over_settle_tolerance_0g: ZERO_G.default('0.01'),
+  })
+  .superRefine((s, ctx) => {
+    if (s.key_file !== '' && s.key_env !== '') ctx.addIssue({ code: 'custom', path: ['key_env'], message: 'give key_file or key_env, not both' })
+  })
+
 const StoreSchema = z
   .strictObject({
     /** sqlite: one embedded file (one process). postgres: a PostgreSQL database that several replicas share. */
@@ -300,10 +337,11 @@ export const ConfigSchema = z.strictObject({
   responses: ResponsesSchema.prefault({}),
   dev: DevSchema.prefault({}),
   tee: TeeSchema.prefault({}),
+  settlement: SettlementSchema.prefault({}),
 })
 
 /** Dotted paths of the keys that hold file paths (resolved to absolute by the loader; '' stays '': unset). */
-export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path', 'jobs.spool_dir']
+export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path', 'jobs.spool_dir', 'settlement.key_file']
 
 /** Readonly all the way down: what `deepFreeze` returns. */
 export type DeepReadonly<T> = T extends (infer U)[]

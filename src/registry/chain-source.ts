@@ -148,6 +148,7 @@ export function mapService(
     max_completion_tokens: mo?.max_completion_tokens ?? null,
     supported_parameters: mo?.supported_parameters ?? [],
     price: chainPrice(type, service.inputPrice, service.outputPrice, attoUsdPer0g),
+    neuron_price: { input: service.inputPrice.toString(), output: service.outputPrice.toString() },
   }
   return {
     address: service.provider.toLowerCase(),

@@ -65,6 +65,7 @@ import { TRANSCRIPTION_FORMATS, transcript } from './audio.js'
 import { readForm, type Form } from './form.js'
 import { fileSeed, imagesBody, pngImage } from './images.js'
 import { TeeSigner } from './tee-signer.js'
+import { startBroker, type Broker } from './broker.js'
 
 export { SIMULATOR_FAULTS, TEE_FAULTS, type SimulatorFault, type SimulatorOptions, type TeeFault } from './settings.js'
 
@@ -77,6 +78,7 @@ export interface SimulatorStats {
   lastHeaders: Record<string, string | string[] | undefined>
   lastPath: string // request target of the last request: /v1/chat/completions or /v1/messages
   lastForm: Form | undefined // last multipart body (edits, transcriptions): fields, files' sizes and heads
+  unpaid: number // requests a broker simulator refused (no valid session token, or a balance too low): never served
 }
 
 /** A running simulator. */
@@ -86,6 +88,8 @@ export interface SimulatorHandle {
   readonly stats: SimulatorStats
   /** Changes behaviour for requests that arrive from now on; setting fault/faultCount re-arms the counter. */
   setOptions(patch: Partial<Omit<SimulatorOptions, 'host' | 'port'>>): void
+  /** The 0G broker side, when started with `broker`. */
+  readonly broker: Broker | null
   /** Closes the listener and destroys open sockets. */
   close(): Promise<void>
 }
@@ -139,12 +143,14 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   let faultsLeft = settings.faultCount
   let listening = false
   let closing: Promise<void> | undefined
-  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '', lastForm: undefined }
+  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '', lastForm: undefined, unpaid: 0 }
   const sockets = new Set<Socket>()
   // Sockets the simulator destroyed on purpose: their requests are faults, not client aborts.
   const killed = new WeakSet<Socket>()
 
   const tee = new TeeSigner()
+  if (options.broker !== undefined && options.teeKey === undefined) throw new Error('simulator: a broker needs a teeKey (it signs its settlements)')
+  const broker = options.broker === undefined ? null : startBroker(options.broker, options.teeKey!)
   const server = createServer(handleRequest)
   server.keepAliveTimeout = 65_000
   server.on('connection', function trackSocket(socket: Socket) {
@@ -223,7 +229,39 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
         return answerSignature(res, decodeURIComponent(path.slice(SIGNATURE_PREFIX.length)))
       }
       path = '/v1/' + path.slice(PROXY_PREFIX.length)
+      if (broker !== null && req.method === 'POST') return paid(req, res, path, broker)
     }
+    route(req, res, path)
+  }
+
+  /** A broker's request: served only with a session token it accepts, and what it served is owed. */
+  function paid(req: IncomingMessage, res: ServerResponse, path: string, b: Broker): void {
+    b.check(req.headers.authorization).then(
+      (verdict) => {
+        if ('status' in verdict) {
+          stats.unpaid++
+          req.resume()
+          return sendError(res, verdict.status, settings.name, verdict.message, 'authentication_error', verdict.status === 401 ? 'invalid_session_token' : 'insufficient_balance')
+        }
+        const parts: Buffer[] = []
+        const write = res.write.bind(res) as (chunk: unknown, ...rest: unknown[]) => boolean
+        const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse
+        const keep = (chunk: unknown): void => {
+          if (typeof chunk === 'string') parts.push(Buffer.from(chunk))
+          else if (chunk instanceof Uint8Array) parts.push(Buffer.from(chunk))
+        }
+        res.write = ((chunk: unknown, ...rest: unknown[]) => (keep(chunk), write(chunk, ...rest))) as typeof res.write
+        res.end = ((...args: unknown[]) => (typeof args[0] !== 'function' && keep(args[0]), end(...args))) as typeof res.end
+        res.once('finish', () => {
+          if (res.statusCode === 200) b.served(verdict.user, Buffer.concat(parts).toString('utf8'))
+        })
+        route(req, res, path)
+      },
+      () => sendError(res, 500, settings.name, 'broker check failed', 'server_error', 'server_error'),
+    )
+  }
+
+  function route(req: IncomingMessage, res: ServerResponse, path: string): void {
     if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
     if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
     if (path === '/v1/messages/count_tokens' && req.method === 'POST') return countTokens(req, res)
@@ -630,6 +668,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   }
 
   function close(): Promise<void> {
+    void broker?.close()
     closing ??= new Promise<void>((resolve) => {
       const stopped = listening ? new Promise<void>((done) => server.close(() => done())) : undefined
       listening = false
@@ -640,5 +679,5 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     return closing
   }
 
-  return { url: baseUrl, port, stats, setOptions, close }
+  return { url: baseUrl, port, stats, broker, setOptions, close }
 }

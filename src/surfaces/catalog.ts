@@ -70,10 +70,20 @@ function providerEntry(offer: Offer, now: number): Record<string, unknown> {
   }
 }
 
+/** Providers of a model left out of routing, and why (src/settlement/: the ones the router cannot pay). */
+export interface UnroutedProviders {
+  unrouted(model: string): { address: string; reason: string }[]
+}
+
+/** A provider the router does not route to: listed with `routable: false` and the reason. */
+function unroutedEntry(u: { address: string; reason: string }): Record<string, unknown> {
+  return { address: u.address, is_healthy: false, routable: false, unrouted_reason: u.reason }
+}
+
 /** The path under which GET /v1/models/{id} takes the id (a route of its own: `/v1/models/*`). */
 export const MODEL_PATH = '/v1/models/'
 
-export function createCatalog(table: RoutingTable): {
+export function createCatalog(table: RoutingTable, unrouted: UnroutedProviders | null = null): {
   listModels: (head: RequestHead, reply: Reply) => void
   getModel: (head: RequestHead, reply: Reply) => void
   listProviders: (head: RequestHead, reply: Reply) => void
@@ -125,12 +135,19 @@ export function createCatalog(table: RoutingTable): {
         return
       }
       const index = table.model(model)
+      const left = unrouted?.unrouted(model) ?? []
+      if (index === undefined && left.length > 0) {
+        sendJson(reply, 200, JSON.stringify({ object: 'list', data: left.map(unroutedEntry) }), headers)
+        return
+      }
       if (index === undefined) {
         sendError(reply, new RouterError('model_not_found', `model ${model} is not in the catalog`), head.requestId, headers)
         return
       }
       const now = performance.now()
-      sendJson(reply, 200, JSON.stringify({ object: 'list', data: index.offers.map((o) => providerEntry(o, now)) }), headers)
+      const data: Record<string, unknown>[] = index.offers.map((o) => providerEntry(o, now))
+      for (const u of left) data.push(unroutedEntry(u))
+      sendJson(reply, 200, JSON.stringify({ object: 'list', data }), headers)
     },
   }
 }

@@ -32,6 +32,8 @@ export interface MetricsSources {
   readonly chargesQueued: () => number
   /** Journal rows quarantined by the ledger fold (LedgerStore.quarantinedRows). */
   readonly ledgerQuarantined?: () => number
+  /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
+  readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint }[]
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -58,6 +60,29 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     SECONDS_BUCKETS,
     registry,
   )
+  const settlement = sources.settlement
+  if (settlement !== undefined) {
+    new Gauge({
+      name: 'svc_settlement_provider_routable',
+      help: 'Chain providers the router pays: 1 while paid for and routable, 0 while not (the log says why, once per change).',
+      labelNames: ['provider', 'flagged'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const p of settlement()) this.set({ provider: p.address, flagged: String(p.flagged) }, p.reason === null ? 1 : 0)
+      },
+    })
+    new Gauge({
+      name: 'svc_settlement_unsettled_0g',
+      help: 'What each paid provider served and has not settled yet, in 0G (by the router\'s meter).',
+      labelNames: ['provider'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const p of settlement()) this.set({ provider: p.address }, Number(p.unsettled) / 1e18)
+      },
+    })
+  }
   let inflightCount = 0
   new Gauge({
     name: 'svc_requests_in_flight',

@@ -15,7 +15,7 @@ import type { Budget } from '../billing/budget.js'
 import type { ResponseCodec } from '../codecs/codec.js'
 import { mayHoldTrace, stripTraces } from '../codecs/foreign-trace.js'
 import { spliceTrace } from '../codecs/trace-splice.js'
-import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
+import { usageCounts, type Cost, type Usage, type UsageCounts } from '../billing/cost.js'
 import type { BilledCost } from '../billing/budget.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
@@ -120,6 +120,21 @@ function withTrace(envelope: string | Buffer, trace: Record<string, unknown>): s
   return spliceTrace(body, ',"x_svc_trace":' + JSON.stringify(trace)) ?? envelope
 }
 
+/**
+ * What an answer owes a chain provider at its own prices (neuron, exact): prompt and completion tokens at its input
+ * and output price; images, and audio seconds (rounded up to whole milliseconds' worth), at its output price.
+ */
+export function neuronOwed(price: { readonly input: string; readonly output: string }, counts: UsageCounts): bigint {
+  const input = BigInt(price.input)
+  const output = BigInt(price.output)
+  return (
+    BigInt(counts.promptTokens) * input +
+    BigInt(counts.completionTokens) * output +
+    BigInt(counts.images) * output +
+    (BigInt(counts.audioMs) * output + 999n) / 1000n
+  )
+}
+
 export class Failover<R extends SurfaceRequest, U extends Usage = Usage> implements AttemptOwner {
   readonly sink: ResponseSink
   readonly #ctx: EngineContext
@@ -134,6 +149,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #billed = 0n
   /** Candidates skipped because their concurrency cap and queue were full. */
   #busy = 0
+  /** A provider's refusal of the payer's token was answered with a renewed one (once per request). */
+  #renewed = false
   /** Candidates that could not serve the request (AttemptPlan.refusal), and the last such refusal. */
   #refused = 0
   #refusal: RouterError | null = null
@@ -251,6 +268,17 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       this.#finished = true
       return this.#sendFailure(refused)
     }
+    const payer = this.#ctx.payer
+    let authorization = ''
+    if (payer != null) {
+      // Never a request the router has not paid for: a provider whose token is not ready is skipped, unsent.
+      const token = payer.authorization(offer.provider.address)
+      if (token === null) {
+        this.#attempts.push({ provider: offer.provider.address, status: null, error: 'provider_unpaid' })
+        return this.#tryNext()
+      }
+      authorization = token
+    }
     let handler: AttemptHandler
     let body: UpstreamBody | null
     try {
@@ -269,6 +297,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         return this.#failAll()
       }
       handler = new AttemptHandler(this, this.#ctx, offer, plan)
+      handler.authorization = authorization
       // Hashing only for an attempt whose signature will be checked: asked for, or a background sample.
       const tee = this.#ctx.tee
       if (tee != null && Buffer.isBuffer(body)) {
@@ -297,6 +326,20 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     this.#lastRetryAfter = retryAfter
     if (a !== this.#current) return
     this.#current = null
+    const payer = this.#ctx.payer
+    if (payer != null && (attempt.status === 401 || attempt.status === 402) && a.authorization !== '') {
+      const refusal = payer.refused(a.offer.provider.address, attempt.status)
+      if (attempt.status === 401 && !this.#renewed) {
+        // Re-read the account, renew the token, and try the same provider once more before moving on.
+        this.#renewed = true
+        const offer = a.offer
+        refusal.then(
+          (renewed) => (renewed ? this.#reserve(offer) : this.#tryNext()),
+          (err: unknown) => this.#crash(null, err),
+        )
+        return
+      }
+    }
     this.#tryNext()
   }
 
@@ -603,7 +646,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
       if (err === null) this.#billed = billed.input + billed.output
       if (settled.hasSubscribers) {
-        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null })
+        const neuron = a.offer.model.neuron_price === undefined ? undefined : neuronOwed(a.offer.model.neuron_price, usageCounts(usage))
+        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null, ...(neuron !== undefined && { neuron }) })
       }
       try {
         then(billed, err)

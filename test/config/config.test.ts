@@ -61,6 +61,7 @@ function defaultsWithPathsIn(dir: string): Config {
     responses: { retention_ms: 2592000000, sweep_interval_ms: 3600000 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
     tee: { verify_timeout_ms: 5000, sample_rate: 0.01 },
+    settlement: { key_file: '', key_env: '', ledger: '', service_name: '', sub_account: { min_0g: '1', target_0g: '2' }, interval_ms: 5000, over_settle_tolerance_0g: '0.01' },
   }
 }
 

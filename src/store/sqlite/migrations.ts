@@ -296,4 +296,18 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 7,
+    name: 'settlement books per chain provider',
+    // What the router served each provider and what it settled, in neuron (src/store/settlement.ts).
+    sql: `
+      CREATE TABLE provider_settlement (
+        provider      TEXT PRIMARY KEY,
+        served        TEXT NOT NULL DEFAULT '0' ${money('served')},
+        settled       TEXT NOT NULL DEFAULT '0' ${money('settled')},
+        last_balance  TEXT,
+        flagged       INTEGER NOT NULL DEFAULT 0
+      ) STRICT;
+    `,
+  },
 ]
