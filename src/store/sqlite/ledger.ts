@@ -9,6 +9,7 @@ import { log } from '../../log.js'
 import { MAX_USAGE_COUNT } from '../../billing/usage-bound.js'
 import { utcDay } from '../days.js'
 import {
+  chargeEntry,
   invalidCharge,
   MAX_STORED_COUNT,
   toJournal,
@@ -41,8 +42,8 @@ function isForeignKeyViolation(err: unknown): boolean {
  */
 export const CHARGE_SQL = {
   insertCharge: `INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at,
-      model, provider, prompt_tokens, completion_tokens, images, audio_ms)
-      VALUES (?, 'charge', ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)`,
+      model, provider, prompt_tokens, completion_tokens, images, audio_ms, neuron)
+      VALUES (?, 'charge', ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)`,
 } as const
 
 /** Statements of fold(), which moves charges past the watermark into accounts.spent and usage_daily. */
@@ -148,10 +149,10 @@ function prepareStatements(conn: SqliteConnection) {
     ),
     insertCharge: db.prepare(CHARGE_SQL.insertCharge),
     journalEntry: db.prepare<[number | bigint], JournalRow>(
-      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE seq = ?',
+      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at, neuron FROM journal WHERE seq = ?',
     ),
     journal: db.prepare<[string], JournalRow>(
-      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE account_id = ? ORDER BY seq',
+      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at, neuron FROM journal WHERE account_id = ? ORDER BY seq',
     ),
     watermark: db.prepare<[], number>(FOLD_SQL.watermark).pluck(),
     unfolded: db.prepare<[number, number], ChargeRow>(FOLD_SQL.charges).raw(),
@@ -296,6 +297,7 @@ export class SqliteLedger implements LedgerStore {
         // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
         seq = this.#q.insertCharge.run(
           c.accountId, cost, c.requestId, c.keyId, c.at, c.model, c.provider, c.promptTokens, c.completionTokens, c.images, c.audioMs,
+          c.neuron === null || c.neuron === undefined ? null : c.neuron.toString(),
         ).lastInsertRowid
       } catch (err) {
         if (isForeignKeyViolation(err)) out[i] = new Error(`no account ${c.accountId}`)
@@ -304,7 +306,7 @@ export class SqliteLedger implements LedgerStore {
         continue
       }
       appended++
-      out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+      out[i] = chargeEntry(Number(seq), c)
     }
     return appended
   }
