@@ -65,6 +65,12 @@ t.test('a paid request on chat, messages and images; the provider settles and th
   const owedChat = chat!.sim!.broker!.owed.get(chainAccount(PAYER_INDEX).address.toLowerCase())!
   const owedImage = image!.sim!.broker!.owed.get(chainAccount(PAYER_INDEX).address.toLowerCase())!
   t.ok(owedChat > 0n && owedImage === 2n * IMAGE.outputPrice, 'the providers are owed for what they served')
+  // Each charge records the provider's price of the answer in neuron beside the USD billed: per provider, the
+  // charges add up to what its broker counts as owed, exactly.
+  const charges = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+  t.equal(charges.length, 4, 'four answers billed')
+  t.ok(charges.every((e) => typeof e.neuron === 'bigint' && e.neuron > 0n && e.amount > 0n), 'each charge has its neuron beside its USD')
+  t.equal(charges.reduce((sum, e) => sum + e.neuron!, 0n), owedChat + owedImage, 'the charges owe what the brokers count, exactly')
   await chat!.sim!.broker!.settleNow()
   await image!.sim!.broker!.settleNow()
   const after = await subAccount(chain, chat!.address)
