@@ -53,7 +53,7 @@ export interface ProviderPayer {
 export interface ProviderState {
   readonly address: string
   readonly account: SubAccount | null
-  /** Neuron served by the router's meter since this process started and not yet matched by a settlement. */
+  /** Neuron served (the books' charges, and this replica's meter since it read them) not yet matched by a settlement. */
   readonly unsettled: bigint
   readonly served: bigint
   readonly settled: bigint
@@ -89,8 +89,8 @@ interface Entry {
   flagged: boolean
   /** The balance last read, to see what the provider took since (null before the first read). */
   lastBalance: bigint | null
-  /** Served by this replica and not yet added to the books. */
-  unsaved: bigint
+  /** Served by this replica since the books were last read (the books hold it already: it is durable with each charge). */
+  metered: bigint
   /** A renewal under way (401), shared by the requests that met it. */
   renewing: Promise<boolean> | null
 }
@@ -122,7 +122,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   function entry(p: RegistryProvider): Entry {
     let e = entries.get(p.address)
     if (e === undefined) {
-      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, unsaved: 0n, renewing: null }
+      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, metered: 0n, renewing: null }
       entries.set(p.address, e)
     }
     e.record = p
@@ -176,24 +176,19 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     return account
   }
 
-  /** This replica's meter into the books, then the books (every replica's meter, the flags) into memory. */
+  /**
+   * The books (every replica's charges, the flags) into memory. What was served is written with each charge
+   * (store/settlement.ts), so a crash loses none of it; the meter only adds what was served since this read.
+   * A charge metered while the read is under way may be in both until the next read: served is over-counted
+   * for a moment (a top-up a little early), never under-counted (which could flag a provider falsely).
+   */
   async function syncBooks(): Promise<void> {
-    for (const e of entries.values()) {
-      const delta = e.unsaved
-      if (delta === 0n) continue
-      e.unsaved = 0n
-      try {
-        await deps.books.addServed(e.address, delta)
-      } catch (err) {
-        e.unsaved += delta
-        throw err
-      }
-    }
+    for (const e of entries.values()) e.metered = 0n
     const rows = new Map((await deps.books.rows()).map((r) => [r.provider, r]))
     for (const e of entries.values()) {
       const r = rows.get(e.address)
+      e.served = (r?.served ?? 0n) + e.metered
       if (r === undefined) continue
-      e.served = r.served + e.unsaved
       e.settled = r.settled
       e.lastBalance = r.lastBalance
       if (e.flagged && !r.flagged) log.info('settlement: flag cleared by the operator', { provider: e.address })
@@ -312,7 +307,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       setReason(e, reason)
       if (stopped) return
     }
-    for (const [address, e] of entries) if (!wanted.has(address) && e.unsaved === 0n) entries.delete(address)
+    for (const address of entries.keys()) if (!wanted.has(address)) entries.delete(address)
   }
 
   function round(): Promise<void> {
@@ -346,14 +341,14 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     timer.unref()
   }
 
-  // The router's meter: what each answer cost at the provider's own prices (neuron), per provider.
+  // The router's meter between two reads of the books: what each durable answer cost at the provider's own prices.
   const onSettled = (message: unknown): void => {
     const m = message as SettleEvent
     if (!m.durable || m.neuron === undefined) return
     const e = entries.get(m.provider)
     if (e === undefined) return
     e.served += m.neuron
-    e.unsaved += m.neuron
+    e.metered += m.neuron
   }
   settledChannel.subscribe(onSettled)
   void round().finally(schedule)
@@ -428,8 +423,6 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       if (timer !== null) clearTimeout(timer)
       settledChannel.unsubscribe(onSettled)
       await running?.catch(() => {})
-      // What this replica served since the last round goes into the books before it stops.
-      await syncBooks().catch((err: unknown) => log.error('settlement: saving what was served failed', { err: errorText(err) }))
       await deps.lock.close()
     },
   }

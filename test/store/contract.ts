@@ -427,6 +427,31 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     t.equal(byRequest.get(chain.requestId)?.amount, chain.cost, 'beside the USD billed')
   })
 
+  t.test("what a chain provider was served is in the books with its charges' commit: billed once, never lost", async (t) => {
+    const store = await open(t)
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    const P = '0x' + 'c'.repeat(40)
+    const Q = '0x' + 'd'.repeat(40)
+    const first = charge(A, key.id, { provider: P, neuron: 18446744073709551617n })
+    await store.ledger.recordCharges([first, charge(A, key.id, { provider: Q, neuron: 5n }), charge(A, key.id, { provider: P, neuron: 3n }), charge(A, key.id)])
+    const served = async () => new Map((await store.settlement.rows()).map((r) => [r.provider, r.served]))
+    t.strictSame(await served(), new Map([[P, 18446744073709551620n], [Q, 5n]]), 'per provider, exactly, as soon as the charges are acknowledged (no round needed)')
+    const out = await store.ledger.recordCharges([
+      { ...first, neuron: 1000n },
+      charge(A, key.id, { provider: P, neuron: -1n }),
+      charge(B, key.id, { provider: P, neuron: 1000n }),
+      charge(A, key.id, { provider: P, neuron: 0n }),
+      charge(A, key.id, { provider: Q, neuron: 2n }),
+    ])
+    t.ok(out[0] instanceof StoreConflictError && out[1] instanceof RangeError && out[2] instanceof Error, 'a charge not billed...')
+    t.strictSame(await served(), new Map([[P, 18446744073709551620n], [Q, 7n]]), '...is not served either')
+    await store.settlement.record(Q, 4n, 10n, false)
+    await store.ledger.recordCharge(charge(A, key.id, { provider: Q, neuron: 1n }))
+    const q = (await store.settlement.rows()).find((r) => r.provider === Q)!
+    t.strictSame([q.served, q.settled, q.lastBalance, q.flagged], [8n, 4n, 10n, false], 'what was settled is kept beside it')
+  })
+
   t.test('recordCharges: a duplicate, a bad charge or an unknown account fails alone, the rest is billed', async (t) => {
     const store = await open(t)
     await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)

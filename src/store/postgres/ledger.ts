@@ -59,7 +59,10 @@ export const CHARGE_SQL = {
    * not exist (it is written without waiting for lockAccounts' answer), then adds exactly the appended ones into
    * accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a skipped charge is never
    * counted. The usage_daily rows belong to the accounts locked above, so no other batch can be adding to them
-   * meanwhile. Answers the seq of each charge appended.
+   * meanwhile. A chain provider's charges also add their neuron into provider_settlement.served (what it was
+   * served, durable with the charge: store/settlement.ts); those rows are shared by every account, so they are
+   * taken after the account locks and in provider order, like the accounts, and no two batches deadlock.
+   * Answers the seq of each charge appended.
    */
   append: `WITH input AS (
       SELECT * FROM unnest($1::text[], $2::numeric[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
@@ -74,7 +77,11 @@ export const CHARGE_SQL = {
       FROM input WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = input.account_id)
       ORDER BY ord
       ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
-      RETURNING seq, request_id, account_id, key_id, model, amount, prompt_tokens, completion_tokens, images, audio_ms
+      RETURNING seq, request_id, account_id, key_id, model, provider, neuron, amount, prompt_tokens, completion_tokens, images, audio_ms
+    ), served AS (
+      INSERT INTO provider_settlement AS p (provider, served)
+      SELECT provider, sum(neuron) FROM appended WHERE neuron > 0 GROUP BY provider ORDER BY provider
+      ON CONFLICT (provider) DO UPDATE SET served = p.served + EXCLUDED.served
     ), spent AS (
       UPDATE accounts a SET spent = a.spent + s.amount
       FROM (SELECT account_id, sum(amount) AS amount FROM appended GROUP BY account_id) s
