@@ -21,6 +21,7 @@ import type { FundingLock } from './funding-lock.js'
 import type { SettlementStore } from '../store/settlement.js'
 import { freeTokenId, RENEW_BEFORE_MS, signSessionToken, type SessionToken } from './session-token.js'
 import { errorText, TxSender } from './sender.js'
+import { SettlementEvents, type SettlementResult, type SettlementStatus } from './settlement-events.js'
 
 export interface SettlementSettings {
   readonly ledger: string
@@ -61,6 +62,8 @@ export interface ProviderState {
   /** Why it is not routed; null when it is. */
   readonly reason: string | null
   readonly tokenExpiresAt: number
+  /** The TEESettlementResult events of its settlements for the payer this process read, by status. */
+  readonly results: ReadonlyMap<SettlementStatus, number>
 }
 
 export interface Settlement extends ProviderPayer {
@@ -89,6 +92,9 @@ interface Entry {
   flagged: boolean
   /** The balance last read, to see what the provider took since (null before the first read). */
   lastBalance: bigint | null
+  /** The block that balance was read at, where the next window of settlement events starts (null: not read here). */
+  lastBlock: bigint | null
+  results: Map<SettlementStatus, number>
   /** Served by this replica since the books were last read (the books hold it already: it is durable with each charge). */
   metered: bigint
   /** A renewal under way (401), shared by the requests that met it. */
@@ -106,6 +112,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   const client = createPublicClient({ transport: http(deps.rpcUrl, { timeout, retryCount: 0 }) }) as PublicClient
   const payer = deps.payer
   const sender = new TxSender(client, payer, deps.rpcUrl, undefined, timeout)
+  const events = new SettlementEvents(client, deps.serving, payer.address)
   const entries = new Map<string, Entry>()
   let providers: RegistrySnapshot['providers'] = NO_PROVIDERS
   let ledgerAddress: `0x${string}` | null = settings.ledger === '' ? null : (settings.ledger as `0x${string}`)
@@ -122,7 +129,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   function entry(p: RegistryProvider): Entry {
     let e = entries.get(p.address)
     if (e === undefined) {
-      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, metered: 0n, renewing: null }
+      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, lastBlock: null, results: new Map(), metered: 0n, renewing: null }
       entries.set(p.address, e)
     }
     e.record = p
@@ -145,23 +152,38 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   }
 
   /**
-   * Reads `e`'s sub-account. What its balance fell by since the last read is what the provider settled (the
-   * router's own transfers only raise it, and it takes funds back only from a flagged provider).
+   * Reads `e`'s sub-account. The funding replica also reconciles what the provider took since the last read, from
+   * two sources over the same window of blocks: the fall of the balance, and the TEESettlementResult events of its
+   * settlements (settlement-events.ts). Each is a lower bound (a top-up in the window hides a settlement from the
+   * balance; events are not read across a restart), and both count the same takes: the window adds the larger,
+   * never their sum. The router takes funds back only from a flagged provider, whose settlements are not counted.
    */
-  async function readAccount(e: Entry): Promise<SubAccount | null> {
+  async function readAccount(e: Entry, reconcile = true): Promise<SubAccount | null> {
+    const block = funding && reconcile ? await client.getBlockNumber({ cacheTime: 0 }) : undefined
     let account: SubAccount | null
     try {
-      const a = await client.readContract({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, e.address] })
+      const a = await client.readContract({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, e.address], blockNumber: block })
       account = { balance: a.balance, pendingRefund: a.pendingRefund, acknowledged: a.acknowledged, generation: a.generation, revokedBitmap: a.revokedBitmap, nonce: a.nonce }
     } catch (err) {
       if (!errorText(err).startsWith('AccountNotExists')) throw err
       account = null
     }
-    if (!funding) return account
+    if (block === undefined) return account
+    let evented = 0n
+    if (e.lastBlock !== null && block > e.lastBlock) {
+      const provider = e.address.toLowerCase()
+      for (const r of await events.results(e.lastBlock + 1n, block)) {
+        if (r.provider !== provider) continue
+        evented += r.taken
+        noteResult(e, r)
+      }
+    }
     const balance = account?.balance ?? 0n
     const before = { settled: e.settled, lastBalance: e.lastBalance, flagged: e.flagged }
-    if (e.lastBalance !== null && balance < e.lastBalance && !e.flagged) e.settled += e.lastBalance - balance
+    const fell = e.lastBalance !== null && balance < e.lastBalance ? e.lastBalance - balance : 0n
+    if (!e.flagged) e.settled += fell > evented ? fell : evented
     e.lastBalance = balance
+    e.lastBlock = block
     if (!e.flagged && e.settled > e.served + tolerance) {
       e.flagged = true
       log.error('settlement: provider settled more than it served; flagged, unfunded, refund requested', {
@@ -174,6 +196,15 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       await deps.books.record(e.address, e.settled, e.lastBalance, e.flagged)
     }
     return account
+  }
+
+  /** Counts a settlement's status (/metrics); one that did not take the whole fee is logged. */
+  function noteResult(e: Entry, r: SettlementResult): void {
+    e.results.set(r.status, (e.results.get(r.status) ?? 0) + 1)
+    if (r.status === 'success') return
+    const fields = { provider: e.address, status: r.status, fee_0g: format0g(r.totalFee), unsettled_0g: format0g(r.unsettled), tx: r.tx }
+    if (r.status === 'partial') log.warn('settlement: a provider settled only part of its fee (the sub-account fell short)', fields)
+    else log.warn('settlement: the contract refused a provider\'s settlement', fields)
   }
 
   /**
@@ -386,7 +417,8 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       }
       e.renewing ??= (async () => {
         try {
-          e.account = await readAccount(e)
+          // Not reconciled here: a round may be reading the same window (it would count the provider's takes twice).
+          e.account = await readAccount(e, false)
           if (e.account === null) return false
           if (!(await ensureToken(e, true))) {
             // A new generation needs a transaction: the next round sends it; this request moves on.
@@ -414,6 +446,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         flagged: e.flagged,
         reason: e.reason,
         tokenExpiresAt: e.token?.claims.expiresAt ?? 0,
+        results: e.results,
       }))
     },
     ledger: () => payerLedger,
