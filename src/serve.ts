@@ -47,6 +47,7 @@ import { UpstreamPools } from './upstream/pools.js'
 import { InFlight } from './upstream/drain.js'
 import { startAccessLog, startPromptLog } from './telemetry/access-log.js'
 import { startMetrics, type Metrics } from './telemetry/metrics.js'
+import { UploadSpool } from './upstream/upload-spool.js'
 import { createOpsRoutes } from './telemetry/ops.js'
 import { randomUUID } from 'node:crypto'
 import { tmpdir } from 'node:os'
@@ -313,10 +314,16 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     authenticate: auth.inference,
     maxJsonBodyBytes: config.server.max_json_body_bytes,
   }
+  const uploadSpool = new UploadSpool({
+    dir: config.server.upload_spool_dir !== '' ? config.server.upload_spool_dir : tmpdir(),
+    memoryBytes: config.server.upload_memory_bytes,
+    memoryTotalBytes: config.server.upload_memory_total_bytes,
+  })
   const multipartDeps: MultipartDeps = {
     ...deps,
     maxMultipartBodyBytes: config.server.max_multipart_body_bytes,
     replayBufferBytes: config.upstream.replay_buffer_bytes,
+    uploadSpool,
   }
   // Async image jobs run through the same engine into a job sink; the ones a previous process left unfinished
   // are resumed below, before the listener opens.
@@ -399,7 +406,7 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
     { method: 'get', pattern: '/console/*', handler: consoleFiles },
   ]
   // Telemetry subscribes to the engine's events (DESIGN.md §5); with both off, nothing is published at all.
-  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued }) : null
+  const metrics: Metrics | null = config.ops.metrics ? startMetrics(table, { chargesQueued: () => writer.queued, uploads: uploadSpool }) : null
   const stopAccessLog = config.log.access_log ? startAccessLog() : null
   // Prompts only when the operator asked for both (telemetry/access-log.ts).
   const stopPromptLog = config.log.prompts && config.log.level === 'debug' ? startPromptLog() : null
