@@ -62,8 +62,10 @@ export class ReplayableBody implements RequestBody {
   /** The upload's first bytes, in memory: every chunk up to the first that went to the file. */
   readonly #memory: Buffer[] = []
   #memoryBytes = 0
-  /** The rest of the upload, once a chunk did not fit in memory. */
+  /** The rest of the upload's file (opened once half the memory bound is used). */
   #file: SpoolFile | null = null
+  /** A chunk did not fit in memory: every later chunk goes to the file. */
+  #toDisk = false
   #received = 0
   #ended = false
   #reader: UploadReader | null = null
@@ -129,18 +131,21 @@ export class ReplayableBody implements RequestBody {
     const n = chunk.length
     if (n === 0) {
       // Nothing to keep (a last call with no bytes).
-    } else if (this.#file === null && this.#spool.admits(this.#memoryBytes, n)) {
+    } else if (!this.#toDisk && this.#spool.admits(this.#memoryBytes, n)) {
       hold(chunk)
       this.#memory.push(chunk)
       this.#memoryBytes += n
       this.#spool.memory += n
+      // Half the memory bound used: the file is opened now, in the background, to be ready when it is needed.
+      if (this.#file === null && 2 * this.#memoryBytes >= this.#spool.settings.memoryBytes) this.#openFile()
     } else {
-      if (this.#file === null) {
-        const file = this.#spool.file((err) => this.#fail(err))
-        file.onWritten = () => this.#flow()
-        this.#file = file
-      }
-      this.#file.append(chunk)
+      this.#toDisk = true
+      if (this.#file === null) this.#openFile()
+      if (this.#released) return
+      // Past pause() and past the file's high-water mark: written before the source reads on.
+      const file = this.#file!
+      if (this.#paused && file.queuedBytes >= WRITE_HIGH_WATER) file.writeNow(chunk)
+      else file.append(chunk)
       if (this.#released) return
     }
     this.#received += n
@@ -148,6 +153,12 @@ export class ReplayableBody implements RequestBody {
     const reader = this.#reader
     if (reader !== null && !reader.closed) reader.more()
     this.#flow()
+  }
+
+  #openFile(): void {
+    const file = this.#spool.file((err) => this.#fail(err))
+    file.onWritten = () => this.#flow()
+    this.#file = file
   }
 
   /** The spool failed (disk full, directory unwritable, no descriptor left): the upload cannot go on. */
@@ -171,11 +182,10 @@ export class ReplayableBody implements RequestBody {
     const file = this.#file
     if (file !== null) {
       const fileAt = at - this.#memoryBytes
-      const stable = file.stable
-      if (fileAt < stable) {
-        const length = Math.min(READ_BYTES, stable - fileAt)
+      const found = file.locate(fileAt)
+      if (typeof found === 'number') {
         reader.reading = true
-        return file.read(this.#pool, fileAt, length, (chunk) => {
+        return file.read(this.#pool, fileAt, Math.min(READ_BYTES, found), (chunk) => {
           reader.reading = false
           if (chunk === null || reader.closed) {
             if (chunk !== null) release(chunk)
@@ -184,16 +194,9 @@ export class ReplayableBody implements RequestBody {
           serve(chunk)
         })
       }
-      // Not yet written: from the write queue, where chunks start on the reader's position (reads from disk
-      // end where the queue starts).
-      let offset = stable
-      for (const chunk of file.queue) {
-        if (offset === fileAt) {
-          hold(chunk)
-          return serve(chunk)
-        }
-        offset += chunk.length
-        if (offset > fileAt) break
+      if (found !== null) {
+        hold(found)
+        return serve(found)
       }
     }
     if (this.#ended && at >= this.#received) return serve(null)

@@ -8,7 +8,7 @@
  * Every file operation runs on libuv's thread pool (fs callbacks): the event loop never waits on the disk, and
  * nothing reads a whole file into memory (a reader reads it back a block at a time).
  */
-import { close, open, read, unlink, writev } from 'node:fs'
+import { close, open, openSync, read, unlink, unlinkSync, writev, writevSync } from 'node:fs'
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import { hold, release, type ChunkPool } from './chunk-pool.js'
@@ -56,6 +56,7 @@ export class SpoolFile {
   readonly #spool: UploadSpool
   readonly #failed: (err: NodeJS.ErrnoException) => void
   #fd = -1
+  readonly #path: string
   /** Open and unlinked: writes may start. */
   #ready = false
   #settled = false
@@ -69,6 +70,10 @@ export class SpoolFile {
   /** Bytes of `queue[0]` already on disk (a short write). */
   #headWritten = 0
   #writing = 0
+  /** Bytes of the chunks in the write under way (whole chunks, from where `queue[0]` starts). */
+  #writingBytes = 0
+  /** Bytes written at once (writeNow) past the write under way; they count as written when it completes. */
+  #ahead = 0
   /** Bytes on disk. */
   written = 0
 
@@ -77,16 +82,25 @@ export class SpoolFile {
     this.#failed = failed
     spool.files++
     const path = join(spool.settings.dir, `svc-upload-${process.pid}-${randomBytes(8).toString('hex')}`)
+    this.#path = path
     open(path, 'wx+', 0o600, (err, fd) => {
       this.#busy--
-      if (err !== null) return this.#fail(err)
-      this.#fd = fd
-      if (this.#closed) {
-        unlink(path, () => {})
+      // Opened at once meanwhile (openNow), or closed: this one is not needed.
+      if (this.#fd >= 0 || this.#closed || this.#error !== null) {
+        if (err === null) {
+          unlink(path, () => {})
+          close(fd, () => {})
+        }
         return this.#settle()
       }
+      if (err !== null) {
+        this.#fail(err)
+        return this.#settle()
+      }
+      this.#fd = fd
       // Nothing is written before the name is gone: no byte of an upload is left behind a crash.
       unlink(path, (unlinked) => {
+        if (this.#ready) return
         if (unlinked !== null) {
           this.#fail(unlinked)
           return this.#settle()
@@ -97,6 +111,42 @@ export class SpoolFile {
     })
   }
 
+  /** Open and unlinked (writes may go to the file). */
+  get ready(): boolean {
+    return this.#ready
+  }
+
+  /**
+   * Opens the file before returning (writeNow's case: the event loop is held by a source that reads on).
+   * False when that failed; the failure is reported from a microtask, once the caller holds this file.
+   */
+  #openNow(): boolean {
+    try {
+      if (this.#fd >= 0) {
+        // The background open completed and its unlink is under way: done here, unless it was quicker.
+        try {
+          unlinkSync(this.#path)
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        }
+      } else {
+        // A name of its own: the background open may have created its file already (it closes it then).
+        const path = `${this.#path}-now`
+        this.#fd = openSync(path, 'wx+', 0o600)
+        unlinkSync(path)
+      }
+      this.#ready = true
+      return true
+    } catch (err) {
+      this.#error ??= err as NodeJS.ErrnoException
+      queueMicrotask(() => {
+        if (!this.#closed) this.#failed(err as NodeJS.ErrnoException)
+        this.#settle()
+      })
+      return false
+    }
+  }
+
   /** Where chunks still in memory start in the file: bytes before it can only be read back from disk. */
   get stable(): number {
     return this.written - this.#headWritten
@@ -104,7 +154,65 @@ export class SpoolFile {
 
   /** The file's length once every queued chunk is written. */
   get end(): number {
-    return this.stable + this.queuedBytes
+    return this.stable + this.queuedBytes + this.#ahead
+  }
+
+  /**
+   * What is at `at`: a queued chunk that starts there, the bytes readable from disk from there on (a number), or
+   * null when nothing came there yet. Readers move chunk by chunk through the queue and read the disk up to where
+   * queued chunks start, so `at` is never inside a queued chunk.
+   */
+  locate(at: number): Buffer | number | null {
+    let offset = this.stable
+    if (at < offset) return offset - at
+    const queue = this.queue
+    let i = 0
+    for (; i < this.#writing; i++) {
+      if (offset === at) return queue[i]!
+      offset += queue[i]!.length
+    }
+    if (at < offset + this.#ahead) return offset + this.#ahead - at
+    offset += this.#ahead
+    for (; i < queue.length; i++) {
+      if (offset === at) return queue[i]!
+      offset += queue[i]!.length
+    }
+    return null
+  }
+
+  /**
+   * Appends `chunk` and writes it, with every queued chunk not yet being written, before returning: for a source
+   * that reads on past pause() while this file's writes lag behind (README "Known issues"), where waiting for
+   * the thread pool would hold each chunk in memory until the source stops. The event loop is held by that
+   * source's read loop anyway; this makes the disk, not memory, what slows it down.
+   */
+  writeNow(chunk: Buffer): void {
+    if (this.#closed || this.#error !== null) return
+    if (!this.#ready && !this.#openNow()) return
+    if (this.#writing === 0 && this.#headWritten > 0) return this.append(chunk)
+    const tail = this.queue.splice(this.#writing)
+    let held = 0
+    for (const c of tail) held += c.length
+    tail.push(chunk)
+    const position = this.#writing === 0 ? this.written : this.stable + this.#writingBytes + this.#ahead
+    let n = 0
+    try {
+      n = writevSync(this.#fd, tail, position)
+    } catch (err) {
+      n = -1
+      this.#fail(err as NodeJS.ErrnoException)
+    }
+    for (let i = 0; i < tail.length - 1; i++) release(tail[i]!)
+    this.queuedBytes -= held
+    this.#spool.memory -= held
+    if (n < 0) return this.#settle()
+    if (n < held + chunk.length) {
+      this.#fail(Object.assign(new Error(`short write to the spool file (${n} of ${held + chunk.length} bytes)`), { code: 'EIO' }))
+      return this.#settle()
+    }
+    this.#spool.disk += n
+    if (this.#writing === 0) this.written += n
+    else this.#ahead += n
   }
 
   get failed(): boolean {
@@ -158,17 +266,28 @@ export class SpoolFile {
   #flush(): void {
     if (this.#closed || this.#error !== null || !this.#ready || this.#writing > 0 || this.queue.length === 0) return
     const batch = this.queue.slice()
+    let bytes = 0
+    for (const c of batch) bytes += c.length
+    this.#writingBytes = bytes
+    bytes -= this.#headWritten
     if (this.#headWritten > 0) batch[0] = batch[0]!.subarray(this.#headWritten)
     this.#writing = batch.length
     this.#busy++
     writev(this.#fd, batch, this.written, (err, n) => {
       this.#busy--
       this.#writing = 0
+      this.#writingBytes = 0
+      if (err === null && n < bytes && this.#ahead > 0) {
+        err = Object.assign(new Error(`short write to the spool file (${n} of ${bytes} bytes)`), { code: 'EIO' })
+      }
       if (err !== null) {
         this.#fail(err)
         return this.#settle()
       }
       this.#wrote(n)
+      // What writeNow put past this write is in order behind it now.
+      this.written += this.#ahead
+      this.#ahead = 0
       if (this.#closed) return this.#settle()
       this.#flush()
       this.onWritten?.()
