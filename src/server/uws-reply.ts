@@ -116,7 +116,12 @@ export class UwsReply implements Reply {
         }
         res.onData((chunk, isLast) => {
           if (isLast) whole = true
-          if (!this.#aborted) gather.push(new Uint8Array(chunk), isLast, emit)
+          if (this.#aborted) return
+          gather.push(new Uint8Array(chunk), isLast, emit)
+          // Read past pause() (README "Known issues"): uWS re-armed its 10 s idle timeout for the bytes it
+          // counted, on a socket that stays paused while the provider catches up; pausing again turns it off,
+          // or the connection would be closed under an upload that is merely waiting.
+          if (this.#bodyPaused && !whole && live()) res.pause()
         })
       },
       // Once the body is whole, flow control is over: uWS's resume() would arm its 10 s idle timeout again
