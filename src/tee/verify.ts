@@ -39,6 +39,9 @@ export interface TeeOutcome {
 /** Outcomes that say nothing about the provider (it was never asked to sign, or the router could not ask). */
 const NOT_A_CHECK: ReadonlySet<TeeReason> = new Set(['not_a_tee_provider', 'no_chat_id', 'unsupported'])
 
+/** How long a check waits, at most, for the recovery worker to start before its own deadline counts. */
+const WORKER_START_MS = 30_000
+
 /** A signature answer larger than this is not one. */
 const MAX_SIGNATURE_BODY = 16 * 1024
 
@@ -76,8 +79,13 @@ export class TeeVerifier {
   readonly #settings: TeeSettings
   /** Background checks under way: at most one per provider (a sample needs no company). */
   readonly #sampling = new Set<string>()
-  /** Started on the first check: a router whose clients never ask, and that samples nothing, never starts it. */
+  /**
+   * Started on the first check: a router whose clients never ask, and that samples nothing, never starts it.
+   * Once started its worker stays: a worker that exited when idle made the next check pay its start again.
+   */
   #pool: Piscina<RecoverInput, string> | null = null
+  /** The worker started and ran once (viem loaded): what a check's deadline waits for before it counts. */
+  #warm: Promise<void> | null = null
 
   constructor(pools: UpstreamPools, standing: TeeStanding, settings: TeeSettings) {
     this.#pools = pools
@@ -113,19 +121,42 @@ export class TeeVerifier {
     return outcome
   }
 
-  #recover(input: RecoverInput): Promise<string> {
+  /**
+   * Resolves once the recovery worker is up (started now if it was not), at most WORKER_START_MS from the first
+   * call. Its start (a thread, and viem's modules loaded in it: seconds on a busy machine, more under Node 24's
+   * module loading than under 20's) is the router's, not the provider's: `tee.verify_timeout_ms` bounds a check
+   * from when the worker can run it, so the first verified request after a start is judged as every other.
+   */
+  ready(): Promise<void> {
+    if (this.#warm === null) {
+      const warm = this.#workers()
+        .run({ text: '', signature: `0x${'11'.repeat(65)}` })
+        .then(
+          () => undefined,
+          () => undefined,
+        )
+      this.#warm = within(warm, WORKER_START_MS, undefined)
+    }
+    return this.#warm
+  }
+
+  #workers(): Piscina<RecoverInput, string> {
     this.#pool ??= new Piscina({
       filename: new URL('./recover-worker.js', import.meta.url).href,
-      minThreads: 0,
+      minThreads: 1,
       maxThreads: 1,
-      idleTimeout: 60_000,
     })
-    return this.#pool.run(input)
+    return this.#pool
+  }
+
+  #recover(input: RecoverInput): Promise<string> {
+    return this.#workers().run(input)
   }
 
   async close(): Promise<void> {
     await this.#pool?.close({ force: true })
     this.#pool = null
+    this.#warm = null
   }
 
   async #check(provider: RegistryProvider, model: string, chatId: string, recorder: TeeRecorder): Promise<TeeOutcome> {
