@@ -257,6 +257,8 @@ async function serveWith(config: Config, { store, credentials, auth, devKeys, st
       .catch((err: unknown) => log.error('registry update failed; keeping the previous registry', { err: String(err) }))
   }
   const tee = new TeeVerifier(pools, standing, { verifyTimeoutMs: config.tee.verify_timeout_ms, sampleRate: config.tee.sample_rate })
+  // With TEE providers from the start, their recovery worker starts now rather than under the first check.
+  if (snapshot.providers.some((p) => p.tee_signer !== '')) void tee.ready()
 
   const healthSettings: HealthSettings = {
     failureThreshold: config.routing.failure_threshold,
