@@ -111,11 +111,6 @@ export class SpoolFile {
     })
   }
 
-  /** Open and unlinked (writes may go to the file). */
-  get ready(): boolean {
-    return this.#ready
-  }
-
   /**
    * Opens the file before returning (writeNow's case: the event loop is held by a source that reads on).
    * False when that failed; the failure is reported from a microtask, once the caller holds this file.
@@ -150,11 +145,6 @@ export class SpoolFile {
   /** Where chunks still in memory start in the file: bytes before it can only be read back from disk. */
   get stable(): number {
     return this.written - this.#headWritten
-  }
-
-  /** The file's length once every queued chunk is written. */
-  get end(): number {
-    return this.stable + this.queuedBytes + this.#ahead
   }
 
   /**
@@ -215,10 +205,6 @@ export class SpoolFile {
     else this.#ahead += n
   }
 
-  get failed(): boolean {
-    return this.#error !== null
-  }
-
   /** Appends `chunk` (held until written). */
   append(chunk: Buffer): void {
     if (this.#closed || this.#error !== null) return
@@ -230,7 +216,7 @@ export class SpoolFile {
   }
 
   /**
-   * Reads `length` bytes at `position` (below `stable`) into pooled memory the caller then holds once; `done`
+   * Reads `length` bytes at `position` (where `locate` answered a number) into pooled memory the caller then holds once; `done`
    * gets the chunk, or null when the read failed or the file was closed meanwhile.
    */
   read(pool: ChunkPool, position: number, length: number, done: (chunk: Buffer | null) => void): void {
