@@ -5,9 +5,9 @@
  * relayed exactly as the provider wrote it, and its trace goes in the X-SVC-Trace response header instead.
  */
 import type { AudioUsage, ImageUsage } from '../billing/cost.js'
+import { usageSeconds } from '../billing/usage-bound.js'
 import { renderError, type RouterError } from '../errors.js'
-import type { ResponseHead } from '../upstream/attempt.js'
-import { isHeaderSafeId, type ResponseCodec } from './codec.js'
+import { isHeaderSafeId, type ResponseCodec, type ResponseHead } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
 import { spliceTrace } from './trace-splice.js'
 
@@ -160,7 +160,7 @@ export class TranscriptionCodec extends HeldMediaCodec<AudioUsage> {
 
   usage(): AudioUsage {
     const p = this.parsed
-    const reported = seconds((p?.usage as { seconds?: unknown } | undefined)?.seconds) ?? seconds(p?.duration)
+    const reported = usageSeconds((p?.usage as { seconds?: unknown } | undefined)?.seconds) ?? usageSeconds(p?.duration)
     if (reported !== null) return { seconds: reported }
     return { seconds: this.#uploadSeconds(), estimated: true }
   }
@@ -176,6 +176,3 @@ export class TranscriptionCodec extends HeldMediaCodec<AudioUsage> {
   }
 }
 
-function seconds(v: unknown): number | null {
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : null
-}

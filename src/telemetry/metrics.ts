@@ -32,6 +32,8 @@ export interface MetricsSources {
   readonly chargesQueued: () => number
   /** What streamed uploads hold now (upstream/upload-spool.ts). */
   readonly uploads?: { readonly memory: number; readonly disk: number; readonly files: number }
+  /** Journal rows quarantined by the ledger fold (LedgerStore.quarantinedRows). */
+  readonly ledgerQuarantined?: () => number
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -178,6 +180,14 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       },
     })
   }
+  new Gauge({
+    name: 'svc_ledger_quarantined_rows',
+    help: 'Journal rows the ledger fold left out of the totals, whole or for their usage counts (SQLite; see ledger_quarantine).',
+    registers: [registry],
+    collect() {
+      this.set(sources.ledgerQuarantined?.() ?? 0)
+    },
+  })
   const providersOf = (): Iterable<ProviderEntry> => table.providers()
   new Gauge({
     name: 'svc_provider_healthy',

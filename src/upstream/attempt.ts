@@ -21,7 +21,7 @@ import type { Offer } from '../routing/offers.js'
 import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
 import type { TeeRecorder } from '../tee/verify.js'
-import { isHeaderSafeId } from '../codecs/codec.js'
+import { isHeaderSafeId, type ResponseHead } from '../codecs/codec.js'
 import { classifyUpstreamError, INCOMPLETE_STREAM, isProviderFault, isRetryableStatus, STREAM_ERROR, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import type { UpstreamPools } from './pools.js'
@@ -445,16 +445,6 @@ function noop(): void {}
  */
 export function upstreamPath(basePath: string, apiPath: string, planPath: string): string {
   return apiPath === '/v1' ? basePath + planPath : basePath + apiPath + planPath.slice(3)
-}
-
-/** The response headers the router reads ('' when absent, or sent more than once). */
-export interface ResponseHead {
-  readonly contentType: string
-  readonly retryAfter: string
-  /** The provider's x-request-id (a media answer's id when its body has none). */
-  readonly requestId: string
-  /** The provider's ZG-Res-Key: the chat id a 0G broker signs its answer under. */
-  readonly resKey: string
 }
 
 /** Whether `name` is `lower` (lowercase ASCII) in any case, compared byte by byte. */

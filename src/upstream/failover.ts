@@ -15,7 +15,7 @@ import type { Budget } from '../billing/budget.js'
 import type { ResponseCodec } from '../codecs/codec.js'
 import { spliceTrace } from '../codecs/trace-splice.js'
 import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
-import type { BilledCost } from '../billing/ledger.js'
+import type { BilledCost } from '../billing/budget.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
@@ -118,6 +118,9 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #billed = 0n
   /** Candidates skipped because their concurrency cap and queue were full. */
   #busy = 0
+  /** Candidates that could not serve the request (AttemptPlan.refusal), and the last such refusal. */
+  #refused = 0
+  #refusal: RouterError | null = null
   /** An attempt whose whole answer waits for the request's body to be judged (answerWhen). */
   #held: AttemptHandler | null = null
 
@@ -178,7 +181,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #tryNext(): void {
     if (this.#finished || this.sink.aborted) return
     const req = this.#req
-    const offer = this.#attempts.length < this.#ctx.maxAttempts ? req.selection.next() : null
+    // A candidate that could not serve the request (a refusal) was never sent it: it is no try.
+    const offer = this.#attempts.length - this.#refused < this.#ctx.maxAttempts ? req.selection.next() : null
     if (offer === null) return this.#failAll()
     this.#reserve(offer)
   }
@@ -235,6 +239,13 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     let body: UpstreamBody | null
     try {
       const plan = req.surface.plan(req.request, offer)
+      if (plan.refusal !== undefined) {
+        // Not sent: this candidate cannot serve what the request asks; another may.
+        this.#attempts.push({ provider: offer.provider.address, status: null, error: plan.refusal.code })
+        this.#refused++
+        this.#refusal = plan.refusal
+        return this.#tryNext()
+      }
       body = plan.body.take()
       if (body === null) {
         // A streamed body past its replay buffer cannot be sent again: failover ends here.
@@ -542,6 +553,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const model = this.#req.request.model
     let err: RouterError
     if (tried === 0) err = new RouterError('no_available_provider', `no provider is available for model ${model}`)
+    else if (this.#refused === tried && this.#refusal !== null) err = this.#refusal
     else if (this.#busy === tried) err = new RouterError('no_available_provider', `every provider of model ${model} is at its concurrency limit (${tried} tried)`)
     else if (this.#lastKind === MissKind.RateLimited) {
       err = new RouterError('provider_rate_limited', `the provider is rate limiting requests (${tried} tried)`, {
@@ -614,6 +626,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       usage,
       attempts: this.#attempts,
       startedAt: req.startedAt,
+      notes: a?.plan.notes,
     })
   }
 
