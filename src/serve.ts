@@ -25,9 +25,8 @@ import type { RoutingTable } from './routing/table.js'
 import type { Store } from './store/store.js'
 import type { InFlight } from './upstream/drain.js'
 import type { UpstreamPools } from './upstream/pools.js'
-
-import { tmpdir } from 'node:os'
 import { UploadSpool } from './upstream/upload-spool.js'
+import { tmpdir } from 'node:os'
 
 /** How long requests ended at the drain's deadline get to bill and send their error events. */
 const CUT_GRACE_MS = 5000
