@@ -24,6 +24,7 @@ import { publicOnlyGuard, type ConnectGuard } from '../upstream/connect-guard.js
 import { part, type Part } from './part.js'
 import type { RoutedRegistry } from './registry.js'
 import type { Settlement } from '../settlement/settlement.js'
+import type { UploadSpool } from '../upstream/upload-spool.js'
 
 /**
  * Registry sources by `registry.source` (DESIGN.md §7). The chain source is loaded only when configured: viem
@@ -114,6 +115,8 @@ export interface TelemetrySources {
   readonly store: Store
   /** The payer of chain providers, when there is one. */
   readonly settlement?: Settlement | null
+  /** What streamed uploads hold (the /metrics gauges). */
+  readonly uploads: UploadSpool
 }
 
 interface Subscriber {
@@ -126,10 +129,11 @@ interface Subscriber {
 export const TELEMETRY = {
   metrics: {
     wanted: (c) => c.ops.metrics,
-    start: (_c, { table, writer, store, settlement }): Metrics =>
+    start: (_c, { table, writer, store, settlement, uploads }): Metrics =>
       startMetrics(table, {
         chargesQueued: () => writer.queued,
         ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0,
+        uploads,
         ...(settlement != null && { settlement: () => settlement.states() }),
       }),
   },
