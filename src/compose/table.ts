@@ -22,7 +22,6 @@ import { startAccessLog, startPromptLog } from '../telemetry/access-log.js'
 import { startMetrics, type Metrics } from '../telemetry/metrics.js'
 import { publicOnlyGuard, type ConnectGuard } from '../upstream/connect-guard.js'
 import { part, type Part } from './part.js'
-import type { RoutedRegistry } from './registry.js'
 import type { Settlement } from '../settlement/settlement.js'
 import type { UploadSpool } from '../upstream/upload-spool.js'
 
@@ -92,7 +91,13 @@ export const booksOf = (store: Store): keyof typeof BOOKS => (store.leases === u
  * (chain providers are sent requests unpaid), or the payer, which gates the registry (only paid providers are
  * routed). Loaded only with a key: viem and the settlement rounds cost nothing otherwise.
  */
-export const SETTLEMENT: Readonly<Record<'none' | 'payer', (config: Config, parts: { store: Store; registry: RoutedRegistry }) => Promise<Part<Settlement | null>>>> = {
+/** What settlement needs of the registry part (compose/registry.ts): to filter its snapshots, and to publish again. */
+interface GatedRegistry {
+  gate(gate: Settlement): void
+  republish(why: string): void
+}
+
+export const SETTLEMENT: Readonly<Record<'none' | 'payer', (config: Config, parts: { store: Store; registry: GatedRegistry }) => Promise<Part<Settlement | null>>>> = {
   none: async (config) => {
     if (config.registry.source === 'chain') log.warn('settlement: no payer key (settlement.key_file or key_env): chain providers are sent requests unpaid')
     return part(null)
