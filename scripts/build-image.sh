@@ -95,6 +95,8 @@ if [ ! -f "$modules/.svc-ready" ]; then
   # What only an editor or a build reads.
   find "$nm" -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' -o -name '*.md' \
     -o -name '*.ts' -o -name '*.tsbuildinfo' \) -delete
+  # typescript comes in as an optional peer of abitype and ox (types only): nothing runs it.
+  rm -rf "$nm/typescript" "$nm/.bin/tsc" "$nm/.bin/tsserver"
   rm -rf "$nm/.package-lock.json" "$nm/viem/_types" "$nm/viem/src" "$nm/ox/_types" "$nm/ox/src"
   echo "$node_version $lock_hash" >"$modules.tmp/.svc-ready"
   rm -rf "$modules" && mv "$modules.tmp" "$modules"
@@ -107,11 +109,13 @@ npm run build >/dev/null
 ctr=$(buildah from scratch)
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 mnt=$(buildah mount "$ctr")
-# The Debian root less apt's lists and caches, documentation and translations.
+# The Debian root less apt's lists and caches, documentation, translations and iconv's modules.
 tar -C "$root" --exclude=./.svc-ready --exclude=./usr/share/doc --exclude=./usr/share/man --exclude=./usr/share/info \
-  --exclude=./usr/share/locale --exclude=./var/cache/apt --exclude='./var/lib/apt/lists/*' \
+  --exclude=./usr/share/locale --exclude=./usr/lib/x86_64-linux-gnu/gconv --exclude=./var/cache/apt --exclude='./var/lib/apt/lists/*' \
   --exclude='./var/log/*' -cf - . | tar -C "$mnt" -xf -
 install -m 0755 "$node_dir/bin/node" "$mnt/usr/local/bin/node"
+# Its debug symbols only (the dynamic symbol table native modules link against stays).
+if command -v strip >/dev/null 2>&1; then strip --strip-debug "$mnt/usr/local/bin/node"; fi
 app=$mnt/opt/svc-router
 mkdir -p "$app/dist"
 cp package.json "$app/"
@@ -134,7 +138,7 @@ buildah config \
   --workingdir /var/lib/svc-router \
   --entrypoint '["/usr/local/bin/svc-router", "serve"]' \
   --cmd '' \
-  --port 8080 \
+  --port 8080/tcp \
   --volume /var/lib/svc-router \
   --env NODE_ENV=production \
   --env PATH=/usr/local/bin:/usr/bin:/bin \
