@@ -80,6 +80,10 @@ try {
     '',
   ].join('\n'))
 
+  // buildah run mounts a scratch copy for each volume the image declares, in no fixed order with --volume's bind
+  // mounts: the working container drops the declaration so the host folder is the one mounted there (podman and
+  // docker mount a named volume over the declared one by themselves).
+  buildah('config', '--volume', '/var/lib/svc-router-', ctr)
   // The image's entrypoint, as its configuration names it; SVC_SERVER_PORT overrides the file's 8080 here,
   // since a chroot shares the host's network.
   child = spawn('buildah', ['run', '--isolation', 'chroot', '--env', `SVC_SERVER_PORT=${port}`,
@@ -107,6 +111,22 @@ try {
   }
   check(ready === 200, '/readyz is ready', ready)
 
+  // The router's process, seen from the host (chroot isolation shares the PID namespace): buildah's descendant.
+  const procs = execFileSync('ps', ['-e', '-o', 'pid=,ppid=,uid=,args='], { encoding: 'utf8' }).split('\n')
+    .map((l) => l.trim().split(/\s+/)).filter((f) => f.length >= 4)
+  const tree = new Set([child.pid])
+  for (let grew = true; grew;) {
+    grew = false
+    for (const [pid, ppid] of procs) if (tree.has(Number(ppid)) && !tree.has(Number(pid))) { tree.add(Number(pid)); grew = true }
+  }
+  const router = procs.filter(([pid, , , ...args]) => tree.has(Number(pid)) && args.join(' ').includes('/opt/svc-router/dist/src/cli.js'))
+  check(router.length === 1 && Number(router[0][2]) === UID, 'the router process runs as uid 10001', JSON.stringify(router))
+
+  if (router.length === 1) {
+    const rss = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${router[0][0]}/status`, 'utf8'))?.[1]
+    console.log(`# the router's RSS idle, once ready: ${rss === undefined ? 'unknown' : (Number(rss) / 1024).toFixed(1)} MiB`)
+  }
+
   const res = await fetch(`${base}/v1/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
@@ -118,17 +138,6 @@ try {
   const balance = await fetch(`${base}/v1/account/balance`, { headers: { authorization: `Bearer ${mgmtKey}` } }).then((r) => r.json(), () => null)
   const total = Number(balance?.total_balance ?? NaN)
   check(total < 10 && total > 9, 'the chat request is billed against the account', JSON.stringify(balance))
-
-  // The router's process, seen from the host (chroot isolation shares the PID namespace): buildah's descendant.
-  const procs = execFileSync('ps', ['-e', '-o', 'pid=,ppid=,uid=,args='], { encoding: 'utf8' }).split('\n')
-    .map((l) => l.trim().split(/\s+/)).filter((f) => f.length >= 4)
-  const tree = new Set([child.pid])
-  for (let grew = true; grew;) {
-    grew = false
-    for (const [pid, ppid] of procs) if (tree.has(Number(ppid)) && !tree.has(Number(pid))) { tree.add(Number(pid)); grew = true }
-  }
-  const router = procs.filter(([pid, , , ...args]) => tree.has(Number(pid)) && args.join(' ').includes('/opt/svc-router/dist/src/cli.js'))
-  check(router.length === 1 && Number(router[0][2]) === UID, 'the router process runs as uid 10001', JSON.stringify(router))
 
   // SIGTERM to the router itself, as a container runtime sends it to the entrypoint (buildah run does not relay it).
   if (router.length === 1) process.kill(Number(router[0][0]), 'SIGTERM')
