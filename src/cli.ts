@@ -22,6 +22,7 @@ commands:
   accounts <command> [...]   deposits, credits, rate limits of accounts (see accounts --help)
   mgmt-keys <command> [...]  create, list, revoke mk- management keys (see mgmt-keys --help)
   api-keys <command> [...]   create, list, revoke sk- API keys of an account (see api-keys --help)
+  chain <command> [...]      the payer of a chain registry: status, deposit, retrieve, withdraw, clear-flag
 
 options:
   -h, --help                 show this help
@@ -140,6 +141,10 @@ async function main(argv: string[]): Promise<void> {
       return
     case 'api-keys':
       process.exitCode = await apiKeysCommand(rest, operatorIo)
+      return
+    case 'chain':
+      // Loaded only when asked for: viem is not needed by the other commands.
+      process.exitCode = await (await import('./operator/chain-command.js')).chainCommand(rest, operatorIo)
       return
     case '-v':
     case '--version':

@@ -29,7 +29,7 @@ import { startPostgres, type TestPostgres } from '../../test/helpers/postgres.js
 import { startRedis, type TestRedis } from '../../test/helpers/redis.js'
 import type { LoadResult, LoadSpec } from './load.js'
 import { UsageMonitor } from './processes.js'
-import type { Measurement } from './report.js'
+import type { Measurement } from './measurement.js'
 import { Samples, type Distribution } from './stats.js'
 import { routerTarget, type SimSet, type Target } from './targets.js'
 

@@ -9,7 +9,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { LoadResult } from './load.js'
-import type { Usage } from './processes.js'
+import type { Measurement } from './measurement.js'
 import { formatMs, formatRatio, PERCENTILE_LABEL, PERCENTILES, type Distribution, type Percentile } from './stats.js'
 import { addedLatencySvg } from './svg.js'
 import type { MessagesRun } from './messages.js'
@@ -36,15 +36,6 @@ export interface Plan {
   readonly ttftConcurrency: number
   readonly streams: number
   /** Rounds of the latency and open-loop workloads (best round per target kept). */
-  readonly rounds: number
-}
-
-export interface Measurement {
-  readonly load: LoadResult | null
-  readonly error: string | null
-  /** Peak RSS and CPU time of the target's process tree during the workload (null for direct). */
-  readonly usage: Usage | null
-  /** How many rounds the target ran (this is the best of them by p99). */
   readonly rounds: number
 }
 

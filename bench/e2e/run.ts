@@ -26,7 +26,8 @@ import { checkCollectedSamples, HEAP_NODE_FLAGS, HEAP_SAMPLING_INTERVAL, inspect
 import { nginxTarget, portkeyTarget } from './proxies.js'
 import { bareFsync } from './fsync-probe.js'
 import { measureReplicas, pgRouterTarget, REPLICA_WORKLOADS, replicaStores, stopReplicaStores, type ReplicasRun } from './replicas.js'
-import { NOT_STARTED, partialMarkdown, writeReport, STAGE_TARGETS, type HeapStages, type Measurement, type RunData, type StageProfile, type StageRun, type StageTarget, type WorkloadId } from './report.js'
+import type { Measurement } from './measurement.js'
+import { NOT_STARTED, partialMarkdown, writeReport, STAGE_TARGETS, type HeapStages, type RunData, type StageProfile, type StageRun, type StageTarget, type WorkloadId } from './report.js'
 import { heapBreakdown, readProfile, stageBreakdown, type Stage } from './stages.js'
 import {
   directTarget,

@@ -15,7 +15,8 @@ import type { KeyStore, Scope } from '../store/keys.js'
 import type { CacheEntry, KeyCache, MgmtEntry } from './key-cache.js'
 import { BAD_TOKEN, digestMatches, digestToken, NO_TOKEN, parseAuthorization } from './keys.js'
 import type { Authenticator, Principal } from './principal.js'
-import { normalizeSourceIp } from './source-ip.js'
+import { createSourceResolver } from './source-ip.js'
+import { limitErrors, type SourceLimit } from './source-limit.js'
 
 /** Who called an account or key endpoint. */
 export interface MgmtPrincipal {
@@ -40,6 +41,22 @@ export interface KeyAuthOptions {
   /** Minimum gap between two audit writes of one management key (spec §8: 60 s). */
   readonly auditIntervalMs?: number
   readonly now?: () => number
+  /**
+   * Failed authentications counted per source (limits.auth_failures_per_minute): a source past the limit gets
+   * 429 with Retry-After for whatever key it sends, valid or not, until its window ends, and its keys are not
+   * looked up meanwhile. Absent: no throttle.
+   */
+  readonly failures?: SourceLimit
+  /**
+   * The request's source address (auth/source-ip.ts createSourceResolver: the peer, or the client behind a trusted
+   * proxy): what the failures count and the management-key audit records. Default: the socket's peer.
+   */
+  readonly sourceOf?: (head: RequestHead) => string
+}
+
+/** The message of the 429 a source with too many failed authentications gets. */
+function throttledMessage(seconds: number): string {
+  return `too many failed authentications from this address: try again in ${seconds} s`
 }
 
 export const MISSING_AUTHORIZATION = new RouterError(
@@ -65,18 +82,31 @@ const LACKS_SCOPE: Record<Scope, RouterError> = {
 export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, 'touchMgmtKey'>, options: KeyAuthOptions = {}): KeyAuthenticators {
   const auditIntervalMs = options.auditIntervalMs ?? 60_000
   const now = options.now ?? Date.now
+  const failures = options.failures ?? null
+  const sourceOf = options.sourceOf ?? createSourceResolver([])
+  const throttled = failures === null ? null : limitErrors(throttledMessage, 60_000)
+
+  /** The 429 for a source past its failures; null (and no source worked out) while no source is refused. */
+  function refusedSource(head: RequestHead): RouterError | null {
+    // The common case (no source over its limit) reads no clock and works out no source.
+    if (failures === null || !failures.armed) return null
+    const at = now()
+    if (!failures.refusing(at)) return null
+    const wait = failures.retryAfter(sourceOf(head), at)
+    return wait === 0 ? null : throttled!(wait)
+  }
+
+  /** Counts a failed authentication against the request's source; the answer stays what it is. */
+  function failed(result: CacheEntry | RouterError, head: RequestHead): CacheEntry | RouterError {
+    if (result === INVALID_API_KEY && failures !== null) failures.add(sourceOf(head), now())
+    return result
+  }
 
   /** Writes last_used_at / last_source_ip, at most once per key per interval; never delays the request. */
   function audit(entry: MgmtEntry, head: RequestHead, at: number): void {
     if (at - entry.lastAuditAt < auditIntervalMs) return
     entry.lastAuditAt = at
-    let ip: string
-    try {
-      ip = normalizeSourceIp(head.remoteAddress())
-    } catch {
-      ip = ''
-    }
-    store.touchMgmtKey(entry.keyId, at, ip, auditIntervalMs).catch((err: unknown) => {
+    store.touchMgmtKey(entry.keyId, at, sourceOf(head), auditIntervalMs).catch((err: unknown) => {
       log.warn('management key audit write failed', { key_id: entry.keyId, err: String(err) })
     })
   }
@@ -110,13 +140,15 @@ export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, '
     const xApiKey = head.xApiKey
     const token = parseAuthorization(head.authorization === '' && xApiKey !== undefined && xApiKey !== '' ? 'Bearer ' + xApiKey : head.authorization)
     if (token === NO_TOKEN) return MISSING_AUTHORIZATION
-    if (token === BAD_TOKEN) return INVALID_API_KEY
+    const refused = refusedSource(head)
+    if (refused !== null) return refused
+    if (token === BAD_TOKEN) return failed(INVALID_API_KEY, head)
     const known = cache.knownSecret(token)
-    if (known !== undefined) return admit(known, null, head)
+    if (known !== undefined) return failures === null ? admit(known, null, head) : failed(admit(known, null, head), head)
     const hash = digestToken(token)
     const found = cache.lookup(hash)
-    if (found instanceof Promise) return found.then((entry) => check(entry, token, hash, head))
-    return check(found, token, hash, head)
+    if (found instanceof Promise) return found.then((entry) => failed(check(entry, token, hash, head), head))
+    return failed(check(found, token, hash, head), head)
   }
 
   function asInference(result: CacheEntry | RouterError): Principal | RouterError {

@@ -16,8 +16,12 @@ export const SESSION_IDLE_MS = 30 * 60_000
 export const SESSION_ABSOLUTE_MS = 12 * 60 * 60_000
 /** How long an issued nonce may wait for its signed message. */
 export const NONCE_TTL_MS = 5 * 60_000
-/** Live nonces (and sessions) held at most: unauthenticated GET /v1/auth/nonce must not grow memory without bound. */
+/** Live nonces held at most: unauthenticated GET /v1/auth/nonce must not grow memory without bound. */
 export const MAX_PENDING = 10_000
+/** Live sessions held at most by default (limits.max_console_sessions). */
+export const MAX_SESSIONS = 10_000
+/** Sessions one wallet keeps: its oldest ends when it signs in once more (a browser per device, say). */
+export const SESSIONS_PER_ACCOUNT = 8
 
 export interface Session {
   /** The wallet (lower-case), the account id. */
@@ -33,6 +37,7 @@ export interface SessionOptions {
   readonly absoluteMs?: number
   readonly nonceTtlMs?: number
   readonly maxPending?: number
+  readonly maxSessions?: number
   readonly now?: () => number
 }
 
@@ -47,6 +52,7 @@ export class SessionBook {
   readonly nonceTtlMs: number
   readonly now: () => number
   readonly #maxPending: number
+  readonly #maxSessions: number
   /** By SHA-256 of the token. */
   readonly #sessions = new Map<string, Session>()
   /** Nonce → expiry (epoch ms). */
@@ -57,6 +63,7 @@ export class SessionBook {
     this.absoluteMs = options.absoluteMs ?? SESSION_ABSOLUTE_MS
     this.nonceTtlMs = options.nonceTtlMs ?? NONCE_TTL_MS
     this.#maxPending = options.maxPending ?? MAX_PENDING
+    this.#maxSessions = options.maxSessions ?? MAX_SESSIONS
     this.now = options.now ?? Date.now
   }
 
@@ -85,13 +92,30 @@ export class SessionBook {
     return expiresAt > this.now()
   }
 
+  /** Live sessions now (expired ones not yet swept included). */
+  get sessionCount(): number {
+    return this.#sessions.size
+  }
+
+  /**
+   * True when a sign-in of `accountId` now could open a session: the cap is not reached once expired sessions
+   * are gone, or the account is at its own cap (its oldest session would make way).
+   */
+  hasRoom(accountId = ''): boolean {
+    if (this.#sessions.size >= this.#maxSessions) this.#sweep(this.now())
+    return this.#sessions.size < this.#maxSessions || this.#oldestOf(accountId).count >= SESSIONS_PER_ACCOUNT
+  }
+
   /**
    * Starts a session for the account, ending at the absolute expiry or at `notAfter` (the signed message's
-   * expiration time) if sooner; returns its token (the cookie value), which is never kept.
+   * expiration time) if sooner; returns its token (the cookie value), which is never kept. Null when the book
+   * is full of live sessions (the caller answers 429). An account past SESSIONS_PER_ACCOUNT loses its oldest.
    */
-  open(accountId: string, notAfter = Infinity): { token: string; session: Session } {
+  open(accountId: string, notAfter = Infinity): { token: string; session: Session } | null {
     const now = this.now()
-    if (this.#sessions.size >= this.#maxPending) this.#sweep(now)
+    if (!this.hasRoom(accountId)) return null
+    const mine = this.#oldestOf(accountId)
+    if (mine.count >= SESSIONS_PER_ACCOUNT && mine.key !== null) this.#sessions.delete(mine.key)
     const token = randomBytes(32).toString('base64url')
     const session: Session = { accountId, createdAt: now, lastSeenAt: now, endsAt: Math.min(now + this.absoluteMs, notAfter) }
     this.#sessions.set(digest(token), session)
@@ -121,6 +145,23 @@ export class SessionBook {
   /** Ends every session of an account. */
   closeAccount(accountId: string): void {
     for (const [key, s] of this.#sessions) if (s.accountId === accountId) this.#sessions.delete(key)
+  }
+
+  /** How many sessions the account has, and the key of its oldest. */
+  #oldestOf(accountId: string): { count: number; key: string | null } {
+    let count = 0
+    let key: string | null = null
+    let oldestAt = Infinity
+    if (accountId === '') return { count, key }
+    for (const [k, s] of this.#sessions) {
+      if (s.accountId !== accountId) continue
+      count++
+      if (s.createdAt < oldestAt) {
+        oldestAt = s.createdAt
+        key = k
+      }
+    }
+    return { count, key }
   }
 
   #sweep(now: number): void {

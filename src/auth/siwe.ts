@@ -1,7 +1,8 @@
 /**
  * Sign-In with Ethereum (EIP-4361) for the console: a signed message is checked with viem's SIWE utilities
- * (parse, then validate domain, nonce and time window) and viem's verifyMessage (EIP-191 signature recovery,
- * local: no RPC, so externally owned accounts only; a contract wallet's EIP-1271 signature is refused).
+ * (parse, then validate domain, nonce and time window), then its EIP-191 signer is recovered in the signature
+ * worker (tee/signer-recovery.ts: off the event loop; local, no RPC, so externally owned accounts only; a contract
+ * wallet's EIP-1271 signature is refused) and must be the message's address.
  *
  * Every refusal is 401 invalid_siwe_message with a message saying which check failed; the nonce is spent by
  * the attempt whatever its outcome (session.ts).
@@ -24,6 +25,8 @@ export interface SiweExpectations {
   readonly origins: ConsoleOrigins
   readonly chainId: number
   readonly now: number
+  /** The lower-case EIP-191 signer of a text, '' when the signature does not recover (tee/signer-recovery.ts). */
+  readonly recover: (input: { text: string; signature: `0x${string}` }) => Promise<string>
 }
 
 export interface SignedIn {
@@ -46,7 +49,7 @@ export async function verifySignIn(book: SessionBook, message: unknown, signatur
     throw new RouterError('invalid_request', 'signature must be a 65-byte hex signature (0x followed by 130 hex digits)')
   }
   // viem is loaded on the first sign-in, not at start: it is about 29 MiB of the router's memory otherwise.
-  const [{ verifyMessage }, { parseSiweMessage, validateSiweMessage }] = await Promise.all([import('viem'), import('viem/siwe')])
+  const { parseSiweMessage, validateSiweMessage } = await import('viem/siwe')
   let fields: Partial<SiweMessage>
   try {
     fields = parseSiweMessage(message)
@@ -77,7 +80,13 @@ export async function verifySignIn(book: SessionBook, message: unknown, signatur
   }
   // Issued-at in the future beyond a small clock skew: a message prepared for later use.
   if (issuedAt.getTime() > expect.now + 60_000) throw refused('the message is issued in the future')
-  const valid = await verifyMessage({ address, message, signature: signature as `0x${string}` }).catch(() => false)
-  if (!valid) throw refused(`the signature is not ${address}'s signature of this message`)
+  let signer: string
+  try {
+    signer = await expect.recover({ text: message, signature: signature as `0x${string}` })
+  } catch (err) {
+    if ((err as Error)?.name === 'SignerRecoveryBusy') throw new RouterError('rate_limit_exceeded', 'too many sign-ins are being checked: try again shortly', { 'Retry-After': '5' })
+    throw err
+  }
+  if (signer !== address.toLowerCase()) throw refused(`the signature is not ${address}'s signature of this message`)
   return { wallet: address.toLowerCase(), expiresAt: fields.expirationTime?.getTime() ?? Infinity }
 }

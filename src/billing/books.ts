@@ -1,11 +1,11 @@
 /**
  * What admission, the job runner and the account endpoints ask of the billing ledger, whichever keeps the
  * books: one process alone on its store (ledger.ts: the whole budget in memory) or a replica among several
- * (leased-ledger.ts: slices of it leased from PostgreSQL). serve.ts picks one.
+ * (leased-ledger.ts: slices of it leased from PostgreSQL). compose/table.ts picks one.
  */
 import type { Principal } from '../auth/principal.js'
 import type { ResetPeriod } from '../store/store.js'
-import type { Budget } from './budget.js'
+import { FreeBudget, type Budget } from './budget.js'
 
 export interface Books {
   /** Requests waiting for room in a budget. */
@@ -35,4 +35,9 @@ export interface Books {
   /** Re-reads what another process changed (a deposit, or anything: `refresh`). */
   refresh(): Promise<void>
   refreshAccount(accountId: string): Promise<void>
+}
+
+/** The budget of a request of `principal`: its key's reservation in the ledger, or nothing for no key. */
+export function budgetFor(ledger: Books, principal: Principal, requestId: string): Budget {
+  return principal.keyId === null ? new FreeBudget() : ledger.open(principal, requestId)
 }

@@ -5,9 +5,26 @@
  * networked store fits behind it.
  */
 import type { RouterError } from '../errors.js'
-import type { Principal } from '../auth/principal.js'
-import type { Books } from './books.js'
-import type { Bill, BilledCost, Settled } from './ledger.js'
+import type { Cost } from './cost.js'
+
+/** What a settled request is billed for, with the cost at the served offer's prices. */
+export interface Bill {
+  readonly model: string
+  readonly provider: string
+  readonly promptTokens: number
+  readonly completionTokens: number
+  readonly images: number
+  readonly audioMs: number
+  readonly cost: Cost
+}
+
+/** The amount actually billed: the cost, or the reservation when the cost exceeded it (`capped`). */
+export interface BilledCost extends Cost {
+  readonly capped: boolean
+}
+
+/** Called once the charge is durable (`err` null), or could not be recorded. */
+export type Settled = (billed: BilledCost, err: RouterError | null) => void
 
 export interface Budget {
   /** Whether neither settle nor release has run yet. */
@@ -50,9 +67,4 @@ export class FreeBudget implements Budget {
   release(): void {
     this.#open = false
   }
-}
-
-/** The budget of a request of `principal`: its key's reservation in the ledger, or nothing for no key. */
-export function budgetFor(ledger: Books, principal: Principal, requestId: string): Budget {
-  return principal.keyId === null ? new FreeBudget() : ledger.open(principal, requestId)
 }

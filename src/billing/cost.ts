@@ -2,6 +2,7 @@
  * Exact cost of a served request from the provider's (or estimated) usage and the offer's prices, in atto-USD.
  */
 import type { Offer } from '../routing/offers.js'
+import { MAX_AUDIO_SECONDS, usageCount } from './usage-bound.js'
 
 export interface ChatUsage {
   prompt_tokens: number
@@ -44,8 +45,12 @@ export function usageCounts(usage: Usage): UsageCounts {
   }
 }
 
+/**
+ * Whole milliseconds of `seconds`, rounded up. A provider's figure past the bound never gets here (the codec
+ * estimates instead); an estimate read from an upload's header is capped at the bound, never billed as 0.
+ */
 function audioMillis(seconds: unknown): number {
-  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds > 0 ? Math.ceil(seconds * 1000) : 0
+  return typeof seconds === 'number' && seconds > 0 ? Math.ceil(Math.min(seconds, MAX_AUDIO_SECONDS) * 1000) : 0
 }
 
 export interface Cost {
@@ -54,7 +59,8 @@ export interface Cost {
 }
 
 function tokens(n: unknown): bigint {
-  return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? BigInt(n) : 0n
+  const c = usageCount(n)
+  return c > 0 ? BigInt(c) : 0n
 }
 
 export function chatCost(offer: Offer, usage: ChatUsage): Cost {
@@ -112,26 +118,21 @@ export function chatReservation(offer: Offer, promptTokens: number, maxOutputTok
   return BigInt(promptTokens) * offer.promptPrice + BigInt(maxOutputTokens) * offer.completionPrice
 }
 
-function isCount(n: unknown): n is number {
-  return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0
-}
-
 /**
  * Usage as the provider reported it, or an estimate marked `estimated` (DESIGN.md §4): about four bytes of
- * text per token, and for streams one token per content event.
+ * text per token, and for streams one token per content event. Every codec's usage ends here (chat, Anthropic
+ * and Responses answers, native or translated), so this is where a provider's figures are bounded.
  */
 export function meteredUsage(reported: unknown, promptBytes: number, completionEstimate: number): ChatUsage {
   if (reported !== null && typeof reported === 'object') {
     const r = reported as Record<string, unknown>
-    // Counts that are not whole non-negative numbers are no usage at all: estimated, never billed as zero.
-    if (isCount(r.prompt_tokens) && isCount(r.completion_tokens)) {
-      const prompt = r.prompt_tokens
-      const completion = r.completion_tokens
-      return {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        total_tokens: isCount(r.total_tokens) ? r.total_tokens : prompt + completion,
-      }
+    // Counts that are not whole numbers within the bound are no usage at all (usage-bound.ts): estimated,
+    // never billed as zero nor as reported.
+    const prompt = usageCount(r.prompt_tokens)
+    const completion = usageCount(r.completion_tokens)
+    if (prompt >= 0 && completion >= 0) {
+      const total = usageCount(r.total_tokens)
+      return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total >= 0 ? total : prompt + completion }
     }
   }
   const prompt = Math.max(1, Math.ceil(promptBytes / 4))

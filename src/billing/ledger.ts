@@ -18,11 +18,12 @@ import { log } from '../log.js'
 import type { Charge, LedgerStore, ResetPeriod } from '../store/store.js'
 import { availableFunds } from './available.js'
 import type { ChargeWriter } from './charge-writer.js'
-import type { Cost } from './cost.js'
 import { formatUsd } from './money.js'
 import { BudgetWaiters } from './budget-waiters.js'
 import type { Books } from './books.js'
+import type { Bill, BilledCost, Settled } from './budget.js'
 import { periodBounds } from './periods.js'
+import { usageCount } from './usage-bound.js'
 
 interface AccountBook {
   deposited: bigint
@@ -51,25 +52,6 @@ interface KeyBook {
   limit: bigint | null
 }
 
-/** What a settled request is billed for, with the cost at the served offer's prices. */
-export interface Bill {
-  readonly model: string
-  readonly provider: string
-  readonly promptTokens: number
-  readonly completionTokens: number
-  readonly images: number
-  readonly audioMs: number
-  readonly cost: Cost
-}
-
-/** The amount actually billed: the cost, or the reservation when the cost exceeded it (`capped`). */
-export interface BilledCost extends Cost {
-  readonly capped: boolean
-}
-
-/** Called once the charge is durable (`err` null), or could not be recorded. */
-export type Settled = (billed: BilledCost, err: RouterError | null) => void
-
 export interface LedgerOptions {
   /** The clock that decides reset periods and charge times (injectable for the boundary tests). */
   readonly now?: () => number
@@ -80,8 +62,9 @@ export interface LedgerOptions {
   readonly budgetWaitMs?: number
 }
 
+/** A count as stored: the bounded figure (usage-bound.ts), 0 for one that is not a count. */
 function tokenCount(n: number): number {
-  return Number.isSafeInteger(n) && n > 0 ? n : 0
+  return Math.max(0, usageCount(n))
 }
 
 /**

@@ -24,6 +24,8 @@ export interface TraceFields {
   readonly attempts: readonly Attempt[]
   /** performance.now() at arrival. */
   readonly startedAt: number
+  /** What the serving candidate was not given of the request (AttemptPlan.notes). */
+  readonly notes?: readonly string[]
 }
 
 const ZERO: Cost = { input: 0n, output: 0n }
@@ -39,15 +41,11 @@ export function traceObject(f: TraceFields): Record<string, unknown> {
     f.capped === true
       ? { input_cost: input, output_cost: output, total_cost: total, currency: 'USD', capped: true }
       : { input_cost: input, output_cost: output, total_cost: total, currency: 'USD' }
-  return {
-    request_id: f.requestId,
-    provider: f.provider,
-    model: f.model,
-    billing,
-    usage: f.usage,
-    attempts: f.attempts,
-    latency_ms: Math.round((performance.now() - f.startedAt) * 1000) / 1000,
+  const latency = Math.round((performance.now() - f.startedAt) * 1000) / 1000
+  if (f.notes !== undefined && f.notes.length > 0) {
+    return { request_id: f.requestId, provider: f.provider, model: f.model, billing, usage: f.usage, attempts: f.attempts, latency_ms: latency, notes: f.notes }
   }
+  return { request_id: f.requestId, provider: f.provider, model: f.model, billing, usage: f.usage, attempts: f.attempts, latency_ms: latency }
 }
 
 /** `,"x_svc_trace":{…}`, ready to splice in front of the closing brace of a JSON object. */

@@ -34,7 +34,7 @@ export function toAnthropicMessage(completion: Json, model: string, names: ToolN
   if (Array.isArray(message.tool_calls)) {
     for (const call of message.tool_calls) {
       const name = String(call?.function?.name ?? '')
-      content.push({ type: 'tool_use', id: call?.id, name: names.get(name) ?? name, input: parseInput(call?.function?.arguments) })
+      content.push({ type: 'tool_use', id: call?.id, name: names.get(name)?.name ?? name, input: parseInput(call?.function?.arguments) })
     }
   }
   const usage = anthropicUsageOf(completion.usage, 0, 0)

@@ -5,7 +5,8 @@
  * answer waits for the durable charge. A provider's own `event: error` is held the same way and ends the
  * stream in place of message_stop, with the trace added, once the answer has begun; as the stream's first
  * event (Anthropic's overloaded_error at the start of a stream, under a 200) it fails the try before anything
- * was relayed, and the next candidate answers. Nothing after message_stop or an error event is relayed.
+ * was relayed, and the next candidate answers. Nothing after message_stop or an error event is relayed. A
+ * provider's own x_svc_trace is taken out of the body and of every event (foreign-trace.ts).
  */
 import type { ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
@@ -13,6 +14,7 @@ import { anthropicErrorEvent, meteredAnthropicStreamUsage, meteredAnthropicUsage
 import { isEventStream, type Emit, type ResponseCodec } from './codec.js'
 import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
+import { cleanHeld, cleanJson, isEmptyObject, stripTraces, TraceFinder } from './foreign-trace.js'
 import { spliceTrace } from './trace-splice.js'
 
 export const SSE_HEADERS = ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']
@@ -38,6 +40,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
   /** An event whose data was not a JSON object: the provider failing (dropped; the try is a stream_error). */
   #malformed = false
   readonly #framer: SseFramer
+  readonly #traces = new TraceFinder()
 
   constructor() {
     this.#framer = new SseFramer((source, start, end) => this.#onEvent(source, start, end))
@@ -49,6 +52,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
 
   push(chunk: Buffer, emit: Emit): void {
     this.#emit = emit
+    this.#traces.reset()
     this.#framer.push(chunk)
   }
 
@@ -58,6 +62,7 @@ export class AnthropicStreamCodec implements ResponseCodec {
 
   finish(emit: Emit): void {
     this.#emit = emit
+    this.#traces.reset()
     this.#framer.finish()
   }
 
@@ -133,7 +138,25 @@ export class AnthropicStreamCodec implements ResponseCodec {
       } catch {
         this.#error = { type: 'error', error: { type: 'api_error', message: 'the provider sent an unreadable error event' } }
       }
+      // complete() sends it with our trace: none of the provider's may stay in it.
+      stripTraces(this.#error)
       return
+    }
+    // A provider's own x_svc_trace (foreign-trace.ts): only then is the event parsed and written again.
+    if (this.#traces.test(f.dataSource, f.dataStart, f.dataEnd, f.dataLines === 1)) {
+      const cleaned = cleanJson(f.dataSource, f.dataStart, f.dataEnd)
+      if (cleaned.kind === 'invalid') {
+        this.#malformed = true
+        return
+      }
+      if (cleaned.kind === 'changed') {
+        // An event that was only the fake trace is no event: nothing of it is relayed.
+        if (isEmptyObject(cleaned.value)) return
+        this.#events++
+        if (name === 'message_start' || name === 'message_delta') this.#read(name, cleaned.text)
+        this.#emit!(Buffer.from(`${name === '' ? '' : `event: ${name}\n`}data: ${cleaned.text}\n\n`))
+        return
+      }
     }
     this.#events++
     if (name === 'message_start' || name === 'message_delta') this.#read(name, f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
@@ -170,8 +193,11 @@ export class AnthropicJsonCodec extends JsonAnswerCodec {
   read(body: Buffer): boolean {
     const parsed = answerObject(body, 'content')
     if (parsed === null) return false
+    // A provider's own x_svc_trace goes (the body written again only then); ours is spliced in by complete().
+    const clean = cleanHeld(body, parsed)
+    if (clean === null) return false
     this.#parsed = parsed as NativeMessage
-    this.#body = body
+    this.#body = clean
     return true
   }
 

@@ -6,6 +6,7 @@
  * message_stop are written by complete(), which is also where the trace and the durable charge wait.
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import { usageCount } from '../billing/usage-bound.js'
 import type { RouterError } from '../errors.js'
 import { anthropicErrorEvent, anthropicErrorOf, anthropicUsageOf } from './anthropic-wire.js'
 import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
@@ -122,8 +123,7 @@ export class AnthropicStreamTranslator {
   #start(c: Record<string, any>): string {
     this.started = true
     if (typeof c.id === 'string') this.id = c.id
-    const prompt: unknown = c.usage?.prompt_tokens
-    const input = Number.isSafeInteger(prompt) && (prompt as number) >= 0 ? prompt : 0
+    const input = Math.max(0, usageCount(c.usage?.prompt_tokens))
     const message = {
       id: this.id,
       type: 'message',
@@ -170,7 +170,7 @@ export class AnthropicStreamTranslator {
   }
 
   #toolBlock(id: string, name: string): string {
-    return JSON.stringify({ type: 'tool_use', id, name: this.#names.get(name) ?? name, input: {} })
+    return JSON.stringify({ type: 'tool_use', id, name: this.#names.get(name)?.name ?? name, input: {} })
   }
 
   #toolCall(call: Record<string, any>): string {

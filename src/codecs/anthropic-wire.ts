@@ -3,6 +3,7 @@
  * envelope (Anthropic's shape with our code added) and the usage as the ledger bills it.
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
+import { usageCount } from '../billing/usage-bound.js'
 import type { RouterError } from '../errors.js'
 
 /** `{"type":"error","error":{"type","message","code"},"request_id"}`, the trace added after a provider was tried. */
@@ -18,22 +19,18 @@ export function anthropicErrorEvent(err: RouterError, requestId: string, trace: 
   return `event: error\ndata: ${renderAnthropicError(err, requestId, trace)}\n\n`
 }
 
-function count(n: unknown): number {
-  return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0 ? n : -1
-}
-
 /**
  * An OpenAI usage object as Anthropic's: the cached prompt tokens apart (cache_read_input_tokens, which
- * input_tokens excludes). A count that is not a whole non-negative number is not passed on (the router bills
+ * input_tokens excludes). A count that is not one (billing/usage-bound.ts) is not passed on (the router bills
  * an estimate then, which the trace shows): `output` stands in for the completion, and `input` for the
  * prompt, or input_tokens is left out when `input` is null.
  */
 export function anthropicUsageOf(usage: unknown, input: number | null, output: number): Record<string, unknown> {
   const u = (usage !== null && typeof usage === 'object' ? usage : {}) as Record<string, any>
-  const prompt = count(u.prompt_tokens)
-  const completion = count(u.completion_tokens)
+  const prompt = usageCount(u.prompt_tokens)
+  const completion = usageCount(u.completion_tokens)
   // Cache reads are part of the prompt: a figure beyond it is not one.
-  const cached = count(u.prompt_tokens_details?.cached_tokens)
+  const cached = usageCount(u.prompt_tokens_details?.cached_tokens)
   const cacheRead = prompt >= 0 && cached > 0 && cached <= prompt ? cached : 0
   const out: Record<string, unknown> = {}
   if (prompt >= 0) out.input_tokens = prompt - cacheRead
@@ -48,10 +45,10 @@ export function anthropicUsageOf(usage: unknown, input: number | null, output: n
  * are prompt tokens all the same (billed at the prompt price). Null when the counts are missing or not counts.
  */
 export function chatUsageOf(input: unknown, output: unknown, cacheCreation: unknown, cacheRead: unknown): { prompt_tokens: number; completion_tokens: number } | null {
-  const i = count(input)
-  const o = count(output)
+  const i = usageCount(input)
+  const o = usageCount(output)
   if (i < 0 || o < 0) return null
-  return { prompt_tokens: i + Math.max(0, count(cacheCreation)) + Math.max(0, count(cacheRead)), completion_tokens: o }
+  return { prompt_tokens: i + Math.max(0, usageCount(cacheCreation)) + Math.max(0, usageCount(cacheRead)), completion_tokens: o }
 }
 
 /** Usage of an Anthropic `usage` object, or estimated from the prompt size and `completionEstimate`. */

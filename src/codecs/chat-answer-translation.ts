@@ -5,6 +5,7 @@
  * are written by complete(), then `data: [DONE]`, as on a native chat stream.
  */
 import type { ChatUsage } from '../billing/cost.js'
+import { usageCount } from '../billing/usage-bound.js'
 import { renderError, type RouterError } from '../errors.js'
 import { chatUsageOf, meteredAnthropicStreamUsage, meteredAnthropicUsage } from './anthropic-wire.js'
 import { finishReason } from './chat-request-translation.js'
@@ -26,7 +27,7 @@ function chatUsage(u: Json | null | undefined): Json | undefined {
   if (usage === null) return undefined
   const out: Json = { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens }
   const read = u!.cache_read_input_tokens
-  if (typeof read === 'number' && Number.isSafeInteger(read) && read > 0) out.prompt_tokens_details = { cached_tokens: read }
+  if (usageCount(read) > 0) out.prompt_tokens_details = { cached_tokens: read }
   return out
 }
 

@@ -91,6 +91,10 @@ export function toAnthropicMessages(body: Json): Buffer {
   const choice = toolChoice(body.tool_choice, body.parallel_tool_calls)
   if (choice !== undefined) out.tool_choice = choice
   if (typeof body.user === 'string') out.metadata = { user_id: body.user }
+  // Structured output: a json_schema is Anthropic's output_config.format. json_object has no Anthropic
+  // equivalent (a format there always carries a schema) and is not sent.
+  const format = body.response_format as Json | null | undefined
+  if (format?.type === 'json_schema' && format.json_schema?.schema != null) out.output_config = { format: { type: 'json_schema', schema: format.json_schema.schema } }
   return Buffer.from(JSON.stringify(out))
 }
 

@@ -5,8 +5,17 @@
  */
 import type { ChatUsage, Usage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
-import type { ResponseHead } from '../upstream/attempt.js'
 import type { HeaderList } from '../upstream/sink.js'
+
+/** The response headers the router reads ('' when absent, or sent more than once). */
+export interface ResponseHead {
+  readonly contentType: string
+  readonly retryAfter: string
+  /** The provider's x-request-id (a media answer's id when its body has none). */
+  readonly requestId: string
+  /** The provider's ZG-Res-Key: the chat id a 0G broker signs its answer under. */
+  readonly resKey: string
+}
 
 export type Emit = (bytes: Buffer) => void
 

@@ -4,23 +4,11 @@
  * Tool names longer than OpenAI's 64 characters (or with characters it refuses) are renamed; the mapping
  * turns them back in the answer.
  */
-import { createHash } from 'node:crypto'
+import { upstreamToolName as openAiName, type ToolNames } from './tool-names.js'
+
+export type { ToolNames } from './tool-names.js'
 
 type Json = Record<string, any>
-
-/** OpenAI's tool-name rule. */
-const OPENAI_NAME = /^[a-zA-Z0-9_-]{1,64}$/
-
-/** Tool names as sent upstream, back to the client's names (only names that had to change). */
-export type ToolNames = Map<string, string>
-
-function openAiName(name: string, names: ToolNames): string {
-  if (OPENAI_NAME.test(name)) return name
-  const hash = createHash('sha256').update(name).digest('hex').slice(0, 8)
-  const renamed = name.replace(/[^a-zA-Z0-9_-]/g, '_').slice(0, 55) + '_' + hash
-  names.set(renamed, name)
-  return renamed
-}
 
 function textOf(content: unknown): string {
   if (typeof content === 'string') return content
@@ -35,6 +23,15 @@ function imagePart(block: Json): Json | null {
   if (src?.type === 'base64') return { type: 'image_url', image_url: { url: `data:${src.media_type};base64,${src.data}` } }
   if (src?.type === 'url') return { type: 'image_url', image_url: { url: src.url } }
   return null
+}
+
+/** Block types the chat translation carries (thinking blocks it leaves out on purpose, see assistantMessage). */
+const CARRIED = new Set(['text', 'image', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'])
+
+/** Notes the block types a chat provider cannot be given (server tool calls and results, documents…). */
+function noteBlocks(content: unknown, left: Set<string>): void {
+  if (!Array.isArray(content)) return
+  for (const block of content as Json[]) if (!CARRIED.has(block?.type)) left.add(String(block?.type))
 }
 
 function userMessages(content: unknown, out: Json[]): void {
@@ -84,16 +81,82 @@ function toolChoice(choice: Json, names: ToolNames): unknown {
   }
 }
 
-/** The OpenAI chat body for an Anthropic request body (already validated by the surface). */
-export function toOpenAiChat(body: Json): { body: Buffer; names: ToolNames } {
+/** A tool the client defines itself (no type, or `custom`); any other type is one of Anthropic's server tools. */
+export function isClientTool(tool: Json): boolean {
+  return tool.type === undefined || tool.type === null || tool.type === 'custom'
+}
+
+/** Anthropic's effort levels as OpenAI's reasoning_effort: `max` is past OpenAI's widely accepted `high`. */
+const EFFORTS: Record<string, string> = { low: 'low', medium: 'medium', high: 'high', max: 'high' }
+
+/**
+ * The reasoning_effort a request asks for, or null: `output_config.effort` when thinking is not disabled; else
+ * for adaptive thinking Anthropic's default effort (high), for enabled thinking the level its budget_tokens is
+ * nearest (under 4 096 low, under 16 384 medium, else high). Disabled thinking asks for none.
+ */
+export function reasoningEffortOf(body: Json): string | null {
+  const thinking = body.thinking
+  if (thinking?.type === 'disabled') return null
+  const effort = body.output_config?.effort
+  if (typeof effort === 'string') return EFFORTS[effort] ?? effort
+  if (thinking?.type === 'adaptive') return 'high'
+  if (thinking?.type === 'enabled') {
+    const budget = typeof thinking.budget_tokens === 'number' ? thinking.budget_tokens : 0
+    return budget < 4096 ? 'low' : budget < 16384 ? 'medium' : 'high'
+  }
+  return null
+}
+
+/** The JSON-schema output format a request asks for (`output_config.format`, or the older `output_format`), or null. */
+export function outputFormatOf(body: Json): Json | null {
+  const format = body.output_config?.format ?? body.output_format
+  return format?.type === 'json_schema' && format.schema !== null && typeof format.schema === 'object' ? format : null
+}
+
+/** OpenAI's response_format for an Anthropic JSON-schema output format (OpenAI requires a name; Anthropic has none). */
+function responseFormatOf(format: Json): Json {
+  const schema: Json = { name: typeof format.name === 'string' ? format.name : 'response', schema: format.schema }
+  if (typeof format.strict === 'boolean') schema.strict = format.strict
+  return { type: 'json_schema', json_schema: schema }
+}
+
+/** Request members the translation maps, or that are the router's own: any other has no chat equivalent. */
+const MAPPED = new Set([
+  'model', 'messages', 'system', 'max_tokens', 'stream', 'temperature', 'top_p', 'top_k', 'stop_sequences', 'tools', 'tool_choice',
+  'thinking', 'output_config', 'output_format', 'metadata', 'provider', 'verify_tee',
+])
+
+/** The translation of one request, made once: what every chat candidate gets, and the members that depend on it. */
+export interface ChatTranslation {
+  /** The chat body without reasoning_effort and response_format. */
+  readonly chat: Json
+  readonly names: ToolNames
+  /** What no chat provider gets of the request (server tools, blocks without a chat equivalent). */
+  readonly notes: readonly string[]
+  /** Set when the client forces a tool no chat provider has: such a candidate cannot serve the request. */
+  readonly refusal: string | null
+  readonly reasoningEffort: string | null
+  readonly responseFormat: Json | null
+}
+
+/** The OpenAI chat translation of an Anthropic request body (already validated by the surface). */
+export function toOpenAiChat(body: Json): ChatTranslation {
   const names: ToolNames = new Map()
   const messages: Json[] = []
+  const notes: string[] = []
+  const left = new Set<string>()
   const system = textOf(body.system)
   if (system !== '') messages.push({ role: 'system', content: system })
   for (const m of body.messages as Json[]) {
+    noteBlocks(m.content, left)
     if (m.role === 'assistant') messages.push(assistantMessage(m.content, names))
+    // A system turn stays where it is in the conversation (Claude Code's mid-conversation system messages).
+    else if (m.role === 'system') messages.push({ role: 'system', content: textOf(m.content) })
     else userMessages(m.content, messages)
   }
+  if (left.size > 0) notes.push(`content blocks of type ${[...left].join(', ')} have no chat equivalent and were not sent`)
+  const unmapped = Object.keys(body).filter((key) => !MAPPED.has(key))
+  if (unmapped.length > 0) notes.push(`members with no chat equivalent were not sent: ${unmapped.join(', ')}`)
   const out: Json = { model: body.model, messages, max_tokens: body.max_tokens }
   if (body.stream === true) {
     out.stream = true
@@ -101,22 +164,40 @@ export function toOpenAiChat(body: Json): { body: Buffer; names: ToolNames } {
   }
   for (const key of ['temperature', 'top_p', 'top_k'] as const) if (body[key] !== undefined && body[key] !== null) out[key] = body[key]
   if (Array.isArray(body.stop_sequences) && body.stop_sequences.length > 0) out.stop = body.stop_sequences
-  if (Array.isArray(body.tools) && body.tools.length > 0) {
-    out.tools = body.tools.map((t: Json) => ({
-      type: 'function',
-      function: { name: openAiName(String(t.name), names), description: t.description, parameters: t.input_schema ?? { type: 'object' } },
-    }))
+  const server: string[] = []
+  if (Array.isArray(body.tools)) {
+    const tools: Json[] = []
+    for (const t of body.tools as Json[]) {
+      if (!isClientTool(t)) {
+        server.push(typeof t.name === 'string' ? `${t.name} (${t.type})` : String(t.type))
+        continue
+      }
+      tools.push({
+        type: 'function',
+        function: { name: openAiName(String(t.name), names), description: t.description, parameters: t.input_schema ?? { type: 'object' } },
+      })
+    }
+    if (tools.length > 0) out.tools = tools
   }
+  if (server.length > 0) notes.push(`Anthropic server tools are not available from a chat provider and were not sent: ${server.join(', ')}`)
+  let refusal: string | null = null
   const choice = body.tool_choice
   if (choice !== undefined && choice !== null) {
-    out.tool_choice = toolChoice(choice, names)
-    if (choice.disable_parallel_tool_use === true) out.parallel_tool_calls = false
+    const forced = choice.type === 'tool' ? (body.tools as Json[] | undefined)?.find((t) => t.name === choice.name) : undefined
+    if (forced !== undefined && !isClientTool(forced)) {
+      refusal = `tool_choice forces the server tool ${JSON.stringify(choice.name)} (${forced.type}), which a chat provider does not have`
+    } else if (out.tools === undefined && choice.type === 'any') {
+      refusal = 'tool_choice "any" forces a tool, and no tool a chat provider can call was given'
+    } else if (out.tools !== undefined) {
+      // Without tools there is nothing to choose, and OpenAI refuses a tool_choice without tools.
+      out.tool_choice = toolChoice(choice, names)
+      if (choice.disable_parallel_tool_use === true) out.parallel_tool_calls = false
+    }
   }
-  const thinking = body.thinking
-  if (thinking?.type === 'enabled' && typeof thinking.budget_tokens === 'number') out.reasoning = { max_tokens: thinking.budget_tokens }
   const user = body.metadata?.user_id
   if (typeof user === 'string') out.user = user
-  return { body: Buffer.from(JSON.stringify(out)), names }
+  const format = outputFormatOf(body)
+  return { chat: out, names, notes, refusal, reasoningEffort: reasoningEffortOf(body), responseFormat: format === null ? null : responseFormatOf(format) }
 }
 
 /**

@@ -9,6 +9,7 @@ import { isEventStream, isHeaderSafeId, type Emit, type ResponseCodec } from './
 import { JsonAnswerCodec } from './json-answer.js'
 import { openAiErrorOf } from './openai-error.js'
 import { OpenAiSseCodec } from './openai-sse.js'
+import { cleanHeld } from './foreign-trace.js'
 import { spliceTrace } from './trace-splice.js'
 import { isUtf8 } from 'node:buffer'
 
@@ -108,7 +109,10 @@ export class ChatJsonCodec extends JsonAnswerCodec {
     const parsed = parseObject(body)
     // No choices: not a completion (an error object sent with a 200, say), so not an answer to relay and bill.
     if (parsed === null || !Array.isArray(parsed.choices)) return false
-    this.#body = body
+    // A provider's own x_svc_trace goes (the body written again only then); ours is spliced in by complete().
+    const clean = cleanHeld(body, parsed)
+    if (clean === null) return false
+    this.#body = clean
     this.#parsed = parsed
     return true
   }

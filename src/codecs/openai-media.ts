@@ -5,10 +5,11 @@
  * relayed exactly as the provider wrote it, and its trace goes in the X-SVC-Trace response header instead.
  */
 import type { AudioUsage, ImageUsage } from '../billing/cost.js'
+import { usageSeconds } from '../billing/usage-bound.js'
 import { renderError, type RouterError } from '../errors.js'
-import type { ResponseHead } from '../upstream/attempt.js'
-import { isHeaderSafeId, type ResponseCodec } from './codec.js'
+import { isHeaderSafeId, type ResponseCodec, type ResponseHead } from './codec.js'
 import { openAiErrorOf } from './openai-error.js'
+import { cleanHeld } from './foreign-trace.js'
 import { spliceTrace } from './trace-splice.js'
 
 const JSON_HEADERS = ['Content-Type', 'application/json']
@@ -109,7 +110,10 @@ export class ImagesJsonCodec extends HeldMediaCodec<ImageUsage> {
   read(body: Buffer): boolean {
     const parsed = parseObject(body)
     if (parsed === null || !Array.isArray(parsed.data)) return false
-    this.body = body
+    // A provider's own x_svc_trace goes (the body written again only then); ours is spliced in by complete().
+    const clean = cleanHeld(body, parsed)
+    if (clean === null) return false
+    this.body = clean
     this.parsed = parsed
     return true
   }
@@ -152,7 +156,10 @@ export class TranscriptionCodec extends HeldMediaCodec<AudioUsage> {
     if (isJsonType(this.#contentType)) {
       const parsed = parseObject(body)
       if (parsed === null) return false
+      const clean = cleanHeld(body, parsed)
+      if (clean === null) return false
       this.parsed = parsed
+      body = clean
     }
     this.body = body
     return true
@@ -160,7 +167,7 @@ export class TranscriptionCodec extends HeldMediaCodec<AudioUsage> {
 
   usage(): AudioUsage {
     const p = this.parsed
-    const reported = seconds((p?.usage as { seconds?: unknown } | undefined)?.seconds) ?? seconds(p?.duration)
+    const reported = usageSeconds((p?.usage as { seconds?: unknown } | undefined)?.seconds) ?? usageSeconds(p?.duration)
     if (reported !== null) return { seconds: reported }
     return { seconds: this.#uploadSeconds(), estimated: true }
   }
@@ -176,6 +183,3 @@ export class TranscriptionCodec extends HeldMediaCodec<AudioUsage> {
   }
 }
 
-function seconds(v: unknown): number | null {
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : null
-}

@@ -3,7 +3,8 @@
  * byte, never re-serialised. It reads only what the router needs, the chat id, the usage and the end of the
  * stream, and leaves out what the router sends itself: the provider's `[DONE]` (the router's trace event and
  * its own `data: [DONE]` go there) and, when the router asked for usage on the client's behalf, the
- * provider's usage-only chunk.
+ * provider's usage-only chunk. A chunk holding a provider's own `x_svc_trace` (foreign-trace.ts) is the one
+ * that is re-serialised: written again without it, or dropped when nothing else was in it.
  *
  * Pure: no I/O, no timers. Nothing here throws, whatever the provider sends; a payload that is not a JSON object
  * (by its first and last bytes) is dropped and the stream counts as failed (sawError). When that, an error
@@ -12,6 +13,7 @@
  * the rest of the stream is dropped unread, whatever read it arrives in.
  */
 import { isHeaderSafeId, type Emit } from './codec.js'
+import { isEmptyObject, stripTraces, TraceFinder } from './foreign-trace.js'
 import { payloadKind, SseFramer, skipSpace, skipSpaceBack } from './sse-framing.js'
 
 /** The provider's `usage` object, as it sent it. */
@@ -146,6 +148,9 @@ export class OpenAiSseCodec {
   readonly #framer: SseFramer
   readonly #usageFinder = new Finder(USAGE_KEY, 4)
   readonly #idFinder = new Finder(ID_KEY, 2)
+  readonly #traceFinder = new TraceFinder()
+  /** The current data event written again without the provider's x_svc_trace (foreign-trace.ts): sent in its place. */
+  #replacement: Buffer | null = null
   #emit: Emit = ignore
   /** A data event was seen: nothing is held any more. */
   #started = false
@@ -251,6 +256,7 @@ export class OpenAiSseCodec {
     this.#emit = emit
     this.#usageFinder.reset()
     this.#idFinder.reset()
+    this.#traceFinder.reset()
     this.#framer.push(chunk)
     this.#flush()
     this.#emit = ignore
@@ -271,6 +277,7 @@ export class OpenAiSseCodec {
     this.#emit = emit
     this.#usageFinder.reset()
     this.#idFinder.reset()
+    this.#traceFinder.reset()
     this.#framer.finish()
     this.#started = true
     this.#flush()
@@ -289,9 +296,17 @@ export class OpenAiSseCodec {
     if (this.#sawDone || this.#failed) drop = true
     else if (framer.continuation) drop = this.#lastDropped
     else if (framer.dataLines !== 0) drop = this.#onData(framer.dataSource, framer.dataStart, framer.dataEnd, framer.dataLines === 1)
-    this.#lastDropped = drop
+    const replacement = this.#replacement
+    this.#lastDropped = drop || replacement !== null
     if (drop) {
       this.#flush()
+      return
+    }
+    if (replacement !== null) {
+      // Data started (#onData set #started), so what is held goes first, then the event written again.
+      this.#replacement = null
+      this.#flush()
+      this.#out(replacement)
       return
     }
     if (this.#runSrc === source && this.#runEnd === start) {
@@ -358,22 +373,53 @@ export class OpenAiSseCodec {
       this.#idSearch--
       if (!parse) parse = !this.#sawObject || this.#idFinder.find(src, from, to, inSource) !== -1
     }
-    if (!parse) return false
+    // A provider's own x_svc_trace, in whatever spelling (foreign-trace.ts): the chunk is parsed to know.
+    const suspect = this.#traceFinder.test(src, from, to, inSource)
+    if (!parse && !suspect) return false
 
     let value: unknown
     try {
       value = JSON.parse(src.toString('utf8', from, to))
     } catch {
-      return false
+      // Not JSON, and it may spell the trace's name: what a lenient reader would make of it is unknown, so it
+      // is not relayed, as any malformed chunk (before any other, the stream failed before it began).
+      if (!suspect) return false
+      this.#sawError = true
+      if (this.#events === 1) {
+        // It was the first chunk: the stream failed before it began, nothing held goes out (a miss).
+        this.#events = 0
+        this.#started = false
+        this.#failed = true
+      }
+      return true
     }
     if (value === null || typeof value !== 'object' || Array.isArray(value)) return false
     this.#sawObject = true
     const event = value as { id?: unknown; usage?: unknown; choices?: unknown }
     if (this.#chatId === '' && isHeaderSafeId(event.id)) this.#chatId = event.id
     const usage = event.usage
-    if (usage === null || typeof usage !== 'object' || Array.isArray(usage)) return false
-    this.#usage = usage as StreamUsage
-    return this.#withholdUsage && Array.isArray(event.choices) && event.choices.length === 0
+    if (usage !== null && typeof usage === 'object' && !Array.isArray(usage)) {
+      this.#usage = usage as StreamUsage
+      if (this.#withholdUsage && Array.isArray(event.choices) && event.choices.length === 0) return true
+    }
+    return suspect && stripTraces(value) ? this.#rewrite(value) : false
+  }
+
+  /**
+   * The chunk `value`, its provider trace removed, to be sent in place of the event; true (dropped) when nothing
+   * is left of it (a chunk that was only the fake trace is no chunk) or it cannot be written back.
+   */
+  #rewrite(value: object): boolean {
+    if (isEmptyObject(value)) return true
+    let text: string
+    try {
+      text = JSON.stringify(value)
+    } catch {
+      this.#sawError = true
+      return true
+    }
+    this.#replacement = Buffer.from(`data: ${text}\n\n`)
+    return false
   }
 
   /**

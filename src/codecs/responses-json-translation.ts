@@ -9,6 +9,7 @@ import { isHeaderSafeId } from './codec.js'
 import { answerObject, firstMessageEstimate, JsonAnswerCodec } from './json-answer.js'
 import { openAiErrorOf } from './openai-error.js'
 import { newId, responseObject, responsesUsage, type Outcome, type ResponseMeta } from './responses-wire.js'
+import { clientTool, type ToolNames } from './tool-names.js'
 
 type Json = Record<string, any>
 
@@ -24,8 +25,43 @@ export function textPart(text: string): Json {
   return { type: 'output_text', text, annotations: [] }
 }
 
-/** The output items of a chat completion's first choice. */
-export function outputItems(completion: Json): Json[] {
+/** Tool names of a translation that renamed none. */
+export const NO_NAMES: ToolNames = new Map()
+
+/**
+ * The input of a custom tool's call from the arguments of the function it was sent as (`{"input": "…"}`); a
+ * model that wrote something else has it passed on as it wrote it.
+ */
+export function customInput(args: string): string {
+  try {
+    const v = JSON.parse(args) as unknown
+    if (v !== null && typeof v === 'object' && typeof (v as Json).input === 'string') return (v as Json).input
+  } catch {
+    // Not JSON: the text itself.
+  }
+  return args
+}
+
+/**
+ * A function_call output item, in progress or done, with the client's name for the tool the provider called
+ * (`upstream`), and its `namespace` when the tool was one of a namespace's; a custom_tool_call item (its
+ * `input` from the arguments) when the tool was a custom one.
+ */
+export function functionCallItem(status: string, callId: string, upstream: string, args: string, names: ToolNames): Json {
+  const tool = clientTool(upstream, names)
+  if (tool.custom === true) {
+    const input = status === 'completed' ? customInput(args) : ''
+    return tool.namespace === undefined
+      ? { id: newId('ctc_'), type: 'custom_tool_call', status, call_id: callId, name: tool.name, input }
+      : { id: newId('ctc_'), type: 'custom_tool_call', status, call_id: callId, name: tool.name, namespace: tool.namespace, input }
+  }
+  return tool.namespace === undefined
+    ? { id: newId('fc_'), type: 'function_call', status, call_id: callId, name: tool.name, arguments: args }
+    : { id: newId('fc_'), type: 'function_call', status, call_id: callId, name: tool.name, namespace: tool.namespace, arguments: args }
+}
+
+/** The output items of a chat completion's first choice (tool names mapped back through `names`). */
+export function outputItems(completion: Json, names: ToolNames = NO_NAMES): Json[] {
   const choice = Array.isArray(completion.choices) ? completion.choices[0] : undefined
   const message = choice?.message ?? {}
   const items: Json[] = []
@@ -39,14 +75,8 @@ export function outputItems(completion: Json): Json[] {
   if (Array.isArray(message.tool_calls)) {
     for (const call of message.tool_calls) {
       const fn = call?.function ?? {}
-      items.push({
-        id: newId('fc_'),
-        type: 'function_call',
-        status: 'completed',
-        call_id: typeof call?.id === 'string' && call.id !== '' ? call.id : newId('call_'),
-        name: String(fn.name ?? ''),
-        arguments: typeof fn.arguments === 'string' ? fn.arguments : '',
-      })
+      const callId = typeof call?.id === 'string' && call.id !== '' ? call.id : newId('call_')
+      items.push(functionCallItem('completed', callId, String(fn.name ?? ''), typeof fn.arguments === 'string' ? fn.arguments : '', names))
     }
   }
   return items
@@ -70,10 +100,12 @@ export class ResponsesTranslatedJsonCodec extends JsonAnswerCodec implements Res
   #usage: ChatUsage | null = null
   #answer: KeptAnswer | null = null
   readonly #meta: ResponseMeta
+  readonly #names: ToolNames
 
-  constructor(meta: ResponseMeta) {
+  constructor(meta: ResponseMeta, names: ToolNames = NO_NAMES) {
     super()
     this.#meta = meta
+    this.#names = names
   }
 
   read(body: Buffer): boolean {
@@ -103,7 +135,7 @@ export class ResponsesTranslatedJsonCodec extends JsonAnswerCodec implements Res
   kept(): KeptAnswer {
     if (this.#answer !== null) return this.#answer
     const completion = this.#parsed!
-    const output = outputItems(completion)
+    const output = outputItems(completion, this.#names)
     const usage = responsesUsage(this.#usage ?? meteredUsage(completion.usage, 0, 0), completion.usage)
     const response = responseObject(this.#meta, outcomeOf(completion.choices?.[0]?.finish_reason), output, usage)
     this.#answer = { response, output }

@@ -5,7 +5,8 @@
  * client asked. On a stream only the lifecycle events that carry the response object are re-written
  * (response.created, .in_progress, .queued); every delta is relayed byte for byte. The last event
  * (response.completed, .incomplete, .failed, or an error event) is held and sent by complete() with the
- * trace, so it waits for the durable charge.
+ * trace, so it waits for the durable charge. A provider's own x_svc_trace is taken out of the body and of every
+ * event (foreign-trace.ts), so neither the client nor the stored response keeps it.
  */
 import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import { renderError, type RouterError } from '../errors.js'
@@ -15,6 +16,7 @@ import { answerObject, JsonAnswerCodec } from './json-answer.js'
 import { openAiErrorOf } from './openai-error.js'
 import type { KeptAnswer, ResponsesCodec } from './responses-json-translation.js'
 import { chatUsageOfResponses, failureEvents, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
+import { cleanJson, isEmptyObject, mayHoldTrace, stripTraces, TraceFinder } from './foreign-trace.js'
 import { payloadKind, SseFramer } from './sse-framing.js'
 
 type Json = Record<string, any>
@@ -49,6 +51,8 @@ export class ResponsesNativeJsonCodec extends JsonAnswerCodec implements Respons
 
   read(body: Buffer): boolean {
     this.#parsed = answerObject(body, 'output')
+    // A provider's own x_svc_trace goes before the answer is sent or stored (both re-serialise this object).
+    if (this.#parsed !== null && mayHoldTrace(body)) stripTraces(this.#parsed)
     return this.#parsed !== null
   }
 
@@ -107,6 +111,9 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
   #emit: Emit | null = null
   readonly #meta: ResponseMeta
   readonly #framer: SseFramer
+  readonly #traces = new TraceFinder()
+  /** The current event may hold a provider's own x_svc_trace (foreign-trace.ts): it is parsed to know. */
+  #suspect = false
 
   constructor(meta: ResponseMeta) {
     this.#meta = meta
@@ -119,6 +126,7 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
 
   push(chunk: Buffer, emit: Emit): void {
     this.#emit = emit
+    this.#traces.reset()
     this.#framer.push(chunk)
   }
 
@@ -128,6 +136,7 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
 
   finish(emit: Emit): void {
     this.#emit = emit
+    this.#traces.reset()
     this.#framer.finish()
   }
 
@@ -207,6 +216,7 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
       if (kind === 'other') this.#malformed = true
       return
     }
+    this.#suspect = this.#traces.test(f.dataSource, f.dataStart, f.dataEnd, f.dataLines === 1)
     let name = f.eventName()
     let data: Json | null = null
     if (name === '') {
@@ -216,10 +226,23 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
       name = typeof data.type === 'string' ? data.type : ''
     }
     if (!LIFECYCLE.has(name) && !LAST.has(name)) {
+      let bytes = source.subarray(start, end)
+      if (this.#suspect) {
+        // A delta with a provider's own x_svc_trace: written again without it, or dropped if nothing is left.
+        const cleaned = cleanJson(f.dataSource, f.dataStart, f.dataEnd)
+        if (cleaned.kind === 'invalid') {
+          this.#malformed = true
+          return
+        }
+        if (cleaned.kind === 'changed') {
+          if (isEmptyObject(cleaned.value)) return
+          bytes = Buffer.from(sseEvent(name, cleaned.text))
+        }
+      }
       this.#events++
       this.#seq++
       // A copy: the receiver may hold a slice of the provider's chunk.
-      this.#emit!(Buffer.from(source.subarray(start, end)))
+      this.#emit!(Buffer.from(bytes))
       return
     }
     data ??= this.#parse()
@@ -246,7 +269,11 @@ export class ResponsesNativeStreamCodec implements ResponseCodec, ResponsesCodec
     const f = this.#framer
     try {
       const value: unknown = JSON.parse(f.dataSource.toString('utf8', f.dataStart, f.dataEnd))
-      if (value !== null && typeof value === 'object' && !Array.isArray(value)) return value as Json
+      if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+        // Lifecycle and last events are written again from this object: a provider's own trace goes here.
+        if (this.#suspect) stripTraces(value)
+        return value as Json
+      }
     } catch {}
     this.#malformed = true
     return null

@@ -11,8 +11,9 @@ import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
 import { isHeaderSafeId } from './codec.js'
 import { holdCall, type HeldCall } from './held-tool-calls.js'
 import { openAiErrorOf } from './openai-error.js'
-import { outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
+import { customInput, functionCallItem, NO_NAMES, outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
+import { clientTool, type ToolNames } from './tool-names.js'
 
 type Json = Record<string, any>
 
@@ -56,9 +57,11 @@ export class ResponsesStreamTranslator {
   #tool = -1
   #held: Map<number, HeldCall> | null = null
   readonly #meta: ResponseMeta
+  readonly #names: ToolNames
 
-  constructor(meta: ResponseMeta) {
+  constructor(meta: ResponseMeta, names: ToolNames = NO_NAMES) {
     this.#meta = meta
+    this.#names = names
   }
 
   /** The sequence number the next event gets. */
@@ -187,7 +190,14 @@ export class ResponsesStreamTranslator {
     const text = this.#text
     const where = this.#where()
     let out = ''
-    if (this.#kind === TOOL) {
+    if (this.#kind === TOOL && item.type === 'custom_tool_call') {
+      // A custom tool's input is inside the JSON arguments of the function it went as: sent whole once known.
+      const input = customInput(text)
+      item.input = input
+      item.status = 'completed'
+      out += this.#event('response.custom_tool_call_input.delta', `${where},"delta":${JSON.stringify(input)}`)
+      out += this.#event('response.custom_tool_call_input.done', `${where},"input":${JSON.stringify(input)}`)
+    } else if (this.#kind === TOOL) {
       item.arguments = text
       item.status = 'completed'
       out += this.#event('response.function_call_arguments.done', `${where},"name":${JSON.stringify(item.name)},"arguments":${JSON.stringify(text)}`)
@@ -217,12 +227,13 @@ export class ResponsesStreamTranslator {
   }
 
   #openTool(callId: string, name: string): string {
-    return this.#open(TOOL, { id: newId('fc_'), type: 'function_call', status: 'in_progress', call_id: callId, name, arguments: '' })
+    return this.#open(TOOL, functionCallItem('in_progress', callId, name, '', this.#names))
   }
 
   #argsDelta(args: string): string {
     this.contentChunks++
     this.#text += args
+    if (this.#item!.type === 'custom_tool_call') return ''
     return this.#event('response.function_call_arguments.delta', `${this.#where()},"delta":${JSON.stringify(args)}`)
   }
 
@@ -242,7 +253,9 @@ export class ResponsesStreamTranslator {
       out += this.#openTool(typeof call.id === 'string' && call.id !== '' ? call.id : `call_${index}`, typeof fn.name === 'string' ? fn.name : '')
       this.#tool = index
     } else if (typeof fn.name === 'string' && fn.name !== '' && this.#item!.name === '') {
-      this.#item!.name = fn.name
+      const tool = clientTool(fn.name, this.#names)
+      this.#item!.name = tool.name
+      if (tool.namespace !== undefined) this.#item!.namespace = tool.namespace
     }
     if (args !== '') out += this.#argsDelta(args)
     return out
@@ -255,8 +268,8 @@ export class ResponsesTranslatedStreamCodec extends ChatChunkStreamCodec<Respons
   #closing = ''
   #usage: ChatUsage | null = null
 
-  constructor(meta: ResponseMeta) {
-    super(new ResponsesStreamTranslator(meta))
+  constructor(meta: ResponseMeta, names: ToolNames = NO_NAMES) {
+    super(new ResponsesStreamTranslator(meta, names))
   }
 
   get id(): string {

@@ -12,6 +12,7 @@ import { JsonAnswerCodec } from './json-answer.js'
 import { ResponsesTranslatedJsonCodec, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { ResponsesTranslatedStreamCodec } from './responses-stream-translation.js'
 import type { ResponseMeta } from './responses-wire.js'
+import type { ToolNames } from './tool-names.js'
 
 /** The usage the Anthropic step measured; the Responses step bills by it, not by its own estimate. */
 function billedAsMeasured(anthropic: ResponseCodec, responses: { bill(usage: ChatUsage): void }, promptBytes: number): ChatUsage {
@@ -25,10 +26,10 @@ export class ResponsesViaAnthropicJsonCodec extends JsonAnswerCodec implements R
   readonly #anthropic: ChatFromAnthropicJsonCodec
   readonly #responses: ResponsesTranslatedJsonCodec
 
-  constructor(meta: ResponseMeta) {
+  constructor(meta: ResponseMeta, names?: ToolNames) {
     super()
     this.#anthropic = new ChatFromAnthropicJsonCodec(meta.model)
-    this.#responses = new ResponsesTranslatedJsonCodec(meta)
+    this.#responses = new ResponsesTranslatedJsonCodec(meta, names)
   }
 
   read(body: Buffer): boolean {
@@ -74,10 +75,10 @@ export class ResponsesViaAnthropicStreamCodec implements ResponseCodec, Response
   #tail = ''
   #flushed = false
 
-  constructor(meta: ResponseMeta) {
+  constructor(meta: ResponseMeta, names?: ToolNames) {
     // Usage asked for: its chunk brings the cached tokens to the response's usage.
     this.#anthropic = new ChatFromAnthropicStreamCodec(meta.model, true)
-    this.#responses = new ResponsesTranslatedStreamCodec(meta)
+    this.#responses = new ResponsesTranslatedStreamCodec(meta, names)
   }
 
   get responseHeaders() {

@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { ChatUsage } from '../billing/cost.js'
+import { usageCount } from '../billing/usage-bound.js'
 import type { RouterError } from '../errors.js'
 
 type Json = Record<string, any>
@@ -48,7 +49,7 @@ export function responseObject(meta: ResponseMeta, outcome: Outcome, output: unk
 }
 
 function count(n: unknown): number {
-  return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0 ? n : 0
+  return Math.max(0, usageCount(n))
 }
 
 /**
@@ -74,9 +75,9 @@ export function responsesUsage(billed: ChatUsage, raw: unknown): Json {
 export function chatUsageOfResponses(usage: unknown): { prompt_tokens: number; completion_tokens: number } | null {
   if (usage === null || typeof usage !== 'object') return null
   const u = usage as Json
-  const input = u.input_tokens
-  const output = u.output_tokens
-  if (!(Number.isSafeInteger(input) && input >= 0 && Number.isSafeInteger(output) && output >= 0)) return null
+  const input = usageCount(u.input_tokens)
+  const output = usageCount(u.output_tokens)
+  if (input < 0 || output < 0) return null
   return { prompt_tokens: input, completion_tokens: output }
 }
 

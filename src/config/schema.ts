@@ -5,6 +5,7 @@
 
 import { z } from 'zod'
 import { originProblem } from '../auth/console-origins.js'
+import { proxyEntryProblem } from '../auth/source-ip.js'
 import { LOWER_ADDRESS_PATTERN } from '../vocabulary/address.js'
 
 /** Node clamps any timer delay above 2^31-1 ms to 1 ms, so a longer "timeout" would fire at once. */
@@ -25,6 +26,15 @@ const ServerSchema = z.strictObject({
   max_head_bytes: z.int().min(1024).max(65536).default(4096),
   /** Largest multipart upload (image edits, transcriptions); larger → 413, and an attempt under way is cancelled. */
   max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
+  /**
+   * Bytes of one streamed upload kept in memory; the rest waits in a temporary file (upload_spool_dir) until
+   * the provider takes it, and stays there so a failover can resend the whole upload.
+   */
+  upload_memory_bytes: byteSize(4 * 1024 * 1024),
+  /** Bytes all streamed uploads keep in memory together; past it the next bytes of any go to their files. */
+  upload_memory_total_bytes: byteSize(64 * 1024 * 1024),
+  /** Directory of the uploads' temporary files (created 0600, unlinked at once); '' = the OS's temp directory. */
+  upload_spool_dir: z.string().default(''),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */
   send_timeout_ms: timeoutMs(60_000),
   /** On SIGTERM/SIGINT: how long requests in flight may take to finish before they are ended. */
@@ -37,6 +47,19 @@ const ServerSchema = z.strictObject({
     .array(
       z.string().superRefine((value, ctx) => {
         const problem = originProblem(value)
+        if (problem !== null) ctx.addIssue({ code: 'custom', message: `${problem} (got ${JSON.stringify(value)})` })
+      }),
+    )
+    .default([]),
+  /**
+   * Proxies in front of the router (addresses or CIDR blocks) whose X-Forwarded-For is believed: the source of a
+   * request whose peer is one of them is the right-most forwarded address that is not (auth/source-ip.ts). Empty:
+   * the source is the socket's peer, and the header is never read. Decides what the per-source throttles count.
+   */
+  trusted_proxies: z
+    .array(
+      z.string().superRefine((value, ctx) => {
+        const problem = proxyEntryProblem(value)
         if (problem !== null) ctx.addIssue({ code: 'custom', message: `${problem} (got ${JSON.stringify(value)})` })
       }),
     )
@@ -61,6 +84,11 @@ const ChainRegistrySchema = z.strictObject({
     .string()
     .default('')
     .refine((v) => v === '' || /^\d+(\.\d{1,18})?$/.test(v), { message: 'must be a non-negative decimal string with at most 18 decimals, e.g. "0.5"' }),
+  /**
+   * false: a service whose URL is (or resolves, at connect time, to) anything but a public unicast address is
+   * left out (DESIGN.md §8). true lifts that: a local chain whose providers run on loopback (the demo, tests).
+   */
+  allow_private_urls: z.boolean().default(false),
 })
 
 const RegistrySchema = z
@@ -88,6 +116,43 @@ const TeeSchema = z.strictObject({
   /** Share (0..1) of answers of TEE providers checked in the background, at no cost to their clients. */
   sample_rate: z.number().min(0).max(1).default(0.01),
 })
+
+const ZERO_G = z
+  .string()
+  .refine((v) => /^\d{1,12}(\.\d{1,18})?$/.test(v), { message: 'must be a decimal 0G string with at most 18 decimals, e.g. "1.5"' })
+
+/**
+ * `settlement`: paying the providers of a chain registry (src/settlement/, DESIGN.md §8). Off unless a payer key
+ * is given (key_file or key_env).
+ */
+const SettlementSchema = z
+  .strictObject({
+    /** A file holding the payer's hex private key; refused unless its mode is 0600. Relative to the config file. */
+    key_file: z.string().default(''),
+    /** Or the name of an environment variable holding it. */
+    key_env: z
+      .string()
+      .default('')
+      .refine((v) => v === '' || /^[A-Za-z_][A-Za-z0-9_]*$/.test(v), { message: 'must be an environment variable name' }),
+    /** The LedgerManager's address; '' = InferenceServing.ledgerAddress(). */
+    ledger: z
+      .string()
+      .default('')
+      .refine((a) => a === '' || /^0x[0-9a-fA-F]{40}$/.test(a), { message: 'must be a quoted 0x followed by 40 hex digits' }),
+    /** The service the sub-accounts live on (serviceType-version); '' = the ledger's recommended "inference" one. */
+    service_name: z.string().max(128).default(''),
+    /** Sub-account bounds in 0G: routed only at or above min (after what was served and not yet settled); topped up to target. */
+    sub_account: z
+      .strictObject({ min_0g: ZERO_G.default('1'), target_0g: ZERO_G.default('2') })
+      .prefault({}),
+    /** How often accounts, the ledger and settlements are read (and funds moved when needed). */
+    interval_ms: z.int().min(100).max(MAX_TIMER_MS).default(5000),
+    /** Served and unsettled may go this far negative (in 0G) before a provider is flagged for over-settling. */
+    over_settle_tolerance_0g: ZERO_G.default('0.01'),
+  })
+  .superRefine((s, ctx) => {
+    if (s.key_file !== '' && s.key_env !== '') ctx.addIssue({ code: 'custom', path: ['key_env'], message: 'give key_file or key_env, not both' })
+  })
 
 const StoreSchema = z
   .strictObject({
@@ -145,6 +210,17 @@ const LimitsSchema = z.strictObject({
    * before its 402 (a burst on a capped key spends the cap instead of being refused); 0 refuses at once.
    */
   budget_wait_ms: z.int().min(0).max(MAX_TIMER_MS).default(10_000),
+  /**
+   * Failed authentications (unknown, malformed, revoked or expired keys) a source may make in a minute; past it
+   * the source gets 429 with Retry-After, whatever key it sends, until its minute is over. 0 turns it off.
+   */
+  auth_failures_per_minute: z.int().min(0).default(100),
+  /** Requests to /v1/auth/* (console sign-in) a source may make in a minute; past it 429 with Retry-After. */
+  sign_in_per_source_per_minute: z.int().positive().default(30),
+  /** Requests to /v1/auth/* from all sources together in a minute (bounds the CPU a sign-in flood takes). */
+  sign_in_per_minute: z.int().positive().default(600),
+  /** Live console sessions at most; a sign-in past it gets 429 until one ends (each wallet keeps its 8 newest). */
+  max_console_sessions: z.int().positive().default(10_000),
 })
 
 const UpstreamSchema = z.strictObject({
@@ -159,7 +235,10 @@ const UpstreamSchema = z.strictObject({
   queue_timeout_ms: timeoutMs(30_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
-  /** Bytes of a multipart upload kept so a failover can resend it; past them, fallback is off for that request. */
+  /**
+   * How far into a multipart upload the router reads, with no attempt taking it yet, to find the fields it routes
+   * by (`model`, an edit's `n`); the upload itself is kept for a failover whole (server.upload_memory_bytes).
+   */
   replay_buffer_bytes: byteSize(25 * 1024 * 1024),
 })
 
@@ -270,10 +349,11 @@ export const ConfigSchema = z.strictObject({
   responses: ResponsesSchema.prefault({}),
   dev: DevSchema.prefault({}),
   tee: TeeSchema.prefault({}),
+  settlement: SettlementSchema.prefault({}),
 })
 
 /** Dotted paths of the keys that hold file paths (resolved to absolute by the loader; '' stays '': unset). */
-export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path', 'jobs.spool_dir']
+export const PATH_KEYS: readonly string[] = ['registry.path', 'store.path', 'jobs.spool_dir', 'settlement.key_file']
 
 /** Readonly all the way down: what `deepFreeze` returns. */
 export type DeepReadonly<T> = T extends (infer U)[]

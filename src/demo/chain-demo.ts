@@ -1,8 +1,11 @@
 /**
- * `npm run demo:chain`: the router serving from a ledger on one machine. Starts anvil (config/chain.yaml's
- * rpc_url port, or a free one when that is taken), deploys contracts/InferenceServing.sol, registers simulated
- * providers from their own accounts with the stake (TEE ones sign their answers, their signers acknowledged by
- * the contract's owner), then serves config/chain.yaml. Ctrl-C stops all of it.
+ * `npm run demo:chain`: the router serving from a ledger, and paying it, on one machine. Starts anvil
+ * (config/chain.yaml's rpc_url port, or a free one when that is taken), deploys contracts/LedgerManager.sol and
+ * contracts/InferenceServing.sol, registers simulated providers from their own accounts with the stake (each a
+ * 0G broker: it serves only a valid session token and settles its fees every few seconds with TEE-signed
+ * settlements; TEE ones also sign their answers), opens the payer's ledger with 50 0G, then serves
+ * config/chain.yaml with the payer's key. `svc-router chain status --config config/chain.yaml` (with
+ * DEMO_PAYER_KEY set as printed) shows the balances move. Ctrl-C stops all of it.
  */
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -13,7 +16,13 @@ import { devKeysBanner } from '../operator/bootstrap.js'
 import { installProcessNet } from '../process-net.js'
 import { serve } from '../serve.js'
 import { startSimulator, type SimulatorHandle } from '../simulator/simulator.js'
-import { chainAccount, NO_SIGNER, RegistryContract, startAnvil, type LocalChain } from './local-chain.js'
+import { createPublicClient, createWalletClient, http, parseEther, toHex, type LocalAccount } from 'viem'
+import { mnemonicToAccount } from 'viem/accounts'
+import { LEDGER_MANAGER_ABI } from '../settlement/abi.js'
+import { ANVIL_MNEMONIC, chainAccount, RegistryContract, startAnvil, type LocalChain } from './local-chain.js'
+
+/** The anvil account that pays the providers in the demo. */
+const PAYER_INDEX = 10
 
 const CONFIG = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'config', 'chain.yaml')
 
@@ -66,10 +75,12 @@ async function main(): Promise<void> {
     const owner = chainAccount(0)
     const contract = await RegistryContract.deploy(chain.rpcUrl, owner)
     for (const s of SERVICES) {
-      const teeKey = s.tee === null ? undefined : (`0x${randomBytes(32).toString('hex')}` as const)
-      const sim = await startSimulator({ name: `chain-${s.account}`, models: [s.model], ttftMs: s.ttftMs, tokensPerS: s.tokensPerS, ...(teeKey !== undefined && { teeKey }) })
-      sims.push(sim)
+      // Every provider settles with a TEE signer (the contract takes no other settlement); only TEE ones say so.
+      const teeKey = `0x${randomBytes(32).toString('hex')}` as const
       const provider = chainAccount(s.account)
+      const broker = { rpcUrl: chain.rpcUrl, serving: contract.address, account: provider as LocalAccount, inputPrice: s.inputPrice, outputPrice: s.outputPrice, settleIntervalMs: 5000 }
+      const sim = await startSimulator({ name: `chain-${s.account}`, models: [s.model], ttftMs: s.ttftMs, tokensPerS: s.tokensPerS, teeKey, broker })
+      sims.push(sim)
       await contract.addOrUpdateService(provider, {
         serviceType: s.serviceType,
         url: sim.url,
@@ -78,14 +89,25 @@ async function main(): Promise<void> {
         inputPrice: s.inputPrice,
         outputPrice: s.outputPrice,
         additionalInfo: JSON.stringify(s.tee === 'centralized' ? { ProviderType: 'centralized' } : s.tee === 'TeeML' ? { TeeType: 'TDX+H100', TeeVerifier: 'dstack' } : {}),
-        teeSignerAddress: teeKey === undefined ? NO_SIGNER : privateKeyToAccount(teeKey).address,
+        teeSignerAddress: privateKeyToAccount(teeKey).address,
       })
-      if (teeKey !== undefined) await contract.acknowledgeSigner(owner, provider.address)
+      await contract.acknowledgeSigner(owner, provider.address)
       process.stdout.write(`registered ${provider.address} ${s.model} (${s.serviceType}${s.tee === null ? '' : `, ${s.tee}`}) at ${sim.url}\n`)
     }
+    // The payer: anvil's account 10, its ledger opened with 50 0G; the router funds sub-accounts from it.
+    const payerKey = toHex(mnemonicToAccount(ANVIL_MNEMONIC, { addressIndex: PAYER_INDEX }).getHdKey().privateKey!)
+    const payer = chainAccount(PAYER_INDEX)
+    const wallet = createWalletClient({ account: payer, transport: http(chain.rpcUrl) })
+    const hash = await wallet.writeContract({ address: contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'addLedger', args: ['svc-router demo'], value: parseEther('50'), chain: null })
+    await createPublicClient({ transport: http(chain.rpcUrl) }).waitForTransactionReceipt({ hash, pollingInterval: 100 })
+    process.stdout.write(`payer ${payer.address}: ledger opened with 50 0G\n`)
+    // Read by settlement.key_env when the router starts (not a config path: no SVC_ prefix).
+    process.env.DEMO_PAYER_KEY = payerKey
     const config = loadConfig({
       file: CONFIG,
-      env: { ...process.env, SVC_REGISTRY_CHAIN_RPC_URL: chain.rpcUrl, SVC_REGISTRY_CHAIN_CONTRACT: contract.address },
+      // The demo's providers are simulators on loopback: addresses a router on a real chain refuses (README
+      // "Providers as untrusted input").
+      env: { SVC_REGISTRY_CHAIN_ALLOW_PRIVATE_URLS: 'true', ...process.env, SVC_REGISTRY_CHAIN_RPC_URL: chain.rpcUrl, SVC_REGISTRY_CHAIN_CONTRACT: contract.address },
     })
     installProcessNet()
     const router = await serve(config)
@@ -95,6 +117,10 @@ async function main(): Promise<void> {
       `try a verified answer:\n  curl -s ${router.url}/v1/chat/completions -H "Authorization: Bearer $SK" -H 'X-SVC-Verify-TEE: true' \\\n` +
         `    -H 'X-SVC-Provider-Trust-Mode: private' -H 'content-type: application/json' \\\n` +
         `    -d '{"model":"qwen-2.5-7b-instruct","messages":[{"role":"user","content":"hi"}]}' | jq .x_svc_trace\n`,
+    )
+    process.stdout.write(
+      `watch the router pay (the providers settle every 5 s):\n  DEMO_PAYER_KEY=${payerKey} SVC_REGISTRY_CHAIN_RPC_URL=${chain.rpcUrl} \\\n` +
+        `    node dist/src/cli.js chain status --config config/chain.yaml\n`,
     )
     let closing = false
     const shutdown = (): void => {

@@ -1,8 +1,9 @@
 /**
  * A local chain for tests and `npm run demo:chain`: anvil (the @foundry-rs/anvil npm package, a dev dependency,
- * whose binary ships in its platform package) on a free loopback port, the registry contract of
- * contracts/InferenceServing.sol deployed from it, and providers registering from their own accounts with the
- * stake the contract demands.
+ * whose binary ships in its platform package) on a free loopback port, the ledger of contracts/LedgerManager.sol
+ * and the registry of contracts/InferenceServing.sol deployed from it (the registry registered on the ledger as
+ * the recommended `inference-v1.0` service), and providers registering from their own accounts with the stake
+ * the contract demands.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
@@ -27,8 +28,15 @@ export interface RegistryArtifact {
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 
 export function registryArtifact(): RegistryArtifact {
-  return JSON.parse(readFileSync(join(ROOT, 'contracts', 'InferenceServing.json'), 'utf8')) as RegistryArtifact
+  return contractArtifact('InferenceServing')
 }
+
+export function contractArtifact(name: 'InferenceServing' | 'LedgerManager'): RegistryArtifact {
+  return JSON.parse(readFileSync(join(ROOT, 'contracts', `${name}.json`), 'utf8')) as RegistryArtifact
+}
+
+/** The service name the deployment registers the registry under on the ledger (serviceType-version). */
+export const SERVICE_NAME = 'inference-v1.0'
 
 /** The anvil binary of this platform's package. */
 export function anvilBinary(): string {
@@ -105,6 +113,8 @@ export const NO_SIGNER = '0x0000000000000000000000000000000000000000' as const
 /** The deployed registry, written to from the accounts that own each action. */
 export class RegistryContract {
   readonly address: `0x${string}`
+  /** The LedgerManager the registry takes its funds from (zero address when deployed without one). */
+  ledger: `0x${string}` = NO_SIGNER
   readonly #rpcUrl: string
   readonly #abi: Abi
   readonly #client: PublicClient
@@ -116,15 +126,39 @@ export class RegistryContract {
     this.#client = createPublicClient({ chain: foundry, transport: http(rpcUrl), pollingInterval: 50 }) as PublicClient
   }
 
-  /** Deploys the contract from `owner` (account 0 by default). */
-  static async deploy(rpcUrl: string, owner: Account = chainAccount(0)): Promise<RegistryContract> {
-    const { abi, bytecode } = registryArtifact()
+  /**
+   * Deploys the ledger and the registry from `owner` (account 0 by default), and registers the registry on the
+   * ledger as the recommended inference service. `lockTimeS`: how long a requested refund stays locked.
+   */
+  static async deploy(rpcUrl: string, owner: Account = chainAccount(0), options: { lockTimeS?: number } = {}): Promise<RegistryContract> {
     const wallet = createWalletClient({ account: owner, chain: foundry, transport: http(rpcUrl) })
     const client = createPublicClient({ chain: foundry, transport: http(rpcUrl), pollingInterval: 50 })
-    const hash = await wallet.deployContract({ abi, bytecode })
-    const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 50 })
-    if (receipt.contractAddress == null) throw new Error('the registry contract was not deployed')
-    return new RegistryContract(rpcUrl, receipt.contractAddress, abi)
+    async function deploy(name: 'InferenceServing' | 'LedgerManager', args: readonly unknown[]): Promise<`0x${string}`> {
+      const { abi, bytecode } = contractArtifact(name)
+      const hash = await wallet.deployContract({ abi, bytecode, args } as never)
+      const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 50 })
+      if (receipt.contractAddress == null) throw new Error(`the ${name} contract was not deployed`)
+      return receipt.contractAddress
+    }
+    const ledger = await deploy('LedgerManager', [])
+    const address = await deploy('InferenceServing', [ledger, BigInt(options.lockTimeS ?? 3600)])
+    const contract = new RegistryContract(rpcUrl, address, registryArtifact().abi)
+    contract.ledger = ledger
+    const ledgerAbi = contractArtifact('LedgerManager').abi
+    for (const [functionName, args] of [
+      ['registerService', ['inference', 'v1.0', address, 'svc-router local chain']],
+      ['setRecommendedService', ['inference', 'v1.0']],
+    ] as const) {
+      const hash = await wallet.writeContract({ address: ledger, abi: ledgerAbi, functionName, args } as never)
+      const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 50 })
+      if (receipt.status !== 'success') throw new Error(`${functionName} reverted`)
+    }
+    return contract
+  }
+
+  /** Any call of the registry from `account` (a payer's own calls: revokeAllTokens, revokeToken…). */
+  call(account: Account, functionName: string, args: readonly unknown[]): Promise<void> {
+    return this.#write(account, functionName, args)
   }
 
   async #write(account: Account, functionName: string, args: readonly unknown[], value?: bigint): Promise<void> {

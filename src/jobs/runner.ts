@@ -21,7 +21,8 @@ import { join, resolve } from 'node:path'
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { entryOf } from '../auth/key-cache.js'
 import { rateLimitHeaders, type RateGate } from '../auth/rate-limit.js'
-import { budgetFor, FreeBudget, type Budget } from '../billing/budget.js'
+import { budgetFor } from '../billing/books.js'
+import { FreeBudget, type Budget } from '../billing/budget.js'
 import type { ImageUsage } from '../billing/cost.js'
 import type { Books } from '../billing/books.js'
 import { RouterError, toRouterError } from '../errors.js'
@@ -184,7 +185,7 @@ export class JobRunner {
   }
 
   /** Spooling and launching for a multipart async surface: the job is accepted once the upload is on disk. */
-  spooled<R extends SurfaceRequest>(kind: JobKind<R>): SpooledUploads<R, ImageUsage> {
+  spooled<R extends SurfaceRequest>(kind: JobKind<R>): SpooledUploads<R, ImageUsage, SpoolBody> {
     return {
       spool: (intake) => new SpoolBody(intake, join(this.#o.spoolDir, randomUUID() + '.upload'), this.#prepareSpool),
       launcher: (spool) => (launch) => {

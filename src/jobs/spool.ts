@@ -7,7 +7,7 @@
 import { createReadStream, createWriteStream, unlink, type WriteStream } from 'node:fs'
 import type { Readable } from 'node:stream'
 import { log } from '../log.js'
-import { watchAnswer, type Reply } from '../server/reply.js'
+import type { HeldUpload } from '../pipeline/multipart-admission.js'
 import type { BodySource, RequestBody } from '../upstream/request-body.js'
 
 /** A body read from a file, anew for every attempt. */
@@ -33,7 +33,7 @@ type SpoolDone = (err: Error | null) => void
  * refused at authentication, the rate limit or the routing headers leaves nothing on disk). Chunks that come
  * before that (authentication waiting for the store) are held here, and the client paused.
  */
-export class SpoolBody extends FileBody {
+export class SpoolBody extends FileBody implements HeldUpload {
   #out: WriteStream | null = null
   readonly #prepare: (() => void) | undefined
   /** What came before open(); null once it ran. */
@@ -174,10 +174,3 @@ export class SpoolBody extends FileBody {
   }
 }
 
-/**
- * `reply` for the admission of a spooled upload: any answer before the job claimed the file (a refusal by any
- * stage) deletes it, so a refused upload leaves nothing on disk.
- */
-export function discardOnAnswer(reply: Reply, spool: SpoolBody): Reply {
-  return watchAnswer(reply, { starting: () => spool.discard() })
-}

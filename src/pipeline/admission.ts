@@ -10,7 +10,7 @@
  */
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { rateLimitHeaders, type RateDecision, type RateGate } from '../auth/rate-limit.js'
-import { budgetFor } from '../billing/budget.js'
+import { budgetFor } from '../billing/books.js'
 import type { Usage } from '../billing/cost.js'
 import type { Books } from '../billing/books.js'
 import { readJsonBody } from '../codecs/json-body.js'

@@ -19,15 +19,23 @@ import { sendError } from '../server/respond.js'
 import { publishRefused } from '../telemetry/events.js'
 import type { MultipartSurface, SurfaceRequest, Upload } from '../surfaces/surface.js'
 import { ReplayableBody, type BodySource, type RequestBody } from '../upstream/request-body.js'
-import { discardOnAnswer, type SpoolBody } from '../jobs/spool.js'
 import { uploadChunks } from '../upstream/chunk-pool.js'
+import type { UploadSpool } from '../upstream/upload-spool.js'
+import { log } from '../log.js'
 import { admitHead, admitRequest, answerNow, crashed, type AdmissionDeps, type Admitted, type Launcher } from './admission.js'
 import { decimalDigits } from '../vocabulary/http.js'
 
 export interface MultipartDeps extends AdmissionDeps {
   readonly maxMultipartBodyBytes: number
-  /** upstream.replay_buffer_bytes: what a failover can resend; also how far the scan looks for `model`. */
+  /** upstream.replay_buffer_bytes: how far the scan looks for `model`, and what is read before an attempt reads. */
   readonly replayBufferBytes: number
+  /** Where a streamed upload waits past its memory bound, and what a failover resends (server.upload_*). */
+  readonly uploadSpool: UploadSpool
+}
+
+function spoolFailed(err: NodeJS.ErrnoException): RouterError {
+  const why = err.code === 'ENOSPC' ? 'the disk is full' : err.code === 'EMFILE' || err.code === 'ENFILE' ? 'no file descriptor is left' : (err.code ?? 'an I/O error')
+  return new RouterError('upload_spool_failed', `the upload could not be buffered to disk (${why}); try again shortly`)
 }
 
 function missingPart(label: string): RouterError {
@@ -38,19 +46,27 @@ function missingPart(label: string): RouterError {
  * An upload held whole on disk instead of streamed on (async edits: the job runs after the client's 202, and
  * again after a restart). `launcher` runs the request once `spool` has all of it.
  */
-export interface SpooledUploads<R extends SurfaceRequest, U extends Usage> {
-  spool(intake: BodySource): SpoolBody
-  launcher(spool: SpoolBody): Launcher<R, U>
+export interface SpooledUploads<R extends SurfaceRequest, U extends Usage, S extends HeldUpload = HeldUpload> {
+  spool(intake: BodySource): S
+  launcher(spool: S): Launcher<R, U>
+}
+
+/** What admission asks of an upload held on disk (the jobs' spool implements it). */
+export interface HeldUpload extends RequestBody {
+  /** The request's head was admitted: the upload may now be written. */
+  open(): void
+  /** The upload was refused, or its client went away: stop writing it and delete what was written. */
+  discard(): void
 }
 
 /**
  * The route handler of a multipart inference surface: the upload streams through a replay buffer to the first
  * attempt as it arrives, or with `spooled` it is written to disk and the request launched once it is all there.
  */
-export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
+export function createMultipartRoute<R extends SurfaceRequest, U extends Usage, S extends HeldUpload>(
   deps: MultipartDeps,
   surface: MultipartSurface<R, U>,
-  spooled?: SpooledUploads<R, U>,
+  spooled?: SpooledUploads<R, U, S>,
 ): Handler {
   const render = surface.renderError
   const max = deps.maxMultipartBodyBytes
@@ -60,7 +76,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     let admitted: Admitted | null = null
     let form: FormHead | null = null
     let failover: Failover<R, U> | null = null
-    let spool: SpoolBody | null = null
+    let spool: S | null = null
     let refused = false
     const headersNow = (): HeaderList => admitted?.headers ?? ['x-request-id', head.requestId]
     const refuse = (err: RouterError, headers: HeaderList): void => {
@@ -170,7 +186,17 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
     let launcher: Launcher<R, U>
     let replayable = null as ReplayableBody | null
     if (spooled === undefined) {
-      const streamed = new ReplayableBody(intake, deps.replayBufferBytes)
+      const streamed = new ReplayableBody(intake, {
+        holdLimit: deps.replayBufferBytes,
+        spool: deps.uploadSpool,
+        pool: uploadChunks,
+        // The upload cannot be kept (disk full, the directory unwritable, no descriptor left): this request
+        // ends with a 503, its hold given back; nothing else is touched.
+        failed: (err) => {
+          log.error('upload spool failed', { request_id: head.requestId, err: String(err) })
+          refuse(spoolFailed(err), headersNow())
+        },
+      })
       replayable = streamed
       body = streamed
       // Once the request is over, what the upload still holds goes back to the pool.
@@ -186,7 +212,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage>(
       // Until the job owns the file, a client that goes away or a refusal takes the upload with it. The file is
       // created only once the head is admitted (below).
       client.onAborted(() => held.discard())
-      reply = discardOnAnswer(client, held)
+      reply = watchAnswer(client, { starting: () => held.discard() })
     }
     const whenWhole = (go: () => void): boolean => {
       if (judged) return true

@@ -9,6 +9,8 @@
 import { createPublicClient, http, type PublicClient } from 'viem'
 import { neuronToAtto, formatUsd, parseUsd, TOKENS_PER_PRICE_UNIT } from '../billing/money.js'
 import { log } from '../log.js'
+import { refusedHost } from '../vocabulary/public-address.js'
+import { HostCheck, type ResolveHost } from './host-check.js'
 import { registryRefresh } from '../telemetry/events.js'
 import { TIER_RANK, type TrustMode } from '../vocabulary/trust.js'
 import { INFERENCE_SERVING_ABI, PAGE_SIZE, type ChainService } from './chain-abi.js'
@@ -24,6 +26,10 @@ export interface ChainSourceSettings {
   readonly usdPer0g: string
   /** The operator's overrides file; null for none. */
   readonly overridesPath: string | null
+  /** registry.chain.allow_private_urls: services at loopback, private or other non-public addresses are kept. */
+  readonly allowPrivateUrls?: boolean
+  /** How service host names are resolved for the catalog (host-check.ts; c-ares by default, a test's own map). */
+  readonly resolveHost?: ResolveHost
 }
 
 /** Where the 0G broker serves the OpenAI-style routes below a service's url. */
@@ -32,6 +38,7 @@ const ZERO_ADDRESS = '0x0000000000000000000000000000000000000000'
 /** The most services one sweep takes: a contract answering a larger total is answering garbage. */
 const MAX_SERVICES = 10_000
 const MAX_FIELD = 2048
+const NO_REFUSALS: ReadonlyMap<string, string> = new Map()
 const SERVICE_TYPES: ReadonlySet<string> = new Set<ModelType>(['chatbot', 'text-to-image', 'speech-to-text'])
 
 /** additionalInfo as an object: JSON from the provider, so anything (junk, an array, a string) reads as {}. */
@@ -71,20 +78,30 @@ export function chainPrice(type: ModelType, inputPrice: bigint, outputPrice: big
   return type === 'text-to-image' ? { image: unit } : { audio_second: unit }
 }
 
-/** A service url as the registry keeps it (http(s), no credentials, query or fragment, no trailing slash); null if unusable. */
-function serviceUrl(text: string): string | null {
-  if (text.length === 0 || text.length > MAX_FIELD) return null
+/**
+ * A service url as the registry keeps it (http(s), no credentials, query or fragment, no trailing slash, the host
+ * as the WHATWG parser normalises it: `0x7f000001`, `2130706433` and `127.1` are all 127.0.0.1), or why it is
+ * unusable. Unless `allowPrivate`, its host must be public: a literal address public unicast, a name not one that
+ * is never public (names are judged again on every connect, by what they resolve to: upstream/connect-guard.ts).
+ */
+export function serviceUrl(text: string, allowPrivate: boolean): { url: string } | { problem: string } {
+  const unusable = { problem: 'url is not an http(s) URL' }
+  if (text.length === 0 || text.length > MAX_FIELD) return unusable
   let url: URL
   try {
     url = new URL(text)
   } catch {
-    return null
+    return unusable
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') return null
-  if (url.username !== '' || url.password !== '' || url.search !== '' || url.hash !== '') return null
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return unusable
+  if (url.username !== '' || url.password !== '' || url.search !== '' || url.hash !== '') return unusable
+  if (!allowPrivate) {
+    const refused = refusedHost(url.hostname)
+    if (refused !== null) return { problem: `url host ${url.hostname} is not public unicast (${refused}); registry.chain.allow_private_urls lifts this` }
+  }
   let path = url.pathname
   while (path.endsWith('/')) path = path.slice(0, -1)
-  return `${url.protocol}//${url.host}${path}`
+  return { url: `${url.protocol}//${url.host}${path}` }
 }
 
 function visibleText(text: string): boolean {
@@ -97,11 +114,20 @@ function visibleText(text: string): boolean {
 }
 
 /** One service as a registry record, or why it is left out. */
-export function mapService(service: ChainService, attoUsdPer0g: bigint, override: ProviderOverride | undefined): RegistryProvider | string {
+export function mapService(
+  service: ChainService,
+  attoUsdPer0g: bigint,
+  override: ProviderOverride | undefined,
+  allowPrivateUrls = false,
+  refusedHosts: ReadonlyMap<string, string> = NO_REFUSALS,
+): RegistryProvider | string {
   if (!SERVICE_TYPES.has(service.serviceType)) return `service type ${JSON.stringify(service.serviceType.slice(0, 40))} is not served`
   const type = service.serviceType as ModelType
-  const url = serviceUrl(service.url)
-  if (url === null) return 'url is not an http(s) URL'
+  const checked = serviceUrl(service.url, allowPrivateUrls)
+  if ('problem' in checked) return checked.problem
+  const url = checked.url
+  const hostRefused = refusedHosts.size === 0 ? undefined : refusedHosts.get(new URL(url).hostname)
+  if (hostRefused !== undefined) return hostRefused
   if (!visibleText(service.model)) return 'model is not a usable id'
   if (override?.disabled === true) return 'disabled by the overrides file'
   const info = additionalInfo(service.additionalInfo)
@@ -122,6 +148,7 @@ export function mapService(service: ChainService, attoUsdPer0g: bigint, override
     max_completion_tokens: mo?.max_completion_tokens ?? null,
     supported_parameters: mo?.supported_parameters ?? [],
     price: chainPrice(type, service.inputPrice, service.outputPrice, attoUsdPer0g),
+    neuron_price: { input: service.inputPrice.toString(), output: service.outputPrice.toString() },
   }
   return {
     address: service.provider.toLowerCase(),
@@ -137,14 +164,36 @@ export function mapService(service: ChainService, attoUsdPer0g: bigint, override
   }
 }
 
+/** The host names (as the WHATWG parser gives them) of services' URLs that only a resolution can judge. */
+function hostsOf(services: readonly ChainService[]): Set<string> {
+  const hosts = new Set<string>()
+  for (const s of services) {
+    if (s.url.length === 0 || s.url.length > MAX_FIELD) continue
+    try {
+      const host = new URL(s.url).hostname
+      if (refusedHost(host) === null) hosts.add(host)
+    } catch {
+      // Not a URL: mapService says so.
+    }
+  }
+  return hosts
+}
+
 /** Services in contract order → registry records (what cannot be served is logged and left out). */
-export function mapServices(services: readonly ChainService[], attoUsdPer0g: bigint, overrides: Overrides, skipped: Map<string, string>): RegistryProvider[] {
+export function mapServices(
+  services: readonly ChainService[],
+  attoUsdPer0g: bigint,
+  overrides: Overrides,
+  skipped: Map<string, string>,
+  allowPrivateUrls = false,
+  refusedHosts: ReadonlyMap<string, string> = NO_REFUSALS,
+): RegistryProvider[] {
   const out: RegistryProvider[] = []
   const seen = new Set<string>()
   for (const s of services) {
     const address = s.provider.toLowerCase()
     if (seen.has(address)) continue
-    const mapped = mapService(s, attoUsdPer0g, overrides.get(address))
+    const mapped = mapService(s, attoUsdPer0g, overrides.get(address), allowPrivateUrls, refusedHosts)
     if (typeof mapped === 'string') {
       // Said once per provider and reason, not every sweep.
       if (skipped.get(address) !== mapped) log.warn('chain registry: service left out', { provider: address, reason: mapped })
@@ -190,6 +239,8 @@ export function createChainSource(settings: ChainSourceSettings): RegistrySource
   const client = createPublicClient({ transport: http(settings.rpcUrl, { timeout, retryCount: 0 }) }) as PublicClient
   const overridesFile = settings.overridesPath === null ? null : new OverridesFile(settings.overridesPath)
   const skipped = new Map<string, string>()
+  const allowPrivate = settings.allowPrivateUrls === true
+  const hostCheck = allowPrivate ? null : new HostCheck(settings.resolveHost)
   let handlers: RegistrySourceHandlers | null = null
   let version = 0
   let lastKey = ''
@@ -206,7 +257,9 @@ export function createChainSource(settings: ChainSourceSettings): RegistrySource
   async function readSnapshot(): Promise<RegistrySnapshot | null> {
     const overrides = overridesFile === null ? NO_OVERRIDES : await overridesFile.read((err) => handlers?.onError(err))
     const services = await readAllServices(client, settings.contract)
-    const providers = mapServices(services, attoUsdPer0g!, overrides, skipped)
+    // Names resolving to internal addresses are left out here; every connect checks again (connect-guard.ts).
+    const refusedHosts = hostCheck === null ? NO_REFUSALS : await hostCheck.refused(hostsOf(services))
+    const providers = mapServices(services, attoUsdPer0g!, overrides, skipped, allowPrivate, refusedHosts)
     const key = JSON.stringify(providers)
     if (haveSnapshot && key === lastKey) return null
     lastKey = key

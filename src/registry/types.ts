@@ -31,6 +31,8 @@ export interface RegistryModel {
   readonly max_completion_tokens: number | null
   readonly supported_parameters: readonly string[]
   readonly price: ModelPrice
+  /** A chain service's own prices, neuron per unit (bigint decimal strings): what the router owes it (src/settlement/). */
+  readonly neuron_price?: { readonly input: string; readonly output: string }
 }
 
 /** Settings for a simulated provider the server boots itself on `url` (demo and tests). */

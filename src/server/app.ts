@@ -15,7 +15,7 @@ import { log } from '../log.js'
 import { sameRoutingValue } from '../routing/preferences.js'
 import { trimOws } from '../vocabulary/http.js'
 import type { Reply } from './reply.js'
-import { ANTHROPIC_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
+import { ANTHROPIC_HEADER, FORWARD_HEADER, HEADER, SESSION_HEADER, TEE_HEADER, TRACE_HEADER, type RequestHead } from './request-head.js'
 import { nextRequestId } from './request-id.js'
 import { sendError } from './respond.js'
 import { SEND_TIMEOUT_MS, UwsReply } from './uws-reply.js'
@@ -61,7 +61,7 @@ export const UWS_HEAD_LIMIT_FACTOR = 2
  * `scan.values`, and each field's slot. Only HEADER's slots (the first CONFLICT_CHECKED) are checked for
  * conflicting repeats.
  */
-const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER, ...TEE_HEADER }
+const COPY = { ...HEADER, ...SESSION_HEADER, ...TRACE_HEADER, ...ANTHROPIC_HEADER, ...TEE_HEADER, ...FORWARD_HEADER }
 const COPIED: readonly string[] = Object.values(COPY)
 const SLOT = Object.fromEntries(Object.keys(COPY).map((key, slot) => [key, slot])) as Record<keyof typeof COPY, number>
 const CONFLICT_CHECKED = Object.keys(HEADER).length
@@ -75,9 +75,10 @@ const SECOND_BY_LENGTH = new Int8Array(64).fill(-1)
 const THIRD_BY_LENGTH = new Int8Array(64).fill(-1)
 /**
  * Headers whose repeats are one list, comma-joined as HTTP combines list fields: anthropic-beta, and
- * tracestate (W3C Trace Context: a vendor may split it over several fields, and all of them are the state).
+ * tracestate (W3C Trace Context: a vendor may split it over several fields, and all of them are the state), and
+ * x-forwarded-for (each proxy may append a field of its own).
  */
-const JOINED = (1 << SLOT.anthropicBeta) | (1 << SLOT.tracestate)
+const JOINED = (1 << SLOT.anthropicBeta) | (1 << SLOT.tracestate) | (1 << SLOT.forwardedFor)
 for (let slot = 0; slot < COPIED.length; slot++) {
   const name = COPIED[slot]!
   if (name.length >= SLOT_BY_LENGTH.length || THIRD_BY_LENGTH[name.length] !== -1) {
@@ -160,6 +161,7 @@ class UwsRequestHead implements RequestHead {
   readonly anthropicVersion: string
   readonly anthropicBeta: string
   readonly verifyTee: string
+  readonly forwardedFor: string
   readonly conflictingHeader: string
   /** The head's size as MAX_HEADER_BYTES counts it. */
   readonly headBytes: number
@@ -202,6 +204,7 @@ class UwsRequestHead implements RequestHead {
     this.anthropicVersion = v[SLOT.anthropicVersion]!
     this.anthropicBeta = v[SLOT.anthropicBeta]!
     this.verifyTee = v[SLOT.verifyTee]!
+    this.forwardedFor = v[SLOT.forwardedFor]!
     this.conflictingHeader = scan.conflict
     // "METHOD SP target SP HTTP/1.1 CRLF", the fields, then the empty line.
     const target = this.path.length + (this.query === '' ? 0 : this.query.length + 1)
@@ -269,12 +272,14 @@ function headProblem(head: UwsRequestHead, limit: number): RouterError | null {
  * a 413.
  */
 function refuseHead(res: HttpResponse, head: UwsRequestHead, err: RouterError, render = renderError): void {
+  const body = head.method === 'head' ? '' : render(err, head.requestId)
   res.cork(() => {
-    res
-      .writeStatus(statusLine(err.status))
-      .writeHeader('Content-Type', 'application/json')
-      .writeHeader('x-request-id', head.requestId)
-      .end(render(err, head.requestId), true)
+    res.writeStatus(statusLine(err.status)).writeHeader('Content-Type', 'application/json').writeHeader('x-request-id', head.requestId)
+    // HEAD: the head alone. endWithoutBody(0, true) ends the answer on every build and closes where the core
+    // honours it (the trufflesuite core keeps the connection, correctly framed); it says Content-Length: 0, so no
+    // length of ours goes with it (uws-reply.ts has the other HEAD answers).
+    if (head.method === 'head') res.endWithoutBody(0, true)
+    else res.end(body, true)
   })
 }
 
@@ -293,25 +298,28 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const verb = route.method === 'del' ? 'DELETE' : route.method.toUpperCase()
     const key = route.pattern.replace(/:[^/]+/g, '*')
     const render = route.renderError ?? renderError
-    methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), verb])
+    // HEAD is answered wherever GET is (RFC 9110 §9.3.2): the GET's handler, its head only.
+    methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), ...(verb === 'GET' ? [verb, 'HEAD'] : [verb])])
     if (route.renderError !== undefined) rendererByPath.set(key, route.renderError)
-    app[route.method](route.pattern, (res, req) => {
+    const serve = (headOnly: boolean) => (res: HttpResponse, req: HttpRequest) => {
       const head = new UwsRequestHead(req, res, params)
       const problem = headProblem(head, maxHeaderBytes)
       if (problem !== null) return refuseHead(res, head, problem, render)
-      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength)
+      const reply = new UwsReply(res, sendTimeoutMs, head.contentLength, headOnly)
       try {
         route.handler(head, reply)
       } catch (err) {
         log.error('handler threw', { path: head.path, err: String((err as Error)?.stack ?? err) })
         sendError(reply, new RouterError('server_error', 'internal error'), head.requestId, ['x-request-id', head.requestId], render)
       }
-    })
+    }
+    app[route.method](route.pattern, serve(false))
+    if (route.method === 'get') app.head(route.pattern, serve(true))
   }
 
   /**
    * The envelope of a path the catch-all answers: its route's own (a wrong method on /v1/messages), or that of
-   * the route it lies under (/v1/messages/count_tokens, which an Anthropic client expects in its own shape).
+   * the route it lies under (/v1/messages/batches, which an Anthropic client expects in its own shape).
    * Only exact paths set one (no route with a parameter does today). Off the hot path: 404s and 405s only.
    */
   const rendererFor = (path: string): ((err: RouterError, requestId: string) => string) => {
@@ -328,7 +336,8 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
     const render = rendererFor(head.path)
     const problem = headProblem(head, maxHeaderBytes)
     if (problem !== null) return refuseHead(res, head, problem, render)
-    const reply = new UwsReply(res, sendTimeoutMs)
+    // Any other HEAD gets the status a GET would, and no body.
+    const reply = new UwsReply(res, sendTimeoutMs, '', head.method === 'head')
     const allowed = methodsFor(methodsByPath, head.path)
     const headers = ['x-request-id', head.requestId]
     if (allowed !== undefined) {

@@ -50,7 +50,12 @@ export interface RequestHead {
   readonly verifyTee?: string
   /** Path parameters of the route pattern (`/v1/api-keys/:id`), in order; absent on heads built by hand. */
   readonly params?: readonly string[]
-  /** Resolved lazily: only the auth audit needs it. */
+  /**
+   * `X-Forwarded-For`, repeats comma-joined ('' when absent); believed only from server.trusted_proxies
+   * (auth/source-ip.ts). Absent on heads built by hand.
+   */
+  readonly forwardedFor?: string
+  /** The socket's peer address. Resolved lazily: only the auth audit and throttles need it. */
   remoteAddress(): string
 }
 
@@ -99,4 +104,9 @@ export const ANTHROPIC_HEADER = {
 /** The header that asks for an answer's TEE signature to be checked (src/tee/). Copied like SESSION_HEADER's. */
 export const TEE_HEADER = {
   verifyTee: 'x-svc-verify-tee',
+} as const
+
+/** The proxy chain's header (auth/source-ip.ts). Copied like SESSION_HEADER's; repeats are joined with a comma. */
+export const FORWARD_HEADER = {
+  forwardedFor: 'x-forwarded-for',
 } as const

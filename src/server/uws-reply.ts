@@ -10,6 +10,12 @@
  * writable, every STALL_CHECK_MS it is paused and resumed: that restarts uWS's timeout and asks the poll for
  * writable again. The wait itself is bounded by the send timeout (`server.send_timeout_ms`, as nginx's
  * send_timeout bounds a client that accepts nothing), after which the response is closed and onAborted runs.
+ *
+ * HEAD (`headOnly`): the same status and headers as the GET would get, with the Content-Length of the body it
+ * would send, and no body. uWS does not know a HEAD answer has none (its end() writes the body, and the next
+ * answer on the connection then starts inside it), and the Node 20 core's endWithoutBody(length) leaves the
+ * response open; so the length is written as a header of ours and the answer ended by endWithoutBody() with no
+ * length, which writes neither a body nor a Content-Length of its own.
  */
 import type { HttpResponse } from './uws-build.js'
 import { RouterError, statusLine } from '../errors.js'
@@ -20,6 +26,10 @@ import type { HeaderList, Reply } from './reply.js'
 import { decimalDigits } from '../vocabulary/http.js'
 
 function noop(): void {}
+
+function byteLength(body: string | Uint8Array): number {
+  return typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength
+}
 
 /** The 413 of a body past `limit`, announced or counted. */
 function bodyTooLarge(limit: number): RouterError {
@@ -46,11 +56,17 @@ export class UwsReply implements Reply {
   readonly #sendTimeoutMs: number
   /** The request's Content-Length as sent ('' when none): a body announced past a limit is refused unread. */
   readonly #declaredLength: string
+  /** A HEAD request: the answer's head only (see above). */
+  readonly #headOnly: boolean
+  /** HEAD, a streamed answer: its status and headers, held until end() knows the length; and the bytes so far. */
+  #heldHead: { status: number; headers: HeaderList } | null = null
+  #headBytes = 0
 
-  constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS, declaredLength = '') {
+  constructor(res: HttpResponse, sendTimeoutMs = SEND_TIMEOUT_MS, declaredLength = '', headOnly = false) {
     this.#res = res
     this.#sendTimeoutMs = sendTimeoutMs
     this.#declaredLength = declaredLength
+    this.#headOnly = headOnly
     res.onAborted(() => {
       this.#aborted = true
       this.#stopStallTimer()
@@ -98,6 +114,7 @@ export class UwsReply implements Reply {
   bodySource(pool?: ChunkPool): BodySource {
     const res = this.#res
     const live = (): boolean => !this.#aborted && !this.#done
+    let whole = false
     return {
       onChunk: (handler) => {
         // uWS reuses `chunk` once this callback returns: each one is copied (small reads gathered first), into
@@ -114,16 +131,25 @@ export class UwsReply implements Reply {
           }
         }
         res.onData((chunk, isLast) => {
-          if (!this.#aborted) gather.push(new Uint8Array(chunk), isLast, emit)
+          if (isLast) whole = true
+          if (this.#aborted) return
+          gather.push(new Uint8Array(chunk), isLast, emit)
+          // Read past pause() (README "Known issues"): uWS re-armed its 10 s idle timeout for the bytes it
+          // counted, on a socket that stays paused while the provider catches up; pausing again turns it off,
+          // or the connection would be closed under an upload that is merely waiting.
+          if (this.#bodyPaused && !whole && live()) res.pause()
         })
       },
+      // Once the body is whole, flow control is over: uWS's resume() would arm its 10 s idle timeout again
+      // (pause() and the last chunk turn it off), and an answer that takes longer would have the connection
+      // closed under it. A body paused when its last chunk came (read past pause) stays so until the answer.
       pause: () => {
-        if (!live()) return
+        if (!live() || whole) return
         this.#bodyPaused = true
         res.pause()
       },
       resume: () => {
-        if (!live()) return
+        if (!live() || whole) return
         this.#bodyPaused = false
         res.resume()
       },
@@ -160,6 +186,7 @@ export class UwsReply implements Reply {
     if (this.#aborted || this.#done) return
     this.#unpauseBody()
     this.#done = true
+    if (this.#headOnly) return this.#endHead(status, headers, byteLength(body))
     this.#res.cork(() => {
       this.#writeHead(status, headers)
       // A 413 (or any answer) may go out before the client finished sending. The connection stays open: uWS
@@ -171,11 +198,28 @@ export class UwsReply implements Reply {
 
   begin(status: number, headers: HeaderList): void {
     if (this.#aborted || this.#done) return
+    if (this.#headOnly) {
+      this.#heldHead = { status, headers }
+      this.#started = true
+      return
+    }
     this.#res.cork(() => this.#writeHead(status, headers))
+  }
+
+  /** HEAD: the head with the body's length, and no body. */
+  #endHead(status: number, headers: HeaderList, length: number): void {
+    this.#res.cork(() => {
+      this.#writeHead(status, [...headers, 'Content-Length', String(length)])
+      this.#res.endWithoutBody()
+    })
   }
 
   write(chunk: string | Uint8Array): boolean {
     if (this.#aborted || this.#done) return true
+    if (this.#headOnly) {
+      this.#headBytes += byteLength(chunk)
+      return true
+    }
     let ok = true
     this.#res.cork(() => {
       ok = this.#res.write(chunk)
@@ -223,6 +267,10 @@ export class UwsReply implements Reply {
     this.#unpauseBody()
     this.#done = true
     this.#stopStallTimer()
+    if (this.#headOnly) {
+      const held = this.#heldHead ?? { status: 200, headers: [] }
+      return this.#endHead(held.status, held.headers, this.#headBytes + (chunk === undefined ? 0 : byteLength(chunk)))
+    }
     this.#res.cork(() => {
       if (chunk === undefined) this.#res.end()
       else this.#res.end(chunk)

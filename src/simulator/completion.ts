@@ -1,7 +1,12 @@
 /**
  * Pure builders for the simulator's OpenAI wire format: the parsed request, filler content, token
  * estimates, tool-call arguments, the non-streaming body and the SSE chunk strings. No I/O here.
+ *
+ * The simulated model behaves as a real one does in an agent loop: it calls a tool while the conversation
+ * does not end in a tool result, then answers in text; asked for JSON (a json_schema or json_object format),
+ * it answers with JSON that matches the schema. Every format (chat, messages, responses) answers alike.
  */
+import { sampleSchema } from './schema-sample.js'
 
 // Every word is plain ASCII without quotes or backslashes, so it is spliced into JSON unescaped.
 const WORDS = [
@@ -29,6 +34,8 @@ export interface ChatRequest {
   includeUsage: boolean
   maxTokens: number | undefined
   tool: ToolCallPlan | undefined
+  /** The JSON text of a structured answer (response_format json_schema or json_object), when asked for one. */
+  json: string | undefined
 }
 
 /** The one tool call the simulator answers with. */
@@ -60,8 +67,45 @@ export function parseChatRequest(body: unknown): ChatRequest | { error: string }
     stream: b.stream === true,
     includeUsage: b.stream === true && streamOptions?.include_usage === true,
     maxTokens: cap == null ? undefined : (cap as number),
-    tool: planToolCall(b.tools, b.tool_choice),
+    tool: planToolCall(b.tools, b.tool_choice, chatEndsInToolResult(b.messages)),
+    json: jsonAnswer(b.response_format as Format | undefined, 'json_schema'),
   }
+}
+
+/** True when the last turn after the assistant's is a tool result: the model then answers in text. */
+function chatEndsInToolResult(messages: readonly unknown[]): boolean {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const role = (messages[i] as { role?: unknown } | null)?.role
+    if (role === 'tool' || role === 'function') return true
+    if (role === 'assistant') return false
+  }
+  return false
+}
+
+/** A requested output format: chat's `response_format`, Responses' `text.format`, Anthropic's `output_config.format`. */
+export interface Format {
+  type?: unknown
+  json_schema?: { schema?: unknown } | null
+  schema?: unknown
+}
+
+/**
+ * The JSON text a structured answer carries: a sample of the schema (found under `json_schema.schema` on
+ * chat, `schema` on the others), or an object for plain JSON mode. Undefined when no JSON is asked for.
+ */
+export function jsonAnswer(format: Format | null | undefined, schemaType: string): string | undefined {
+  if (format === null || typeof format !== 'object') return undefined
+  if (format.type === 'json_object') return `{"answer":"${fillerText(WORDS.length).trim()}"}`
+  if (format.type !== schemaType) return undefined
+  const schema = format.json_schema != null && typeof format.json_schema === 'object' ? format.json_schema.schema : format.schema
+  return JSON.stringify(sampleSchema(schema))
+}
+
+/** A structured answer cut into token-sized pieces, each JSON-escaped for splicing into a string. */
+export function answerPieces(text: string): string[] {
+  const pieces: string[] = []
+  for (let i = 0; i < text.length; i += 4) pieces.push(JSON.stringify(text.slice(i, i + 4)).slice(1, -1))
+  return pieces
 }
 
 /** Deterministic prompt estimate: per message, ceil(text length / 4) + 4. */
@@ -84,9 +128,14 @@ export function estimatePromptTokens(messages: readonly unknown[]): number {
   return tokens
 }
 
-export function planToolCall(tools: unknown, toolChoice: unknown): ToolCallPlan | undefined {
+/**
+ * The tool call the model makes, in chat's terms: the forced tool, or the first one; none under
+ * `tool_choice: none`, nor after a tool result (`answered`) unless a call is forced (`required` or by name).
+ */
+export function planToolCall(tools: unknown, toolChoice: unknown, answered = false): ToolCallPlan | undefined {
   if (!Array.isArray(tools) || tools.length === 0 || toolChoice === 'none') return undefined
   const wanted = (toolChoice as { function?: { name?: unknown } } | null)?.function?.name
+  if (answered && toolChoice !== 'required' && typeof wanted !== 'string') return undefined
   let fn = (tools[0] as { function?: { name?: unknown; parameters?: unknown } } | null)?.function
   if (typeof wanted === 'string') {
     const match = tools.find((tool) => tool?.function?.name === wanted)
@@ -97,25 +146,9 @@ export function planToolCall(tools: unknown, toolChoice: unknown): ToolCallPlan 
 }
 
 function sampleArguments(parameters: unknown): string {
-  const schema = (parameters ?? {}) as { properties?: unknown; required?: unknown }
-  const properties = (schema.properties ?? {}) as Record<string, unknown>
-  const sample: Record<string, unknown> = {}
-  for (const key of Object.keys(properties)) sample[key] = sampleValue(properties[key])
-  if (Array.isArray(schema.required)) {
-    for (const key of schema.required) {
-      if (typeof key === 'string' && !Object.hasOwn(sample, key)) sample[key] = null
-    }
-  }
-  return JSON.stringify(sample)
-}
-
-function sampleValue(property: unknown): unknown {
-  let type = (property as { type?: unknown } | null)?.type
-  if (Array.isArray(type)) type = type.find((t) => t !== 'null')
-  if (type === 'string') return 'sample'
-  if (type === 'number' || type === 'integer') return 1
-  if (type === 'boolean') return true
-  return null
+  const sample = sampleSchema(parameters)
+  // Arguments are an object whatever the schema says: a client parses them as one.
+  return JSON.stringify(sample !== null && typeof sample === 'object' && !Array.isArray(sample) ? sample : {})
 }
 
 /** Splits a tool call's arguments into the few pieces streamed one per chunk. */
@@ -144,6 +177,11 @@ export function responseMeta(object: string, id: string, created: number, modelJ
 /** The assistant message of a non-streaming completion. */
 export function contentMessage(tokens: number): string {
   return `{"role":"assistant","content":"${fillerText(tokens)}","refusal":null}`
+}
+
+/** The assistant message of a structured answer, from its escaped pieces. */
+export function jsonMessage(pieces: readonly string[]): string {
+  return `{"role":"assistant","content":"${pieces.join('')}","refusal":null}`
 }
 
 /** The assistant message carrying one tool call. */

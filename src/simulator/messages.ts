@@ -3,7 +3,7 @@
  * the JSON message and the SSE event strings. The filler text, token estimates and tool-call arguments are
  * the chat endpoint's (completion.ts), so both formats answer alike.
  */
-import { estimatePromptTokens, fillerText, fillerToken, planToolCall, type ToolCallPlan } from './completion.js'
+import { estimatePromptTokens, fillerText, fillerToken, jsonAnswer, planToolCall, type Format, type ToolCallPlan } from './completion.js'
 
 /** The fields of a messages request the simulator acts on. */
 export interface MessagesRequest {
@@ -13,6 +13,8 @@ export interface MessagesRequest {
   stream: boolean
   maxTokens: number
   tool: ToolCallPlan | undefined
+  /** The JSON text of a structured answer (`output_config.format` json_schema), when asked for one. */
+  json: string | undefined
 }
 
 type Json = Record<string, any>
@@ -24,20 +26,35 @@ export function parseMessagesRequest(body: unknown): MessagesRequest | { error: 
   if (typeof b.model !== 'string' || b.model === '') return { error: 'model: Field required' }
   if (!Array.isArray(b.messages) || b.messages.length === 0) return { error: 'messages: Field required (a non-empty array)' }
   if (!Number.isInteger(b.max_tokens) || b.max_tokens < 1) return { error: 'max_tokens: Field required (an integer >= 1)' }
-  const last = b.messages[b.messages.length - 1] as Json | null
-  // After a tool result the simulated model answers in text, so a two-turn tool exchange ends.
-  const answered = Array.isArray(last?.content) && last.content.some((block: Json | null) => block?.type === 'tool_result')
-  const tools = Array.isArray(b.tools) ? b.tools.map((t: Json | null) => ({ function: { name: t?.name, parameters: t?.input_schema } })) : undefined
+  // Client tools only (a server tool such as web_search has no input_schema and is run by the provider).
+  const tools = Array.isArray(b.tools)
+    ? b.tools.filter((t: Json | null) => typeof t?.name === 'string' && (t.type == null || t.type === 'custom')).map((t: Json) => ({ function: { name: t.name, parameters: t.input_schema } }))
+    : undefined
   const choice = b.tool_choice as Json | undefined
-  const openAiChoice = choice?.type === 'none' ? 'none' : choice?.type === 'tool' ? { function: { name: choice.name } } : undefined
+  const openAiChoice = choice?.type === 'none' ? 'none' : choice?.type === 'any' ? 'required' : choice?.type === 'tool' ? { function: { name: choice.name } } : undefined
+  const format = (b.output_config as Json | null | undefined)?.format as Format | undefined
   return {
     model: b.model,
     messages: b.messages,
     system: b.system,
     stream: b.stream === true,
     maxTokens: b.max_tokens,
-    tool: answered ? undefined : planToolCall(tools, openAiChoice),
+    tool: planToolCall(tools, openAiChoice, endsInToolResult(b.messages)),
+    json: jsonAnswer(format, 'json_schema'),
   }
+}
+
+/**
+ * True when the user's turn after the assistant's last one carries a tool result: the simulated model then
+ * answers in text, so a tool exchange ends. System turns and text sent beside the result do not change that.
+ */
+function endsInToolResult(messages: readonly unknown[]): boolean {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const message = messages[i] as Json | null
+    if (message?.role === 'assistant') return false
+    if (Array.isArray(message?.content) && message.content.some((block: Json | null) => block?.type === 'tool_result')) return true
+  }
+  return false
 }
 
 /** Prompt tokens: the chat estimate over the messages, plus the system prompt as one more message. */
@@ -61,6 +78,11 @@ export function textBlock(tokens: number): string {
   return `{"type":"text","text":"${fillerText(tokens)}"}`
 }
 
+/** The text block of a structured answer, from its escaped pieces. */
+export function jsonTextBlock(pieces: readonly string[]): string {
+  return `{"type":"text","text":"${pieces.join('')}"}`
+}
+
 /** The tool_use block of the one planned call. */
 export function toolUseBlock(id: string, tool: ToolCallPlan): string {
   return `{"type":"tool_use","id":"${id}","name":${JSON.stringify(tool.name)},"input":${tool.arguments}}`
@@ -80,6 +102,11 @@ export function streamStart(id: string, modelJson: string, inputTokens: number |
 /** One text token. */
 export function textDelta(i: number): string {
   return event('content_block_delta', `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"${fillerToken(i)}"}}`)
+}
+
+/** One escaped piece of a structured answer. */
+export function textPieceDelta(piece: string): string {
+  return event('content_block_delta', `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"${piece}"}}`)
 }
 
 /** One piece of the tool input's JSON. */

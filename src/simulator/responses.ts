@@ -4,7 +4,7 @@
  * the chat endpoint's (completion.ts), so every format answers alike. Like a provider used by the router, it
  * keeps no state: `previous_response_id` is refused (the router sends the whole input, with `store: false`).
  */
-import { estimatePromptTokens, fillerText, fillerToken, planToolCall, type ToolCallPlan } from './completion.js'
+import { estimatePromptTokens, fillerText, fillerToken, jsonAnswer, planToolCall, type Format, type ToolCallPlan } from './completion.js'
 
 /** The fields of a Responses request the simulator acts on. */
 export interface ResponsesRequest {
@@ -14,6 +14,8 @@ export interface ResponsesRequest {
   stream: boolean
   maxOutputTokens: number | undefined
   tool: ToolCallPlan | undefined
+  /** The JSON text of a structured answer (`text.format` json_schema or json_object), when asked for one. */
+  json: string | undefined
 }
 
 type Json = Record<string, any>
@@ -41,19 +43,37 @@ export function parseResponsesRequest(body: unknown): ResponsesRequest | { error
     else if (item?.type === 'function_call_output') messages.push({ content: typeof item.output === 'string' ? item.output : textOf(item.output) })
     else messages.push({ content: textOf(item?.content) })
   }
-  // After a function call's output the simulated model answers in text, so a two-turn tool exchange ends.
-  const last = input[input.length - 1] as Json | null
-  const answered = last?.type === 'function_call_output'
-  const tools = Array.isArray(b.tools) ? b.tools.map((t: Json | null) => ({ function: { name: t?.name, parameters: t?.parameters } })) : undefined
+  // Function tools only: built-in ones (web_search, …) are the provider's to run, and a namespace's or a
+  // custom tool's call has a shape of its own that this model does not make.
+  const tools = Array.isArray(b.tools)
+    ? b.tools.filter((t: Json | null) => t?.type === 'function' && typeof t.name === 'string').map((t: Json) => ({ function: { name: t.name, parameters: t.parameters } }))
+    : undefined
   const choice = b.tool_choice
-  const chatChoice = choice === 'none' ? 'none' : choice?.type === 'function' ? { function: { name: choice.name } } : undefined
+  const chatChoice = choice === 'none' || choice === 'required' ? choice : choice?.type === 'function' ? { function: { name: choice.name } } : undefined
   return {
     model: b.model,
     messages,
     stream: b.stream === true,
     maxOutputTokens: cap == null ? undefined : cap,
-    tool: answered ? undefined : planToolCall(tools, chatChoice),
+    tool: planToolCall(tools, chatChoice, endsInToolOutput(input)),
+    json: jsonAnswer((b.text as Json | null | undefined)?.format as Format | undefined, 'json_schema'),
   }
+}
+
+/**
+ * True when a tool's output came after the model's last item (its call, message or reasoning): the simulated
+ * model then answers in text, so a tool exchange ends. Any kind of call counts (`function_call_output`,
+ * `custom_tool_call_output`, `local_shell_call_output`, …), and a user message sent beside the output does not
+ * change that.
+ */
+function endsInToolOutput(input: readonly unknown[]): boolean {
+  for (let i = input.length - 1; i >= 0; i--) {
+    const item = input[i] as Json | null
+    const type = typeof item?.type === 'string' ? item.type : ''
+    if (type.endsWith('_output')) return true
+    if (type.endsWith('_call') || type === 'reasoning' || item?.role === 'assistant') return false
+  }
+  return false
 }
 
 /** Prompt tokens: the chat estimate over the input. */
@@ -75,9 +95,9 @@ export function responseBody(id: string, created: number, modelJson: string, sta
   )
 }
 
-/** A whole message output item of `tokens` filler tokens. */
-export function messageItem(id: string, tokens: number, status = 'completed'): string {
-  return `{"id":"${id}","type":"message","status":"${status}","role":"assistant","content":[{"type":"output_text","text":"${fillerText(tokens)}","annotations":[]}]}`
+/** A whole message output item of `tokens` filler tokens, or of the given escaped `text`. */
+export function messageItem(id: string, tokens: number, status = 'completed', text = fillerText(tokens)): string {
+  return `{"id":"${id}","type":"message","status":"${status}","role":"assistant","content":[{"type":"output_text","text":"${text}","annotations":[]}]}`
 }
 
 /** A message item as output_item.added shows it: in progress, no content yet. */
@@ -110,9 +130,9 @@ export function deltasFrom(text: boolean): number {
   return text ? 4 : 3
 }
 
-/** One text delta. */
-export function outputTextDelta(itemId: string, seq: number, i: number): string {
-  return event('response.output_text.delta', seq, `"item_id":"${itemId}","output_index":0,"content_index":0,"delta":"${fillerToken(i)}","logprobs":[]`)
+/** One text delta: the i-th filler token, or the given escaped piece. */
+export function outputTextDelta(itemId: string, seq: number, i: number, piece = fillerToken(i)): string {
+  return event('response.output_text.delta', seq, `"item_id":"${itemId}","output_index":0,"content_index":0,"delta":"${piece}","logprobs":[]`)
 }
 
 /** One piece of the function call's arguments. */

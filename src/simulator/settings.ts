@@ -3,6 +3,7 @@
  * `Settings` the request path reads.
  */
 import type { OutgoingHttpHeaders } from 'node:http'
+import type { BrokerOptions } from './broker.js'
 
 /** A failure injected into `/v1/chat/completions`; `refuse` takes the whole listener down. */
 export type SimulatorFault =
@@ -61,10 +62,12 @@ export interface SimulatorOptions {
    */
   teeKey?: `0x${string}`
   teeFault?: TeeFault // default 'none'
+  /** As a 0G provider (with teeKey): session tokens checked, fees settled on chain (broker.ts). Set at start only. */
+  broker?: BrokerOptions
 }
 
 /** The options `setOptions` may change. */
-export type Tunables = Omit<SimulatorOptions, 'host' | 'port'>
+export type Tunables = Omit<SimulatorOptions, 'host' | 'port' | 'broker'>
 
 /** Options with defaults applied, plus the strings every response reuses. */
 export interface Settings {

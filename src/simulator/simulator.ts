@@ -8,11 +8,13 @@ import { randomBytes } from 'node:crypto'
 import { log } from '../log.js'
 import { resolveSettings, type Settings, type SimulatorFault, type SimulatorOptions, type Tunables } from './settings.js'
 import {
+  answerPieces,
   completionBody,
   contentChunk,
   contentMessage,
   estimatePromptTokens,
   fillerToken,
+  jsonMessage,
   parseChatRequest,
   responseMeta,
   roleChunk,
@@ -29,12 +31,14 @@ import {
 import {
   estimateMessagesPromptTokens,
   inputJsonDelta,
+  jsonTextBlock,
   messageBody,
   parseMessagesRequest,
   streamStart,
   streamStop,
   textBlock,
   textDelta,
+  textPieceDelta,
   toolUseBlock,
   type MessagesRequest,
 } from './messages.js'
@@ -61,6 +65,7 @@ import { TRANSCRIPTION_FORMATS, transcript } from './audio.js'
 import { readForm, type Form } from './form.js'
 import { fileSeed, imagesBody, pngImage } from './images.js'
 import { TeeSigner } from './tee-signer.js'
+import { startBroker, type Broker } from './broker.js'
 
 export { SIMULATOR_FAULTS, TEE_FAULTS, type SimulatorFault, type SimulatorOptions, type TeeFault } from './settings.js'
 
@@ -73,6 +78,7 @@ export interface SimulatorStats {
   lastHeaders: Record<string, string | string[] | undefined>
   lastPath: string // request target of the last request: /v1/chat/completions or /v1/messages
   lastForm: Form | undefined // last multipart body (edits, transcriptions): fields, files' sizes and heads
+  unpaid: number // requests a broker simulator refused (no valid session token, or a balance too low): never served
 }
 
 /** A running simulator. */
@@ -82,6 +88,8 @@ export interface SimulatorHandle {
   readonly stats: SimulatorStats
   /** Changes behaviour for requests that arrive from now on; setting fault/faultCount re-arms the counter. */
   setOptions(patch: Partial<Omit<SimulatorOptions, 'host' | 'port'>>): void
+  /** The 0G broker side, when started with `broker`. */
+  readonly broker: Broker | null
   /** Closes the listener and destroys open sockets. */
   close(): Promise<void>
 }
@@ -135,12 +143,14 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   let faultsLeft = settings.faultCount
   let listening = false
   let closing: Promise<void> | undefined
-  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '', lastForm: undefined }
+  const stats: SimulatorStats = { requests: 0, completed: 0, aborted: 0, lastBody: undefined, lastHeaders: {}, lastPath: '', lastForm: undefined, unpaid: 0 }
   const sockets = new Set<Socket>()
   // Sockets the simulator destroyed on purpose: their requests are faults, not client aborts.
   const killed = new WeakSet<Socket>()
 
   const tee = new TeeSigner()
+  if (options.broker !== undefined && options.teeKey === undefined) throw new Error('simulator: a broker needs a teeKey (it signs its settlements)')
+  const broker = options.broker === undefined ? null : startBroker(options.broker, options.teeKey!)
   const server = createServer(handleRequest)
   server.keepAliveTimeout = 65_000
   server.on('connection', function trackSocket(socket: Socket) {
@@ -185,6 +195,30 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     return s.fault
   }
 
+  /**
+   * Anthropic's token counting: the input tokens its messages answer would report for the same request (no
+   * max_tokens needed). Not a generation: no fault, no delay, no count in the stats.
+   */
+  function countTokens(req: IncomingMessage, res: ServerResponse): void {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('end', function onCountBody() {
+      const s = settings
+      let body: unknown
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+      } catch {
+        return sendError(res, 400, s.name, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_request')
+      }
+      const request = parseMessagesRequest(body !== null && typeof body === 'object' ? { max_tokens: 1, ...body } : body)
+      if ('error' in request) return sendError(res, 400, s.name, request.error, 'invalid_request_error', 'invalid_request')
+      if (s.models !== undefined && !s.models.has(request.model)) {
+        return sendError(res, 404, s.name, `model: ${request.model}`, 'not_found_error', 'model_not_found')
+      }
+      sendJson(res, 200, `{"input_tokens":${estimateMessagesPromptTokens(request)}}`, s.name)
+    })
+  }
+
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const url = req.url ?? '/'
     const query = url.indexOf('?')
@@ -195,9 +229,42 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
         return answerSignature(res, decodeURIComponent(path.slice(SIGNATURE_PREFIX.length)))
       }
       path = '/v1/' + path.slice(PROXY_PREFIX.length)
+      if (broker !== null && req.method === 'POST') return paid(req, res, path, broker)
     }
+    route(req, res, path)
+  }
+
+  /** A broker's request: served only with a session token it accepts, and what it served is owed. */
+  function paid(req: IncomingMessage, res: ServerResponse, path: string, b: Broker): void {
+    b.check(req.headers.authorization).then(
+      (verdict) => {
+        if ('status' in verdict) {
+          stats.unpaid++
+          req.resume()
+          return sendError(res, verdict.status, settings.name, verdict.message, 'authentication_error', verdict.status === 401 ? 'invalid_session_token' : 'insufficient_balance')
+        }
+        const parts: Buffer[] = []
+        const write = res.write.bind(res) as (chunk: unknown, ...rest: unknown[]) => boolean
+        const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse
+        const keep = (chunk: unknown): void => {
+          if (typeof chunk === 'string') parts.push(Buffer.from(chunk))
+          else if (chunk instanceof Uint8Array) parts.push(Buffer.from(chunk))
+        }
+        res.write = ((chunk: unknown, ...rest: unknown[]) => (keep(chunk), write(chunk, ...rest))) as typeof res.write
+        res.end = ((...args: unknown[]) => (typeof args[0] !== 'function' && keep(args[0]), end(...args))) as typeof res.end
+        res.once('finish', () => {
+          if (res.statusCode === 200) b.served(verdict.user, Buffer.concat(parts).toString('utf8'))
+        })
+        route(req, res, path)
+      },
+      () => sendError(res, 500, settings.name, 'broker check failed', 'server_error', 'server_error'),
+    )
+  }
+
+  function route(req: IncomingMessage, res: ServerResponse, path: string): void {
     if (path === '/v1/chat/completions' && req.method === 'POST') return handlePost(req, res, respondChat)
     if (path === '/v1/messages' && req.method === 'POST') return handlePost(req, res, respondMessages)
+    if (path === '/v1/messages/count_tokens' && req.method === 'POST') return countTokens(req, res)
     if (path === '/v1/responses' && req.method === 'POST') return handlePost(req, res, respondResponses)
     if (path === '/v1/images/generations' && req.method === 'POST') return handlePost(req, res, respondImages)
     if (path === '/v1/images/edits' && req.method === 'POST') return handleForm(req, res, respondEdits)
@@ -381,7 +448,9 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const meta = responseMeta(object, id, Math.floor(Date.now() / 1000), JSON.stringify(request.model), s.nameJson)
     const reset = fault === 'reset-mid-stream'
     const tool = request.tool
-    let tokens = s.completionTokens
+    // A structured answer: its pieces are its tokens, and max_tokens cuts it as it cuts filler.
+    const json = tool === undefined && request.json !== undefined ? answerPieces(request.json) : undefined
+    let tokens = json?.length ?? s.completionTokens
     let finishReason = 'stop'
     if (tool !== undefined) {
       tokens = toolCallTokens(tool)
@@ -393,14 +462,16 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const usage = fault === 'no-usage' ? undefined : usageJson(estimatePromptTokens(request.messages), tokens)
     const callId = tool === undefined ? '' : nextId('call_')
     if (!request.stream) {
-      const message = tool === undefined ? contentMessage(tokens) : toolCallMessage(callId, tool)
+      const text = json === undefined ? contentMessage(tokens) : jsonMessage(json.slice(0, tokens))
+      const message = tool === undefined ? text : toolCallMessage(callId, tool)
       const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
       return sendCompletion(ex, completionBody(meta, message, finishReason, usage), units, reset)
     }
     const frame = streamFrame(meta, request.includeUsage && usage !== undefined)
     const end = streamEnd(frame, finishReason, usage ?? '')
     if (tool === undefined) {
-      return stream(ex, roleChunk(frame), tokens, (i) => contentChunk(frame, fillerToken(i)), end, reset)
+      const token = json === undefined ? fillerToken : (i: number) => json[i]!
+      return stream(ex, roleChunk(frame), tokens, (i) => contentChunk(frame, token(i)), end, reset)
     }
     const pieces = splitArguments(tool.arguments)
     const first = toolStartChunk(frame, callId, tool.name)
@@ -428,7 +499,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const modelJson = JSON.stringify(request.model)
     const reset = fault === 'reset-mid-stream'
     const tool = request.tool
-    let tokens = s.completionTokens
+    const json = tool === undefined && request.json !== undefined ? answerPieces(request.json) : undefined
+    let tokens = json?.length ?? s.completionTokens
     let stopReason = 'end_turn'
     if (tool !== undefined) {
       tokens = toolCallTokens(tool)
@@ -440,14 +512,16 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const input = fault === 'no-usage' ? undefined : estimateMessagesPromptTokens(request)
     const toolId = tool === undefined ? '' : nextId('toolu_')
     if (!request.stream) {
-      const content = tool === undefined ? textBlock(tokens) : toolUseBlock(toolId, tool)
+      const text = json === undefined ? textBlock(tokens) : jsonTextBlock(json.slice(0, tokens))
+      const content = tool === undefined ? text : toolUseBlock(toolId, tool)
       const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
       const usage: [number, number] | undefined = input === undefined ? undefined : [input, tokens]
       return sendCompletion(ex, messageBody(id, modelJson, content, stopReason, usage), units, reset)
     }
     const end = streamStop(stopReason, input === undefined ? undefined : tokens)
     if (tool === undefined) {
-      return stream(ex, streamStart(id, modelJson, input, '{"type":"text","text":""}'), tokens, textDelta, end, reset)
+      const delta = json === undefined ? textDelta : (i: number) => textPieceDelta(json[i]!)
+      return stream(ex, streamStart(id, modelJson, input, '{"type":"text","text":""}'), tokens, delta, end, reset)
     }
     const pieces = splitArguments(tool.arguments)
     const block = `{"type":"tool_use","id":"${toolId}","name":${JSON.stringify(tool.name)},"input":{}}`
@@ -476,7 +550,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const modelJson = JSON.stringify(request.model)
     const reset = fault === 'reset-mid-stream'
     const tool = request.tool
-    let tokens = s.completionTokens
+    const json = tool === undefined && request.json !== undefined ? answerPieces(request.json) : undefined
+    let tokens = json?.length ?? s.completionTokens
     let status = 'completed'
     if (tool !== undefined) tokens = toolCallTokens(tool)
     else if (request.maxOutputTokens !== undefined && request.maxOutputTokens < tokens) {
@@ -486,7 +561,8 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const usage = fault === 'no-usage' ? undefined : responsesUsageJson(estimateResponsesPromptTokens(request), tokens)
     const itemId = nextId(tool === undefined ? 'msg_' : 'fc_')
     const callId = tool === undefined ? '' : nextId('call_')
-    const item = tool === undefined ? messageItem(itemId, tokens) : functionCallItem(itemId, callId, tool)
+    const jsonText = json?.slice(0, tokens).join('')
+    const item = tool === undefined ? messageItem(itemId, tokens, 'completed', jsonText) : functionCallItem(itemId, callId, tool)
     if (!request.stream) {
       const units = tool === undefined ? tokens : splitArguments(tool.arguments).length
       return sendCompletion(ex, responseBody(id, created, modelJson, status, item, usage), units, reset)
@@ -497,8 +573,12 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     const first = deltasFrom(text)
     const pieces = text ? [] : splitArguments(tool!.arguments)
     const units = text ? tokens : pieces.length
-    const end = responseStreamEnd(first + units, itemId, item, text ? fillerText(tokens) : null, text ? null : tool!.arguments, responseBody(id, created, modelJson, status, item, usage), status)
-    const unit = text ? (i: number) => outputTextDelta(itemId, first + i, i) : (i: number) => argumentsDelta(itemId, first + i, pieces[i]!)
+    const end = responseStreamEnd(first + units, itemId, item, text ? (jsonText ?? fillerText(tokens)) : null, text ? null : tool!.arguments, responseBody(id, created, modelJson, status, item, usage), status)
+    const unit = !text
+      ? (i: number) => argumentsDelta(itemId, first + i, pieces[i]!)
+      : json === undefined
+        ? (i: number) => outputTextDelta(itemId, first + i, i)
+        : (i: number) => outputTextDelta(itemId, first + i, i, json[i])
     stream(ex, start, units, unit, end, reset)
   }
 
@@ -588,6 +668,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   }
 
   function close(): Promise<void> {
+    void broker?.close()
     closing ??= new Promise<void>((resolve) => {
       const stopped = listening ? new Promise<void>((done) => server.close(() => done())) : undefined
       listening = false
@@ -598,5 +679,5 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     return closing
   }
 
-  return { url: baseUrl, port, stats, setOptions, close }
+  return { url: baseUrl, port, stats, broker, setOptions, close }
 }

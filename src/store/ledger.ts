@@ -1,3 +1,5 @@
+import { MAX_USAGE_COUNT } from '../billing/usage-bound.js'
+
 /**
  * The durable ledger: an append-only journal of deposits, credits and charges with each account's running
  * totals, plus per-request usage records and their daily roll-up. The part of the Store (store.ts) that the
@@ -112,6 +114,17 @@ export interface LedgerStore {
   spendByKey(accountId: string, sinceDay: string | null): Promise<Map<string, bigint>>
   /** Daily roll-up rows, ordered by day, model, key. */
   usage(accountId: string, filter: UsageFilter): Promise<UsageRow[]>
+  /**
+   * A store whose totals are folded in from the journal after the charge (SQLite): journal rows the fold left
+   * out (quarantined: kept, not added up) or added without their usage counts, since the store was created.
+   * A store that adds each charge in its own transaction (PostgreSQL) has none and leaves this out.
+   */
+  quarantinedRows?(): number
+  /**
+   * Why the totals cannot be brought up to the journal now (the fold fails as a whole, for a reason no one
+   * row explains), or null; read by /readyz. Absent where there is no fold.
+   */
+  foldStuck?(): Promise<string | null>
 }
 
 /** A `journal` row as both stores read it (money as decimal text). */
@@ -168,8 +181,21 @@ export function toUsageRow(r: UsageDailyRow): UsageRow {
   }
 }
 
+/**
+ * Where a count of the daily roll-up stops (2^53 - 1): a sum saturates there rather than overflow a 64-bit
+ * column or lose exactness in JavaScript. Each charge's counts are at most MAX_USAGE_COUNT (10^9), so it takes
+ * nine million maximal charges on one (account, day, model, key) to get there.
+ */
+export const MAX_STORED_COUNT = Number.MAX_SAFE_INTEGER
+
+/** `a + b` for roll-up counts, saturating at MAX_STORED_COUNT. */
+export function addCounts(a: number, b: number): number {
+  const sum = a + b
+  return sum < MAX_STORED_COUNT ? sum : MAX_STORED_COUNT
+}
+
 function isCount(n: number): boolean {
-  return Number.isSafeInteger(n) && n >= 0
+  return Number.isInteger(n) && n >= 0 && n <= MAX_USAGE_COUNT
 }
 
 /** The error recordCharge gives a malformed charge before touching the database, or null. */
@@ -179,7 +205,7 @@ export function invalidCharge(c: Charge): RangeError | null {
   // Checked without building a list per charge (this runs for every charge on the commit path).
   if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
   for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {
-    if (!isCount(c[what])) return new RangeError(`${what} must be a non-negative integer (got ${c[what]})`)
+    if (!isCount(c[what])) return new RangeError(`${what} must be an integer from 0 to ${MAX_USAGE_COUNT} (got ${c[what]})`)
   }
   return null
 }

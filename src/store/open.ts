@@ -16,29 +16,31 @@ export interface OpenStoreOptions {
 export type StoreConfig = Pick<Config['store'], 'kind' | 'path' | 'synchronous'> &
   Partial<Pick<Config['store'], 'url' | 'pool_size' | 'connect_timeout_ms' | 'query_timeout_ms'>>
 
-export async function openStore(config: StoreConfig, options: OpenStoreOptions = {}): Promise<Store> {
-  switch (config.kind) {
-    case 'sqlite':
-      return openSqliteStore({ path: config.path, synchronous: config.synchronous, besideServer: options.besideServer === true })
-    case 'postgres': {
-      // Loaded only when configured: pg costs a router on SQLite about 15 MB of memory.
-      const { openPostgresStore } = await import('./postgres/postgres-store.js')
-      return openPostgresStore({
-        url: config.url ?? '',
-        poolSize: config.pool_size,
-        connectTimeoutMs: config.connect_timeout_ms,
-        queryTimeoutMs: config.query_timeout_ms,
-        replicaId: options.replicaId ?? null,
-        ...(options.replica !== undefined && {
-          replica: {
-            heartbeatMs: options.replica.heartbeat_ms,
-            fenceMs: options.replica.fence_ms,
-            deadAfterMs: options.replica.dead_after_ms,
-          },
-        }),
-      })
-    }
-  }
+/** Store kinds by `store.kind`: the one place a kind is picked (the composition root and the operator CLI open here). */
+const STORE_KINDS: Readonly<Record<StoreConfig['kind'], (config: StoreConfig, options: OpenStoreOptions) => Promise<Store>>> = {
+  sqlite: async (config, options) => openSqliteStore({ path: config.path, synchronous: config.synchronous, besideServer: options.besideServer === true }),
+  postgres: async (config, options) => {
+    // Loaded only when configured: pg costs a router on SQLite about 15 MB of memory.
+    const { openPostgresStore } = await import('./postgres/postgres-store.js')
+    return openPostgresStore({
+      url: config.url ?? '',
+      poolSize: config.pool_size,
+      connectTimeoutMs: config.connect_timeout_ms,
+      queryTimeoutMs: config.query_timeout_ms,
+      replicaId: options.replicaId ?? null,
+      ...(options.replica !== undefined && {
+        replica: {
+          heartbeatMs: options.replica.heartbeat_ms,
+          fenceMs: options.replica.fence_ms,
+          deadAfterMs: options.replica.dead_after_ms,
+        },
+      }),
+    })
+  },
+}
+
+export function openStore(config: StoreConfig, options: OpenStoreOptions = {}): Promise<Store> {
+  return STORE_KINDS[config.kind](config, options)
 }
 
 /** Where the store is, for messages: the SQLite file, or the PostgreSQL URL without its password. */

@@ -10,6 +10,7 @@
  * store it as exact integers (SQLite: TEXT, PostgreSQL: NUMERIC), never as floating point, and never let the
  * database add it up.
  */
+import type { SettlementStore } from './settlement.js'
 import type { AccountStore } from './accounts.js'
 import type { ChangeFeed } from './changes.js'
 import type { JobStore } from './jobs.js'
@@ -36,6 +37,8 @@ export interface Store {
   readonly jobs: JobStore
   /** Stored Responses-API conversation state (issue 32: `store`, `previous_response_id`), kept a configured time. */
   readonly responses: ResponseStore
+  /** What the router served and settled per chain provider (src/settlement/). */
+  readonly settlement: SettlementStore
   /**
    * Budget leases, on a store that several replicas share (PostgreSQL): then the billing ledger takes budget in
    * leases (billing/leased-ledger.ts) instead of holding the whole of it in memory.

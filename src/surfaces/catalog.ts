@@ -1,7 +1,8 @@
 /**
- * The public live catalog (spec §2.3, §2.4, §4.6): GET /v1/models and GET /v1/providers?model=. No credential.
- * The model list only changes with the registry, so its JSON is cached per table version; the provider list
- * carries live health and latency and is built per call.
+ * The public live catalog (spec §2.3, §2.4, §4.6): GET /v1/models, GET /v1/models/{id} (OpenAI's retrieve-model)
+ * and GET /v1/providers?model=. No credential. The model list only changes with the registry, so its JSON (and
+ * each entry's) is cached per table version; the provider list carries live health and latency and is built
+ * per call.
  */
 import { RouterError } from '../errors.js'
 import type { Offer } from '../routing/offers.js'
@@ -69,21 +70,61 @@ function providerEntry(offer: Offer, now: number): Record<string, unknown> {
   }
 }
 
-export function createCatalog(table: RoutingTable): {
+/** Providers of a model left out of routing, and why (src/settlement/: the ones the router cannot pay). */
+export interface UnroutedProviders {
+  unrouted(model: string): { address: string; reason: string }[]
+}
+
+/** A provider the router does not route to: listed with `routable: false` and the reason. */
+function unroutedEntry(u: { address: string; reason: string }): Record<string, unknown> {
+  return { address: u.address, is_healthy: false, routable: false, unrouted_reason: u.reason }
+}
+
+/** The path under which GET /v1/models/{id} takes the id (a route of its own: `/v1/models/*`). */
+export const MODEL_PATH = '/v1/models/'
+
+export function createCatalog(table: RoutingTable, unrouted: UnroutedProviders | null = null): {
   listModels: (head: RequestHead, reply: Reply) => void
+  getModel: (head: RequestHead, reply: Reply) => void
   listProviders: (head: RequestHead, reply: Reply) => void
 } {
   let cachedVersion = -1
   let cachedModels = ''
+  let cachedEntries = new Map<string, string>()
+
+  function refresh(): void {
+    if (cachedVersion === table.version) return
+    const data = [...table.models()].map(([id, index]) => modelEntry(id, index.offers))
+    cachedModels = JSON.stringify({ object: 'list', data })
+    cachedEntries = new Map(data.map((entry) => [entry.id as string, JSON.stringify(entry)]))
+    cachedVersion = table.version
+  }
 
   return {
     listModels: function listModels(head: RequestHead, reply: Reply): void {
-      if (cachedVersion !== table.version) {
-        const data = [...table.models()].map(([id, index]) => modelEntry(id, index.offers))
-        cachedModels = JSON.stringify({ object: 'list', data })
-        cachedVersion = table.version
-      }
+      refresh()
       sendJson(reply, 200, cachedModels, ['x-request-id', head.requestId])
+    },
+
+    /**
+     * One entry, as the list shows it. The id is the rest of the path, percent-decoded: the openai client sends
+     * `/v1/models/org%2Fname`, a hand-written call may send the slash as it is.
+     */
+    getModel: function getModel(head: RequestHead, reply: Reply): void {
+      const headers = ['x-request-id', head.requestId]
+      let id = head.path.slice(MODEL_PATH.length)
+      try {
+        id = decodeURIComponent(id)
+      } catch {
+        // Not valid percent-encoding: looked up as it came, and so not found.
+      }
+      refresh()
+      const entry = id === '' ? undefined : cachedEntries.get(id)
+      if (entry === undefined) {
+        sendError(reply, new RouterError('model_not_found', `model ${id} is not in the catalog`), head.requestId, headers)
+        return
+      }
+      sendJson(reply, 200, entry, headers)
     },
 
     listProviders: function listProviders(head: RequestHead, reply: Reply): void {
@@ -94,12 +135,19 @@ export function createCatalog(table: RoutingTable): {
         return
       }
       const index = table.model(model)
+      const left = unrouted?.unrouted(model) ?? []
+      if (index === undefined && left.length > 0) {
+        sendJson(reply, 200, JSON.stringify({ object: 'list', data: left.map(unroutedEntry) }), headers)
+        return
+      }
       if (index === undefined) {
         sendError(reply, new RouterError('model_not_found', `model ${model} is not in the catalog`), head.requestId, headers)
         return
       }
       const now = performance.now()
-      sendJson(reply, 200, JSON.stringify({ object: 'list', data: index.offers.map((o) => providerEntry(o, now)) }), headers)
+      const data: Record<string, unknown>[] = index.offers.map((o) => providerEntry(o, now))
+      for (const u of left) data.push(unroutedEntry(u))
+      sendJson(reply, 200, JSON.stringify({ object: 'list', data }), headers)
     },
   }
 }

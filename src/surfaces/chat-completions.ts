@@ -115,6 +115,9 @@ function upstreamBody(json: JsonBody, stream: boolean, clientWantsUsage: boolean
   return spliceMembers(json, removed, set)
 }
 
+// Anthropic's output format always carries a schema: JSON mode has no equivalent there (toAnthropicMessages).
+const JSON_MODE_NOTES = ['response_format json_object has no Anthropic equivalent and was not sent'] as const
+
 export const chatCompletions: Surface<ChatRequest> = {
   name: 'chat',
   modelType: 'chatbot',
@@ -128,6 +131,7 @@ export const chatCompletions: Surface<ChatRequest> = {
         headers: ANTHROPIC_HEADERS,
         body: req.anthropic,
         codec: req.stream ? new ChatFromAnthropicStreamCodec(req.model, req.clientWantsUsage) : new ChatFromAnthropicJsonCodec(req.model),
+        ...((req.body.response_format as { type?: unknown } | null | undefined)?.type === 'json_object' ? { notes: JSON_MODE_NOTES } : {}),
       }
     }
     return {

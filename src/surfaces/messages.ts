@@ -11,7 +11,7 @@ import { renderAnthropicError } from '../codecs/anthropic-wire.js'
 import type { JsonBody } from '../codecs/json-body.js'
 import { spliceMembers } from '../codecs/json-body.js'
 import { verifyTeeOf } from '../tee/flag.js'
-import { stopSequencesOf, toOpenAiChat, type ToolNames } from '../codecs/messages-request-translation.js'
+import { isClientTool, outputFormatOf, reasoningEffortOf, stopSequencesOf, toOpenAiChat, type ChatTranslation } from '../codecs/messages-request-translation.js'
 import { RouterError } from '../errors.js'
 import type { Offer } from '../routing/offers.js'
 import { paramBit } from '../routing/params.js'
@@ -30,7 +30,9 @@ export interface MessagesRequest extends SurfaceRequest {
   /** The request's stop_sequences: how a translated answer's "stop" is told from a stop_sequence. */
   readonly stops: readonly string[]
   /** The OpenAI chat translation, made on the first translated plan. */
-  translated: { body: BufferBody; names: ToolNames } | null
+  translated: ChatTranslation | null
+  /** Its bodies and trace notes by which of reasoning_effort (1) and response_format (2) the candidate gets. */
+  variants: Array<{ body: BufferBody; notes: readonly string[] } | undefined> | null
 }
 
 const CHAT_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
@@ -72,11 +74,12 @@ const PARAMS: ReadonlyArray<readonly [string, number]> = [
   ['stop_sequences', paramBit('stop')],
   ['tools', paramBit('tools')],
   ['tool_choice', paramBit('tool_choice')],
-  ['thinking', paramBit('reasoning')],
 ]
+const REASONING = paramBit('reasoning')
+const RESPONSE_FORMAT = paramBit('response_format')
 
-const ROLES = new Set(['user', 'assistant'])
-const BLOCKS = new Set(['text', 'image', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', 'document'])
+/** `system` turns in `messages`: Claude Code's mid-conversation system messages (beta mid-conversation-system-2026-04-07). */
+const ROLES = new Set(['user', 'assistant', 'system'])
 const CHOICES = new Set(['auto', 'any', 'tool', 'none'])
 
 function invalid(message: string): RouterError {
@@ -92,8 +95,8 @@ function checkBlocks(content: unknown, where: string): RouterError | null {
   if (!Array.isArray(content)) return invalid(`${where} must be a string or an array of content blocks`)
   for (let j = 0; j < content.length; j++) {
     const block = content[j]
+    // Other block types (server tool calls and results, documents, search results…) are the provider's to judge.
     if (!isObject(block) || typeof block.type !== 'string') return invalid(`${where}[${j}] must be an object with a type`)
-    if (!BLOCKS.has(block.type)) return invalid(`${where}[${j}].type ${JSON.stringify(block.type)} is not a supported content block`)
     if (block.type === 'text' && typeof block.text !== 'string') return invalid(`${where}[${j}].text must be a string`)
     if (block.type === 'tool_use' && (typeof block.id !== 'string' || typeof block.name !== 'string')) {
       return invalid(`${where}[${j}]: a tool_use block needs a string id and name`)
@@ -116,7 +119,7 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i]
     if (!isObject(m)) return invalid(`messages[${i}] must be an object`)
-    if (!ROLES.has(m.role)) return invalid(`messages[${i}].role must be "user" or "assistant"`)
+    if (!ROLES.has(m.role)) return invalid(`messages[${i}].role must be "user", "assistant" or "system"`)
     const bad = checkBlocks(m.content, `messages[${i}].content`)
     if (bad !== null) return bad
   }
@@ -129,7 +132,13 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
     if (!Array.isArray(body.tools)) return invalid('tools must be an array')
     for (let i = 0; i < body.tools.length; i++) {
       const t = body.tools[i]
-      if (!isObject(t) || typeof t.name !== 'string' || t.name === '') return invalid(`tools[${i}].name must be a non-empty string`)
+      if (!isObject(t)) return invalid(`tools[${i}] must be an object`)
+      // A server tool (web_search_20250305, bash_…, mcp_toolset…) is the native provider's to judge.
+      if (!isClientTool(t)) {
+        if (typeof t.type !== 'string') return invalid(`tools[${i}].type must be a string`)
+        continue
+      }
+      if (typeof t.name !== 'string' || t.name === '') return invalid(`tools[${i}].name must be a non-empty string`)
     }
   }
   const choice = body.tool_choice
@@ -144,6 +153,10 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
   if (body.metadata !== undefined && !isObject(body.metadata)) return invalid('metadata must be an object')
   let paramMask = 0
   for (const [name, bit] of PARAMS) if (body[name] !== undefined && body[name] !== null) paramMask |= bit
+  if (body.thinking !== undefined && body.thinking !== null && !isObject(body.thinking)) return invalid('thinking must be an object')
+  if (body.output_config !== undefined && body.output_config !== null && !isObject(body.output_config)) return invalid('output_config must be an object')
+  if (reasoningEffortOf(body) !== null) paramMask |= REASONING
+  if (outputFormatOf(body) !== null) paramMask |= RESPONSE_FORMAT
   const headers = nativeHeaders(head)
   if (headers instanceof RouterError) return headers
   const verifyTee = verifyTeeOf(json, head)
@@ -162,8 +175,36 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
     nativeHeaders: headers,
     stops: stopSequencesOf(body),
     translated: null,
+    variants: null,
     verifyTee,
   }
+}
+
+const EMPTY = new BufferBody(Buffer.alloc(0))
+
+/**
+ * The chat body for `offer`: reasoning_effort and response_format only when it advertises them (with
+ * require-parameters off a candidate that does not may still be tried; it is not sent what it does not take,
+ * and the trace says so). At most four bodies per request, each made once.
+ */
+function variantFor(req: MessagesRequest, tr: ChatTranslation, offer: Offer): { body: BufferBody; notes: readonly string[] } {
+  const effort = tr.reasoningEffort !== null && (offer.paramMask & REASONING) !== 0
+  const format = tr.responseFormat !== null && (offer.paramMask & RESPONSE_FORMAT) !== 0
+  const key = (effort ? 1 : 0) | (format ? 2 : 0)
+  const variants = (req.variants ??= [undefined, undefined, undefined, undefined])
+  const known = variants[key]
+  if (known !== undefined) return known
+  const chat = tr.chat
+  const notes = [...tr.notes]
+  if (effort) chat.reasoning_effort = tr.reasoningEffort
+  else if (tr.reasoningEffort !== null) notes.push(`reasoning (thinking / output_config.effort) was not sent: the provider does not advertise reasoning_effort`)
+  if (format) chat.response_format = tr.responseFormat
+  else if (tr.responseFormat !== null) notes.push('output_config.format was not sent: the provider does not advertise response_format')
+  const variant = { body: new BufferBody(Buffer.from(JSON.stringify(chat))), notes }
+  delete chat.reasoning_effort
+  delete chat.response_format
+  variants[key] = variant
+  return variant
 }
 
 function isNative(offer: Offer): boolean {
@@ -184,17 +225,14 @@ export const messages: Surface<MessagesRequest> = {
         codec: req.stream ? new AnthropicStreamCodec() : new AnthropicJsonCodec(),
       }
     }
-    if (req.translated === null) {
-      const { body, names } = toOpenAiChat(req.body)
-      req.translated = { body: new BufferBody(body), names }
+    const translated = (req.translated ??= toOpenAiChat(req.body))
+    const names = translated.names
+    const codec = req.stream ? new AnthropicTranslatedStreamCodec(req.model, names, req.stops) : new AnthropicTranslatedJsonCodec(req.model, names, req.stops)
+    if (translated.refusal !== null) {
+      return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: EMPTY, codec, refusal: invalid(translated.refusal) }
     }
-    const { body, names } = req.translated
-    return {
-      path: '/v1/chat/completions',
-      headers: CHAT_HEADERS,
-      body,
-      codec: req.stream ? new AnthropicTranslatedStreamCodec(req.model, names, req.stops) : new AnthropicTranslatedJsonCodec(req.model, names, req.stops),
-    }
+    const { body, notes } = variantFor(req, translated, offer)
+    return notes.length === 0 ? { path: '/v1/chat/completions', headers: CHAT_HEADERS, body, codec } : { path: '/v1/chat/completions', headers: CHAT_HEADERS, body, codec, notes }
   },
   worstCase(req, offer) {
     return chatWorstCase(offer, req.promptBytes, req.maxOutput)

@@ -14,6 +14,7 @@ import { ResponsesTranslatedStreamCodec } from '../codecs/responses-stream-trans
 import { ResponsesViaAnthropicJsonCodec, ResponsesViaAnthropicStreamCodec } from '../codecs/responses-via-anthropic.js'
 import { toAnthropicMessages } from '../codecs/chat-request-translation.js'
 import { newId, type ResponseMeta } from '../codecs/responses-wire.js'
+import type { ToolNames } from '../codecs/tool-names.js'
 import { renderError, RouterError } from '../errors.js'
 import type { Offer } from '../routing/offers.js'
 import { paramBit } from '../routing/params.js'
@@ -42,7 +43,8 @@ export interface ResponsesRequest extends SurfaceRequest {
   promptBytes: number
   /** The account that asked (owner of what is stored), set before routing. */
   accountId: string
-  chat: BufferBody | null
+  /** The chat translation (body, tool names, notes), made on the first translated candidate. */
+  chat: { body: BufferBody; names: ToolNames; notes: readonly string[] | undefined; refusal: RouterError | null } | null
   native: BufferBody | null
   /** For a model that speaks only Anthropic's format: the chat translation, translated again. */
   anthropic: BufferBody | null
@@ -51,8 +53,6 @@ export interface ResponsesRequest extends SurfaceRequest {
 const CHAT_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
 const ANTHROPIC_HEADERS = [...CHAT_HEADERS, 'anthropic-version', '2023-06-01']
 
-/** Item types the router reads; the others (built-in tool calls and their outputs) it cannot send to a chat model. */
-const ITEM_TYPES = new Set(['message', 'function_call', 'function_call_output', 'reasoning', 'item_reference'])
 const ROLES = new Set(['user', 'assistant', 'system', 'developer'])
 const USER_PARTS = new Set(['input_text', 'input_image', 'input_file'])
 const ASSISTANT_PARTS = new Set(['output_text', 'refusal', 'input_text'])
@@ -108,9 +108,8 @@ function checkItem(item: unknown, i: number, references: string[]): RouterError 
   if (!isObject(item)) return invalid(`${at} must be an object`)
   const type = item.type ?? 'message'
   if (typeof type !== 'string') return invalid(`${at}.type must be a string`)
-  if (!ITEM_TYPES.has(type)) {
-    return invalid(`${at}.type ${JSON.stringify(type)} is not supported: input items may be ${[...ITEM_TYPES].join(', ')} (built-in tools are not available through this router)`)
-  }
+  // Other types (built-in and custom tool calls and their outputs) go to a native provider as sent; the chat
+  // translation leaves them out, with a note in the trace.
   switch (type) {
     case 'message': {
       if (!ROLES.has(item.role)) return invalid(`${at}.role must be one of ${[...ROLES].join(', ')}`)
@@ -120,6 +119,7 @@ function checkItem(item: unknown, i: number, references: string[]): RouterError 
       if (typeof item.call_id !== 'string' || item.call_id === '') return invalid(`${at}.call_id must be a non-empty string`)
       if (typeof item.name !== 'string' || item.name === '') return invalid(`${at}.name must be a non-empty string`)
       if (typeof item.arguments !== 'string') return invalid(`${at}.arguments must be a string (the JSON text of the arguments)`)
+      if (item.namespace !== undefined && item.namespace !== null && typeof item.namespace !== 'string') return invalid(`${at}.namespace must be a string`)
       return null
     case 'function_call_output':
       if (typeof item.call_id !== 'string' || item.call_id === '') return invalid(`${at}.call_id must be a non-empty string`)
@@ -135,26 +135,49 @@ function checkItem(item: unknown, i: number, references: string[]): RouterError 
   }
 }
 
+function checkFunction(t: Json, at: string): RouterError | null {
+  if (typeof t.name !== 'string' || t.name === '') return invalid(`${at}.name must be a non-empty string`)
+  if (t.parameters !== undefined && t.parameters !== null && !isObject(t.parameters)) return invalid(`${at}.parameters must be a JSON schema object`)
+  return null
+}
+
+/**
+ * Function tools, `namespace` groups of function and custom tools, custom (free-form) tools and built-in tools
+ * (any other type: web_search, local_shell, mcp, …, the provider's to judge). What the router reads is checked.
+ */
 function checkTools(tools: unknown): RouterError | null {
   if (!Array.isArray(tools)) return invalid('tools must be an array')
   for (let i = 0; i < tools.length; i++) {
     const t = tools[i]
-    if (!isObject(t) || typeof t.type !== 'string') return invalid(`tools[${i}] must be an object with a type`)
-    if (t.type === 'custom') return invalid(`tools[${i}]: custom (free-form) tools are not available through this router (only function tools are)`)
-    if (t.type !== 'function') {
-      return invalid(`tools[${i}]: the built-in tool ${JSON.stringify(t.type)} is not available through this router (only function tools are)`)
+    const at = `tools[${i}]`
+    if (!isObject(t) || typeof t.type !== 'string') return invalid(`${at} must be an object with a type`)
+    if (t.type === 'function') {
+      const bad = checkFunction(t, at)
+      if (bad !== null) return bad
+    } else if (t.type === 'custom') {
+      if (typeof t.name !== 'string' || t.name === '') return invalid(`${at}.name must be a non-empty string`)
+    } else if (t.type === 'namespace') {
+      if (typeof t.name !== 'string' || t.name === '') return invalid(`${at}.name must be a non-empty string`)
+      if (!Array.isArray(t.tools) || t.tools.length === 0) return invalid(`${at}.tools must be a non-empty array of function or custom tools`)
+      for (let j = 0; j < t.tools.length; j++) {
+        const inner = t.tools[j]
+        const where = `${at}.tools[${j}]`
+        if (!isObject(inner) || (inner.type !== 'function' && inner.type !== 'custom')) return invalid(`${where} must be a function or custom tool`)
+        const bad = inner.type === 'function' ? checkFunction(inner, where) : typeof inner.name === 'string' && inner.name !== '' ? null : invalid(`${where}.name must be a non-empty string`)
+        if (bad !== null) return bad
+      }
     }
-    if (typeof t.name !== 'string' || t.name === '') return invalid(`tools[${i}].name must be a non-empty string`)
-    if (t.parameters !== undefined && t.parameters !== null && !isObject(t.parameters)) return invalid(`tools[${i}].parameters must be a JSON schema object`)
   }
   return null
 }
 
 function checkToolChoice(choice: unknown): RouterError | null {
-  if (typeof choice === 'string') return CHOICES.has(choice) ? null : invalid('tool_choice must be auto, none, required or {"type":"function","name":…}')
-  if (!isObject(choice) || typeof choice.type !== 'string') return invalid('tool_choice must be auto, none, required or {"type":"function","name":…}')
-  if (choice.type !== 'function') return invalid(`tool_choice: ${JSON.stringify(choice.type)} is not available through this router (only function tools are)`)
-  if (typeof choice.name !== 'string' || choice.name === '') return invalid('tool_choice.name must be a non-empty string')
+  if (typeof choice === 'string') return CHOICES.has(choice) ? null : invalid('tool_choice must be auto, none, required or an object with a type')
+  if (!isObject(choice) || typeof choice.type !== 'string') return invalid('tool_choice must be auto, none, required or an object with a type')
+  if (choice.type === 'function' || choice.type === 'custom') {
+    if (typeof choice.name !== 'string' || choice.name === '') return invalid('tool_choice.name must be a non-empty string')
+    if (choice.namespace !== undefined && typeof choice.namespace !== 'string') return invalid('tool_choice.namespace must be a string')
+  }
   return null
 }
 
@@ -296,6 +319,11 @@ function isNative(offer: Offer): boolean {
   return offer.model.formats.includes('responses')
 }
 
+function chatOf(req: ResponsesRequest): NonNullable<ResponsesRequest['chat']> {
+  const { body, names, notes, refusal } = toChatCompletions(req.body, req.items)
+  return { body: new BufferBody(body), names, notes: notes.length === 0 ? undefined : notes, refusal: refusal === null ? null : invalid(refusal) }
+}
+
 /** How to try one candidate: natively, or translated to chat. */
 export function planResponses(req: ResponsesRequest, offer: Offer): AttemptPlan {
   if (isNative(offer)) {
@@ -307,23 +335,18 @@ export function planResponses(req: ResponsesRequest, offer: Offer): AttemptPlan 
       codec: req.stream ? new ResponsesNativeStreamCodec(req.meta) : new ResponsesNativeJsonCodec(req.meta),
     }
   }
-  req.chat ??= new BufferBody(toChatCompletions(req.body, req.items))
+  const chat = (req.chat ??= chatOf(req))
+  const { names, notes } = chat
   if (!offer.model.formats.includes('openai')) {
     // Anthropic only: the chat translation, translated on as the chat surface does for such a model.
-    req.anthropic ??= new BufferBody(toAnthropicMessages(JSON.parse(req.chat.bytes.toString('utf8'))))
-    return {
-      path: '/v1/messages',
-      headers: ANTHROPIC_HEADERS,
-      body: req.anthropic,
-      codec: req.stream ? new ResponsesViaAnthropicStreamCodec(req.meta) : new ResponsesViaAnthropicJsonCodec(req.meta),
-    }
+    req.anthropic ??= new BufferBody(toAnthropicMessages(JSON.parse(chat.body.bytes.toString('utf8'))))
+    const codec = req.stream ? new ResponsesViaAnthropicStreamCodec(req.meta, names) : new ResponsesViaAnthropicJsonCodec(req.meta, names)
+    if (chat.refusal !== null) return { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, refusal: chat.refusal }
+    return { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, notes }
   }
-  return {
-    path: '/v1/chat/completions',
-    headers: CHAT_HEADERS,
-    body: req.chat,
-    codec: req.stream ? new ResponsesTranslatedStreamCodec(req.meta) : new ResponsesTranslatedJsonCodec(req.meta),
-  }
+  const codec = req.stream ? new ResponsesTranslatedStreamCodec(req.meta, names) : new ResponsesTranslatedJsonCodec(req.meta, names)
+  if (chat.refusal !== null) return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: chat.body, codec, refusal: chat.refusal }
+  return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: chat.body, codec, notes }
 }
 
 /** The parts of the record that need no store (stored-responses.ts adds prepare and keep). */

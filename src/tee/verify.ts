@@ -11,12 +11,12 @@
  * `tee.verify_timeout_ms`. Sampled answers are checked the same way after they were delivered.
  */
 import { createHash, type Hash } from 'node:crypto'
-import { Piscina } from 'piscina'
 import type { RegistryProvider } from '../registry/types.js'
 import { teeVerify } from '../telemetry/events.js'
 import type { UpstreamPools } from '../upstream/pools.js'
 import { basePath } from '../upstream/pools.js'
 import type { RecoverInput } from './recover-worker.js'
+import { SignerRecovery } from './signer-recovery.js'
 import type { TeeStanding } from './standing.js'
 
 /** Why an answer was not verified. */
@@ -76,13 +76,17 @@ export class TeeVerifier {
   readonly #settings: TeeSettings
   /** Background checks under way: at most one per provider (a sample needs no company). */
   readonly #sampling = new Set<string>()
-  /** Started on the first check: a router whose clients never ask, and that samples nothing, never starts it. */
-  #pool: Piscina<RecoverInput, string> | null = null
+  /** Its pool starts on the first check: a router whose clients never ask, and that samples nothing, never starts it. */
+  readonly #recovery: SignerRecovery
+  readonly #ownsRecovery: boolean
 
-  constructor(pools: UpstreamPools, standing: TeeStanding, settings: TeeSettings) {
+  /** `recovery`: the pool shared with the console's sign-in; one of its own when absent. */
+  constructor(pools: UpstreamPools, standing: TeeStanding, settings: TeeSettings, recovery?: SignerRecovery) {
     this.#pools = pools
     this.#standing = standing
     this.#settings = settings
+    this.#recovery = recovery ?? new SignerRecovery()
+    this.#ownsRecovery = recovery === undefined
   }
 
   get timeoutMs(): number {
@@ -113,19 +117,22 @@ export class TeeVerifier {
     return outcome
   }
 
+  /**
+   * Resolves once the recovery worker is up (started now if it was not). Its start (a thread, and viem's
+   * modules loaded in it: seconds on a busy machine, more under Node 24's module loading than under 20's) is the
+   * router's, not the provider's: `tee.verify_timeout_ms` bounds a check from when the worker can run it, so the
+   * first verified request after a start is judged as every other.
+   */
+  ready(): Promise<void> {
+    return this.#recovery.ready()
+  }
+
   #recover(input: RecoverInput): Promise<string> {
-    this.#pool ??= new Piscina({
-      filename: new URL('./recover-worker.js', import.meta.url).href,
-      minThreads: 0,
-      maxThreads: 1,
-      idleTimeout: 60_000,
-    })
-    return this.#pool.run(input)
+    return this.#recovery.recover(input)
   }
 
   async close(): Promise<void> {
-    await this.#pool?.close({ force: true })
-    this.#pool = null
+    if (this.#ownsRecovery) await this.#recovery.close()
   }
 
   async #check(provider: RegistryProvider, model: string, chatId: string, recorder: TeeRecorder): Promise<TeeOutcome> {

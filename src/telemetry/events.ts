@@ -51,6 +51,8 @@ export interface SettleEvent {
   /** atto-USD billed. */
   readonly cost: bigint
   readonly durable: boolean
+  /** What the answer cost at the provider's own chain prices (neuron), for a provider read from the chain. */
+  readonly neuron?: bigint
 }
 
 /**

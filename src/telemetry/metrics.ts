@@ -30,6 +30,12 @@ export interface Metrics {
 export interface MetricsSources {
   /** Charges waiting for, or inside, a group commit (ChargeWriter.queued). */
   readonly chargesQueued: () => number
+  /** What streamed uploads hold now (upstream/upload-spool.ts). */
+  readonly uploads?: { readonly memory: number; readonly disk: number; readonly files: number }
+  /** Journal rows quarantined by the ledger fold (LedgerStore.quarantinedRows). */
+  readonly ledgerQuarantined?: () => number
+  /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
+  readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint }[]
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -56,6 +62,29 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     SECONDS_BUCKETS,
     registry,
   )
+  const settlement = sources.settlement
+  if (settlement !== undefined) {
+    new Gauge({
+      name: 'svc_settlement_provider_routable',
+      help: 'Chain providers the router pays: 1 while paid for and routable, 0 while not (the log says why, once per change).',
+      labelNames: ['provider', 'flagged'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const p of settlement()) this.set({ provider: p.address, flagged: String(p.flagged) }, p.reason === null ? 1 : 0)
+      },
+    })
+    new Gauge({
+      name: 'svc_settlement_unsettled_0g',
+      help: 'What each paid provider served and has not settled yet, in 0G (by the router\'s meter).',
+      labelNames: ['provider'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const p of settlement()) this.set({ provider: p.address }, Number(p.unsettled) / 1e18)
+      },
+    })
+  }
   let inflightCount = 0
   new Gauge({
     name: 'svc_requests_in_flight',
@@ -153,6 +182,35 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     registers: [registry],
     collect() {
       this.set(sources.chargesQueued())
+    },
+  })
+  const uploads = sources.uploads
+  if (uploads !== undefined) {
+    new Gauge({
+      name: 'svc_upload_buffered_bytes',
+      help: 'Bytes of streamed uploads the router holds, by where: memory (in-memory parts and chunks waiting to be written) or disk (spool files).',
+      labelNames: ['where'] as const,
+      registers: [registry],
+      collect() {
+        this.set({ where: 'memory' }, uploads.memory)
+        this.set({ where: 'disk' }, uploads.disk)
+      },
+    })
+    new Gauge({
+      name: 'svc_upload_spool_files',
+      help: 'Temporary files of streamed uploads open now (server.upload_spool_dir).',
+      registers: [registry],
+      collect() {
+        this.set(uploads.files)
+      },
+    })
+  }
+  new Gauge({
+    name: 'svc_ledger_quarantined_rows',
+    help: 'Journal rows the ledger fold left out of the totals, whole or for their usage counts (SQLite; see ledger_quarantine).',
+    registers: [registry],
+    collect() {
+      this.set(sources.ledgerQuarantined?.() ?? 0)
     },
   })
   const providersOf = (): Iterable<ProviderEntry> => table.providers()

@@ -4,7 +4,7 @@
  * per attempt under it, whose id is what the provider gets in its `traceparent`. Spans are exported in
  * batches over OTLP/HTTP (JSON) to `tracing.otlp_endpoint`.
  *
- * Off and free when no endpoint is configured: this module is only imported by serve.ts then, and it loads
+ * Off and free when no endpoint is configured: this module is only imported by compose/table.ts then, and it loads
  * the SDK with dynamic imports, so a router without tracing never loads it; the engine pays one
  * `hasSubscribers` read per attempt.
  *

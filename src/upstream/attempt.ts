@@ -21,11 +21,12 @@ import type { Offer } from '../routing/offers.js'
 import { attemptStart, type AttemptStartEvent } from '../telemetry/events.js'
 import type { ClientTrace } from '../telemetry/trace-context.js'
 import type { TeeRecorder } from '../tee/verify.js'
-import { isHeaderSafeId } from '../codecs/codec.js'
+import { isHeaderSafeId, type ResponseHead } from '../codecs/codec.js'
 import { classifyUpstreamError, INCOMPLETE_STREAM, isProviderFault, isRetryableStatus, STREAM_ERROR, type UpstreamFailure } from './failures.js'
 import type { AttemptPlan } from './plan.js'
 import type { UpstreamPools } from './pools.js'
 import type { ResponseSink } from './sink.js'
+import type { ProviderPayer } from '../settlement/settlement.js'
 
 const MAX_ERROR_BODY = 64 * 1024
 /** A held answer larger than this is a broken provider, not a completion (the router must hold it whole). */
@@ -75,6 +76,8 @@ export interface AttemptSettings {
   readonly pools: UpstreamPools
   readonly book: HealthBook
   readonly health: HealthSettings
+  /** Pays the providers of a chain registry (src/settlement/); absent or null: providers are not paid by the router. */
+  readonly payer?: ProviderPayer | null
 }
 
 const enum Phase {
@@ -127,6 +130,8 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
    * the provider's answer is hashed as it arrives. Null for every other request, which pays nothing.
    */
   recorder: TeeRecorder | null = null
+  /** The payer's session token sent to a paid provider (`Authorization`), '' for a provider the router does not pay. */
+  authorization = ''
   /** The provider's chat id from its ZG-Res-Key header ('' when absent or unusable): preferred as SVC-Res-Key. */
   resKey = ''
 
@@ -176,12 +181,13 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       traceparent = e.traceparent
       tracestate = e.tracestate
     }
+    const base = this.authorization === '' ? this.plan.headers : [...this.plan.headers, 'authorization', this.authorization]
     const headers =
       traceparent === ''
-        ? [...this.plan.headers, 'x-request-id', requestId]
+        ? [...base, 'x-request-id', requestId]
         : tracestate === ''
-          ? [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent]
-          : [...this.plan.headers, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
+          ? [...base, 'x-request-id', requestId, 'traceparent', traceparent]
+          : [...base, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
     const upstream = pools.upstream(provider.url)
     // No per-request headersTimeout / bodyTimeout: the pool was made with the same settings (pools.ts).
     // undici's types leave out async iterables, which its Request takes (and writes chunk by chunk, asking for
@@ -270,6 +276,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       if (isProviderFault(statusCode)) health.recordFailure(performance.now(), this.#settings.health, this.#trial)
       const kind = statusCode === 429 ? MissKind.RateLimited : MissKind.Failure
       this.#owner.missed(this, { provider: address, status: statusCode, error: `http_${statusCode}` }, kind, head.retryAfter)
+      return
+    }
+    if ((statusCode === 401 || statusCode === 402) && this.authorization !== '') {
+      // A paid provider refused the token or the balance: not the client's error, a miss (failover.ts renews or moves on).
+      this.#phase = Phase.Draining
+      this.#owner.missed(this, { provider: address, status: statusCode, error: statusCode === 401 ? 'payment_token_refused' : 'payment_required' }, MissKind.Failure, '')
       return
     }
     if (statusCode >= 400) {
@@ -445,16 +457,6 @@ function noop(): void {}
  */
 export function upstreamPath(basePath: string, apiPath: string, planPath: string): string {
   return apiPath === '/v1' ? basePath + planPath : basePath + apiPath + planPath.slice(3)
-}
-
-/** The response headers the router reads ('' when absent, or sent more than once). */
-export interface ResponseHead {
-  readonly contentType: string
-  readonly retryAfter: string
-  /** The provider's x-request-id (a media answer's id when its body has none). */
-  readonly requestId: string
-  /** The provider's ZG-Res-Key: the chat id a 0G broker signs its answer under. */
-  readonly resKey: string
 }
 
 /** Whether `name` is `lower` (lowercase ASCII) in any case, compared byte by byte. */

@@ -13,9 +13,10 @@
  */
 import type { Budget } from '../billing/budget.js'
 import type { ResponseCodec } from '../codecs/codec.js'
+import { mayHoldTrace, stripTraces } from '../codecs/foreign-trace.js'
 import { spliceTrace } from '../codecs/trace-splice.js'
-import { usageCounts, type Cost, type Usage } from '../billing/cost.js'
-import type { BilledCost } from '../billing/ledger.js'
+import { usageCounts, type Cost, type Usage, type UsageCounts } from '../billing/cost.js'
+import type { BilledCost } from '../billing/budget.js'
 import { traceObject, ZERO_COST, type Attempt } from '../billing/trace.js'
 import { RouterError } from '../errors.js'
 import { log } from '../log.js'
@@ -86,22 +87,52 @@ function hasTimeOfDay(v: string): boolean {
   return false
 }
 
+/** Whether a body is a JSON object. */
+function isJsonObject(body: Buffer): boolean {
+  try {
+    const value: unknown = JSON.parse(body.toString('utf8'))
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+  } catch {
+    return false
+  }
+}
+
 /**
- * An error envelope (a JSON object) with `trace` as its `x_svc_trace` member: spliced in before the closing brace,
- * or, when the provider's own object already has a member of that name, put in its place (no duplicate key).
+ * An error body (a JSON object) with `trace` as its only `x_svc_trace` member: spliced in before the closing
+ * brace; when the provider's own object may hold one in any spelling (foreign-trace.ts), parsed, every such
+ * member removed, and written again with ours last.
  */
 function withTrace(envelope: string | Buffer, trace: Record<string, unknown>): string | Buffer {
   const body = typeof envelope === 'string' ? Buffer.from(envelope) : envelope
-  if (body.includes('"x_svc_trace"')) {
+  if (mayHoldTrace(body)) {
     try {
       const value: unknown = JSON.parse(body.toString('utf8'))
-      if (value !== null && typeof value === 'object' && !Array.isArray(value)) return JSON.stringify({ ...value, x_svc_trace: trace })
+      if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+        stripTraces(value)
+        return JSON.stringify({ ...value, x_svc_trace: trace })
+      }
     } catch {
-      // Not JSON after all: sent as it is.
+      // Not JSON, or too deep to write back: what a reader would take for its trace is unknown, so the
+      // provider's body does not go out at all.
     }
-    return envelope
+    return JSON.stringify({ error: { message: 'the provider answered with an error body the router does not relay', type: 'provider_error' }, x_svc_trace: trace })
   }
   return spliceTrace(body, ',"x_svc_trace":' + JSON.stringify(trace)) ?? envelope
+}
+
+/**
+ * What an answer owes a chain provider at its own prices (neuron, exact): prompt and completion tokens at its input
+ * and output price; images, and audio seconds (rounded up to whole milliseconds' worth), at its output price.
+ */
+export function neuronOwed(price: { readonly input: string; readonly output: string }, counts: UsageCounts): bigint {
+  const input = BigInt(price.input)
+  const output = BigInt(price.output)
+  return (
+    BigInt(counts.promptTokens) * input +
+    BigInt(counts.completionTokens) * output +
+    BigInt(counts.images) * output +
+    (BigInt(counts.audioMs) * output + 999n) / 1000n
+  )
 }
 
 export class Failover<R extends SurfaceRequest, U extends Usage = Usage> implements AttemptOwner {
@@ -118,6 +149,11 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #billed = 0n
   /** Candidates skipped because their concurrency cap and queue were full. */
   #busy = 0
+  /** A provider's refusal of the payer's token was answered with a renewed one (once per request). */
+  #renewed = false
+  /** Candidates that could not serve the request (AttemptPlan.refusal), and the last such refusal. */
+  #refused = 0
+  #refusal: RouterError | null = null
   /** An attempt whose whole answer waits for the request's body to be judged (answerWhen). */
   #held: AttemptHandler | null = null
 
@@ -178,7 +214,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #tryNext(): void {
     if (this.#finished || this.sink.aborted) return
     const req = this.#req
-    const offer = this.#attempts.length < this.#ctx.maxAttempts ? req.selection.next() : null
+    // A candidate that could not serve the request (a refusal) was never sent it: it is no try.
+    const offer = this.#attempts.length - this.#refused < this.#ctx.maxAttempts ? req.selection.next() : null
     if (offer === null) return this.#failAll()
     this.#reserve(offer)
   }
@@ -231,10 +268,28 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       this.#finished = true
       return this.#sendFailure(refused)
     }
+    const payer = this.#ctx.payer
+    let authorization = ''
+    if (payer != null) {
+      // Never a request the router has not paid for: a provider whose token is not ready is skipped, unsent.
+      const token = payer.authorization(offer.provider.address)
+      if (token === null) {
+        this.#attempts.push({ provider: offer.provider.address, status: null, error: 'provider_unpaid' })
+        return this.#tryNext()
+      }
+      authorization = token
+    }
     let handler: AttemptHandler
     let body: UpstreamBody | null
     try {
       const plan = req.surface.plan(req.request, offer)
+      if (plan.refusal !== undefined) {
+        // Not sent: this candidate cannot serve what the request asks; another may.
+        this.#attempts.push({ provider: offer.provider.address, status: null, error: plan.refusal.code })
+        this.#refused++
+        this.#refusal = plan.refusal
+        return this.#tryNext()
+      }
       body = plan.body.take()
       if (body === null) {
         // A streamed body past its replay buffer cannot be sent again: failover ends here.
@@ -242,6 +297,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
         return this.#failAll()
       }
       handler = new AttemptHandler(this, this.#ctx, offer, plan)
+      handler.authorization = authorization
       // Hashing only for an attempt whose signature will be checked: asked for, or a background sample.
       const tee = this.#ctx.tee
       if (tee != null && Buffer.isBuffer(body)) {
@@ -270,6 +326,20 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     this.#lastRetryAfter = retryAfter
     if (a !== this.#current) return
     this.#current = null
+    const payer = this.#ctx.payer
+    if (payer != null && (attempt.status === 401 || attempt.status === 402) && a.authorization !== '') {
+      const refusal = payer.refused(a.offer.provider.address, attempt.status)
+      if (attempt.status === 401 && !this.#renewed) {
+        // Re-read the account, renew the token, and try the same provider once more before moving on.
+        this.#renewed = true
+        const offer = a.offer
+        refusal.then(
+          (renewed) => (renewed ? this.#reserve(offer) : this.#tryNext()),
+          (err: unknown) => this.#crash(null, err),
+        )
+        return
+      }
+    }
     this.#tryNext()
   }
 
@@ -284,8 +354,12 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       const out = withTrace(codec.errorBody(a.status, body, req.requestId), this.#trace(a, null, null))
       this.sink.send(a.status, [...JSON_TYPE, ...req.baseHeaders], out)
     } else {
+      // Relayed as the provider wrote it (an Anthropic-native error on /v1/messages), but for the trace: a JSON
+      // object, whatever Content-Type it came under (SDKs parse an error body that parses), gets ours and loses
+      // any of the provider's.
       const ct = contentType === '' ? 'application/json' : contentType
-      this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], body)
+      const out = isJsonObject(body) ? withTrace(body, this.#trace(a, null, null)) : body
+      this.sink.send(a.status, ['Content-Type', ct, ...req.baseHeaders], out)
     }
     this.#publishEnd(a.status, a, `http_${a.status}`)
   }
@@ -420,7 +494,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const recorder = a.recorder
     if (tee == null || recorder === null) return Promise.resolve({ verified: false, reason: 'unsupported' })
     const check = tee.verify(a.offer.provider.record, this.#req.request.model, this.#chatId(a), recorder)
-    return within(check, tee.timeoutMs, { verified: false, reason: 'timeout' })
+    // The deadline counts from when the recovery worker is up (at once but after a start, tee/verify.ts ready).
+    return tee.ready().then(() => within(check, tee.timeoutMs, { verified: false, reason: 'timeout' }))
   }
 
   broke(a: AttemptHandler, failure: UpstreamFailure): void {
@@ -541,6 +616,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const model = this.#req.request.model
     let err: RouterError
     if (tried === 0) err = new RouterError('no_available_provider', `no provider is available for model ${model}`)
+    else if (this.#refused === tried && this.#refusal !== null) err = this.#refusal
     else if (this.#busy === tried) err = new RouterError('no_available_provider', `every provider of model ${model} is at its concurrency limit (${tried} tried)`)
     else if (this.#lastKind === MissKind.RateLimited) {
       err = new RouterError('provider_rate_limited', `the provider is rate limiting requests (${tried} tried)`, {
@@ -571,7 +647,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
       if (err === null) this.#billed = billed.input + billed.output
       if (settled.hasSubscribers) {
-        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null })
+        const neuron = a.offer.model.neuron_price === undefined ? undefined : neuronOwed(a.offer.model.neuron_price, usageCounts(usage))
+        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null, ...(neuron !== undefined && { neuron }) })
       }
       try {
         then(billed, err)
@@ -613,6 +690,7 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       usage,
       attempts: this.#attempts,
       startedAt: req.startedAt,
+      notes: a?.plan.notes,
     })
   }
 

@@ -18,6 +18,8 @@ const BY_CODE: Readonly<Record<string, UpstreamFailure>> = {
   SVC_TOTAL_TIMEOUT: { reason: 'total_timeout', timeout: true },
   /** Set by pools.ts at the drain's deadline. */
   SVC_SHUTTING_DOWN: { reason: 'shutting_down', timeout: false },
+  /** Set by connect-guard.ts: a provider from the ledger at an address that is not public unicast. */
+  SVC_ADDRESS_REFUSED: { reason: 'address_refused', timeout: false },
   UND_ERR_SOCKET: { reason: 'connection_reset', timeout: false },
   UND_ERR_CLOSED: { reason: 'connection_closed', timeout: false },
   UND_ERR_DESTROYED: { reason: 'connection_closed', timeout: false },

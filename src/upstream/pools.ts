@@ -4,7 +4,9 @@
  */
 import type { Socket } from 'node:net'
 import { buildConnector, Pool } from 'undici'
+import { log } from '../log.js'
 import { watchWrites } from './chunk-pool.js'
+import type { AddressRefusedError, ConnectGuard } from './connect-guard.js'
 import { ProviderLimiter } from './limiter.js'
 
 /** What the pools need of an attempt under way: its deadline, and a way to end it as failed. */
@@ -86,6 +88,11 @@ export interface PoolSettings {
   readonly maxConcurrent: number
   readonly queue: number
   readonly queueTimeoutMs: number
+  /**
+   * Judges every address a pool connects to (providers from the ledger: public unicast only); null or absent
+   * for a registry that is the operator's own word.
+   */
+  readonly guard?: ConnectGuard | null
 }
 
 /** A provider base URL's pool and path prefix, worked out once (a URL parse per request cost more than the Map get). */
@@ -98,6 +105,8 @@ export interface Upstream {
 export class UpstreamPools {
   readonly #pools = new Map<string, Upstream>()
   readonly #settings: PoolSettings
+  /** Provider URLs whose refused address was logged: once per URL while it stays in the registry. */
+  readonly #refusedLogged = new Set<string>()
   /** Attempts dispatched and not yet over (attempt.ts: watch() and forget()). */
   readonly active = new ActiveAttempts()
   /**
@@ -143,7 +152,7 @@ export class UpstreamPools {
         keepAliveMaxTimeout: Math.max(s.keepAliveTimeoutMs, 600_000),
         headersTimeout: s.headersTimeoutMs,
         bodyTimeout: s.bodyTimeoutMs,
-        connect: watchedConnector(s.connectTimeoutMs),
+        connect: watchedConnector(s.connectTimeoutMs, s.guard ?? null, (err) => this.#refused(url, err)),
       })
       upstream = { pool, basePath: basePath(url) }
       this.#pools.set(url, upstream)
@@ -151,8 +160,15 @@ export class UpstreamPools {
     return upstream
   }
 
+  #refused(url: string, err: AddressRefusedError): void {
+    if (this.#refusedLogged.has(url)) return
+    this.#refusedLogged.add(url)
+    log.warn('provider not reached: its address is not public unicast', { url, address: err.address, reason: err.reason })
+  }
+
   /** Closes pools of providers that left the registry (in-flight requests on them finish first). */
   retain(urls: ReadonlySet<string>): void {
+    for (const url of this.#refusedLogged) if (!urls.has(url)) this.#refusedLogged.delete(url)
     for (const [url, { pool }] of this.#pools) {
       if (!urls.has(url)) {
         this.#pools.delete(url)
@@ -212,15 +228,24 @@ export function basePath(url: string): string {
 
 /**
  * undici's connector, with every socket it opens holding the pooled upload chunks written to it until they are
- * written (chunk-pool.ts watchWrites).
+ * written (chunk-pool.ts watchWrites), and, with a guard, every address it connects to judged first.
  */
-function watchedConnector(timeout: number): buildConnector.connector {
-  const connect = buildConnector({ timeout })
-  return (options, callback) =>
+function watchedConnector(timeout: number, guard: ConnectGuard | null, onRefused: (err: AddressRefusedError) => void): buildConnector.connector {
+  const connect = buildConnector(guard === null ? { timeout } : { timeout, lookup: guard.lookup })
+  return (options, callback) => {
+    const refused = guard?.literal(options.hostname) ?? null
+    if (refused !== null) {
+      onRefused(refused)
+      // Asynchronously, as a failed connect: undici then fails one queued request and may connect again at once.
+      process.nextTick(callback as (err: Error, socket: null) => void, refused, null)
+      return
+    }
     connect(options, (err, socket) => {
+      if (err !== null && (err as { code?: unknown }).code === 'SVC_ADDRESS_REFUSED') onRefused(err as AddressRefusedError)
       // A failed connect calls back with the error alone.
       if (err === null && socket != null) watchWrites(socket)
       // The callback's two forms (an error, or a socket) are one call here.
       ;(callback as (err: Error | null, socket: Socket | null) => void)(err, socket)
     })
+  }
 }

@@ -44,6 +44,7 @@ export async function countingStore(): Promise<CountingStore> {
     changes: inner.changes,
     jobs: inner.jobs,
     responses: inner.responses,
+    settlement: inner.settlement,
     close: () => inner.close(),
     calls,
     get gate() {

@@ -5,6 +5,7 @@
  */
 import t, { type Test } from 'tap'
 import { AnthropicTranslatedStreamCodec } from '../../src/codecs/anthropic-stream-translation.js'
+import type { ToolNames } from '../../src/codecs/tool-names.js'
 import { everyCut, randomCuts } from './split.js'
 
 function sse(chunks: object[], done = true, eol = '\n'): Buffer {
@@ -18,7 +19,7 @@ function chunk(delta: object, finish: string | null = null, extra: object = {}) 
 const USAGE = { ...BASE, choices: [], usage: { prompt_tokens: 20, completion_tokens: 7, total_tokens: 27, prompt_tokens_details: { cached_tokens: 5 } } }
 
 /** Runs the codec over `parts`, then complete(); the events as [name, data]. */
-function run(parts: Buffer[], names = new Map<string, string>()): { events: [string, any][]; codec: AnthropicTranslatedStreamCodec } {
+function run(parts: Buffer[], names: ToolNames = new Map()): { events: [string, any][]; codec: AnthropicTranslatedStreamCodec } {
   const codec = new AnthropicTranslatedStreamCodec('claude-x', names)
   const out: Buffer[] = []
   for (const p of parts) codec.push(p, (b) => out.push(Buffer.from(b)))
@@ -100,7 +101,7 @@ function blocksOf(t: Test, events: [string, any][]): { block: any; json: string;
 }
 
 t.test('interleaved parallel tool calls: contiguous blocks, ids, names and JSON exact', async (t) => {
-  const names = new Map([['mcp__srv__tool_x_8f3a2b1c', 'mcp__srv__a tool name OpenAI refused']])
+  const names = new Map([['mcp__srv__tool_x_8f3a2b1c', { name: 'mcp__srv__a tool name OpenAI refused' }]])
   const { events } = run([INTERLEAVED], names)
   const blocks = blocksOf(t, events)
   t.same(
@@ -189,7 +190,7 @@ t.test('content and finish in one chunk, usage after the finish chunk', async (t
 })
 
 t.test('parallel tool calls become sequential tool_use blocks with partial JSON, names mapped back', async (t) => {
-  const { events } = run([FIXTURES['parallel tool calls']!], new Map([['long_renamed_x', 'a long original name']]))
+  const { events } = run([FIXTURES['parallel tool calls']!], new Map([['long_renamed_x', { name: 'a long original name' }]]))
   const starts = events.filter((e) => e[0] === 'content_block_start').map((e) => e[1])
   t.same(starts, [
     { type: 'content_block_start', index: 0, content_block: { type: 'tool_use', id: 'call_a', name: 'get_weather', input: {} } },
@@ -239,7 +240,7 @@ t.test('a stream that breaks before its end: fail() is an error event, never a m
 
 t.test('every split of every fixture translates to the same events', async (t) => {
   for (const [name, bytes] of Object.entries(FIXTURES)) {
-    const names = new Map([['long_renamed_x', 'a long original name']])
+    const names = new Map([['long_renamed_x', { name: 'a long original name' }]])
     const whole = JSON.stringify(run([bytes], names).events)
     let same = 0
     let cuts = 0

@@ -2,6 +2,7 @@
  * A Responses request as a chat request, and as the body a native provider gets (pure functions).
  */
 import t from 'tap'
+import { outputItems } from '../../src/codecs/responses-json-translation.js'
 import { chatMessages, toChatCompletions, toNativeResponses } from '../../src/codecs/responses-request-translation.js'
 
 const CALL = { type: 'function_call', id: 'fc_1', call_id: 'c1', name: 'f', arguments: '{"a":1}' }
@@ -45,7 +46,7 @@ t.test('the chat body: fields mapped, streams ask for usage, tools without param
   const body = JSON.parse(
     toChatCompletions({ model: 'm', stream: true, max_output_tokens: 9, top_p: 0.5, tools: [{ type: 'function', name: 'f' }], tool_choice: 'required', store: true, metadata: { a: 'b' } }, [
       { role: 'user', content: 'x' },
-    ]).toString(),
+    ]).body.toString(),
   )
   t.same(body, {
     model: 'm',
@@ -74,4 +75,102 @@ t.test('the native body: resolved input, store false, no router members, reasoni
     input: [{ role: 'user', content: 'x' }, { type: 'reasoning', id: 'rs_2', summary: [], encrypted_content: 'gAAA' }, CALL],
     store: false,
   })
+})
+
+const NAMESPACE = {
+  type: 'namespace',
+  name: 'multi_agent_v1',
+  description: 'Sub-agents',
+  tools: [
+    { type: 'function', name: 'spawn_agent', description: 'Spawn one', strict: false, parameters: { type: 'object', properties: { task: { type: 'string' } } } },
+    { type: 'custom', name: 'sketch', format: { type: 'text' } },
+  ],
+}
+const CODEX_TOOLS = [
+  { type: 'function', name: 'exec_command', parameters: { type: 'object', properties: {} } },
+  NAMESPACE,
+  { type: 'custom', name: 'apply_patch', format: { type: 'grammar', syntax: 'lark', definition: 'start: x' } },
+  { type: 'web_search', external_web_access: false },
+  { type: 'local_shell' },
+]
+
+t.test("Codex's tools: namespace functions flattened, custom tools as one-string functions, built-ins left out with a note", async (t) => {
+  const chat = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: 'auto' }, [
+    { type: 'message', role: 'user', content: 'x' },
+    { type: 'function_call', call_id: 'c1', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{}' },
+    { type: 'function_call_output', call_id: 'c1', output: 'ok' },
+    { type: 'custom_tool_call', call_id: 'c2', name: 'apply_patch', input: '*** Begin Patch' },
+    { type: 'custom_tool_call_output', call_id: 'c2', output: 'patched' },
+    { type: 'web_search_call', id: 'ws_1', status: 'completed' },
+  ])
+  const body = JSON.parse(chat.body.toString())
+  t.same(
+    body.tools.map((x: any) => x.function.name),
+    ['exec_command', 'multi_agent_v1__spawn_agent', 'multi_agent_v1__sketch', 'apply_patch'],
+  )
+  t.equal(body.tools[1].function.description, 'Spawn one')
+  t.same(body.tools[3].function.parameters.required, ['input'])
+  t.match(body.tools[3].function.parameters.properties.input.description, /lark grammar:\nstart: x/)
+  t.equal(body.tool_choice, 'auto')
+  t.same(body.messages[1].tool_calls[0].function.name, 'multi_agent_v1__spawn_agent', 'a namespaced call in the history is flattened the same way')
+  t.same(body.messages[3], { role: 'assistant', content: null, tool_calls: [{ id: 'c2', type: 'function', function: { name: 'apply_patch', arguments: '{"input":"*** Begin Patch"}' } }] })
+  t.same(body.messages[4], { role: 'tool', tool_call_id: 'c2', content: 'patched' })
+  t.same(chat.names.get('multi_agent_v1__spawn_agent'), { name: 'spawn_agent', namespace: 'multi_agent_v1' })
+  t.same(chat.names.get('apply_patch'), { name: 'apply_patch', custom: true })
+  t.equal(chat.refusal, null)
+  t.same(chat.notes, [
+    'input items of type web_search_call have no chat equivalent and were not sent',
+    'tools with no chat equivalent were not sent: web_search, local_shell',
+  ])
+  // The answer: the provider's names come back as the client's tools, in their namespace, custom ones as custom calls.
+  const items = outputItems(
+    {
+      choices: [
+        {
+          message: {
+            tool_calls: [
+              { id: 'c3', type: 'function', function: { name: 'multi_agent_v1__spawn_agent', arguments: '{"task":"t"}' } },
+              { id: 'c4', type: 'function', function: { name: 'apply_patch', arguments: '{"input":"*** Begin Patch\\n*** End Patch"}' } },
+              { id: 'c5', type: 'function', function: { name: 'multi_agent_v1__sketch', arguments: 'not json' } },
+            ],
+          },
+          finish_reason: 'tool_calls',
+        },
+      ],
+    },
+    chat.names,
+  )
+  t.match(items, [
+    { type: 'function_call', call_id: 'c3', name: 'spawn_agent', namespace: 'multi_agent_v1', arguments: '{"task":"t"}' },
+    { type: 'custom_tool_call', status: 'completed', call_id: 'c4', name: 'apply_patch', input: '*** Begin Patch\n*** End Patch' },
+    { type: 'custom_tool_call', call_id: 'c5', name: 'sketch', namespace: 'multi_agent_v1', input: 'not json' },
+  ])
+  t.equal(items[1]!.arguments, undefined)
+})
+
+t.test('tool_choice: a forced built-in or missing tool is a refusal; required with no chat tool too; auto with none is left out', async (t) => {
+  const web = [{ type: 'web_search' }]
+  t.match(toChatCompletions({ model: 'm', tools: web, tool_choice: { type: 'web_search' } }, []).refusal, /built-in tool "web_search"/)
+  t.match(toChatCompletions({ model: 'm', tools: web, tool_choice: { type: 'custom', name: 'apply_patch' } }, []).refusal, /custom tool "apply_patch"/)
+  t.match(toChatCompletions({ model: 'm', tools: web, tool_choice: 'required' }, []).refusal, /required/)
+  t.match(toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'function', name: 'nope' } }, []).refusal, /"nope"/)
+  const auto = toChatCompletions({ model: 'm', tools: web, tool_choice: 'auto' }, [])
+  t.equal(auto.refusal, null)
+  t.equal(JSON.parse(auto.body.toString()).tool_choice, undefined)
+  t.equal(JSON.parse(auto.body.toString()).tools, undefined)
+  const forced = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'function', name: 'spawn_agent', namespace: 'multi_agent_v1' } }, [])
+  t.same(JSON.parse(forced.body.toString()).tool_choice, { type: 'function', function: { name: 'multi_agent_v1__spawn_agent' } })
+  const patch = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'custom', name: 'apply_patch' } }, [])
+  t.same(JSON.parse(patch.body.toString()).tool_choice, { type: 'function', function: { name: 'apply_patch' } })
+})
+
+t.test('names OpenAI refuses are renamed and mapped back, in a namespace or not', async (t) => {
+  const long = 'a_function_name_that_is_well_past_the_sixty_four_characters_openai_allows'
+  const chat = toChatCompletions({ model: 'm', tools: [{ type: 'function', name: long }, { type: 'namespace', name: 'mcp.server', tools: [{ type: 'function', name: 'read' }] }] }, [])
+  const sent = JSON.parse(chat.body.toString()).tools.map((x: any) => x.function.name)
+  for (const name of sent) t.match(name, /^[a-zA-Z0-9_-]{1,64}$/)
+  t.same(
+    sent.map((n: string) => chat.names.get(n)),
+    [{ name: long }, { name: 'read', namespace: 'mcp.server' }],
+  )
 })

@@ -14,16 +14,23 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 
 function defaultsWithPathsIn(dir: string): Config {
   return {
-    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_head_bytes: 4096, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [] },
+    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_head_bytes: 4096, max_multipart_body_bytes: 104857600, upload_memory_bytes: 4194304, upload_memory_total_bytes: 67108864, upload_spool_dir: '', send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [], trusted_proxies: [] },
     registry: {
       source: 'file',
       path: join(dir, 'providers.yaml'),
       watch: true,
-      chain: { rpc_url: 'http://127.0.0.1:8545', contract: '', refresh_ms: 5000, usd_per_0g: '' },
+      chain: { rpc_url: 'http://127.0.0.1:8545', contract: '', refresh_ms: 5000, usd_per_0g: '', allow_private_urls: false },
     },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full', url: '', pool_size: 10, connect_timeout_ms: 5000, query_timeout_ms: 5000 },
     redis: { url: '' },
-    limits: { requests_per_minute: 600, budget_wait_ms: 10000 },
+    limits: {
+      requests_per_minute: 600,
+      budget_wait_ms: 10000,
+      auth_failures_per_minute: 100,
+      sign_in_per_source_per_minute: 30,
+      sign_in_per_minute: 600,
+      max_console_sessions: 10000,
+    },
     upstream: {
       connect_timeout_ms: 10000,
       headers_timeout_ms: 120000,
@@ -54,6 +61,7 @@ function defaultsWithPathsIn(dir: string): Config {
     responses: { retention_ms: 2592000000, sweep_interval_ms: 3600000 },
     dev: { bootstrap: false, wallet: '0x00000000000000000000000000000000000de0de', deposit_usd: 10 },
     tee: { verify_timeout_ms: 5000, sample_rate: 0.01 },
+    settlement: { key_file: '', key_env: '', ledger: '', service_name: '', sub_account: { min_0g: '1', target_0g: '2' }, interval_ms: 5000, over_settle_tolerance_0g: '0.01' },
   }
 }
 
@@ -380,4 +388,14 @@ t.test('store.synchronous: full by default, normal on request, anything else ref
   const problems = problemsOf(t, () => loadConfig({ file: configFile(t, 'store: { synchronous: off }\n') }))
   t.equal(problems.length, 1)
   t.match(problems[0], /store\.synchronous/)
+})
+
+t.test('server.trusted_proxies takes addresses and CIDR blocks, from the file or the env as a comma-separated list', async (t) => {
+  const config = loadConfig({ env: { SVC_SERVER_TRUSTED_PROXIES: '10.0.0.0/8,::1,fd00::/8' } })
+  t.same(config.server.trusted_proxies, ['10.0.0.0/8', '::1', 'fd00::/8'])
+  for (const bad of ['proxy.internal', '10.0.0.0/33', '::1/129', '10.0.0.0/x']) {
+    t.throws(() => loadConfig({ env: { SVC_SERVER_TRUSTED_PROXIES: bad } }), /server\.trusted_proxies/, bad)
+  }
+  t.equal(loadConfig({ env: { SVC_REGISTRY_CHAIN_ALLOW_PRIVATE_URLS: 'true' } }).registry.chain.allow_private_urls, true)
+  t.equal(loadConfig({ env: { SVC_LIMITS_AUTH_FAILURES_PER_MINUTE: '0' } }).limits.auth_failures_per_minute, 0, '0 turns the throttle off')
 })

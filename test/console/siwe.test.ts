@@ -15,13 +15,14 @@ import { createSessionAuthenticators } from '../../src/auth/session-auth.js'
 import { listen, type AppHandle } from '../../src/server/app.js'
 import { openSqliteStore, type SqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { createAuthSession } from '../../src/surfaces/auth-session.js'
+import { SignerRecovery } from '../../src/tee/signer-recovery.js'
 import { createManagementKeys } from '../../src/surfaces/management-keys.js'
 import { call, isError, oneProviderStack } from '../auth/http.js'
 import { cookieOf, message, newWallet, nonce, sameOrigin, signIn, verify } from './wallet.js'
 
 const stack = await oneProviderStack(t)
 
-t.test('a signed message opens a session: cookie attributes, the account created with no deposit', async (t) => {
+t.test('a signed message opens a session: cookie attributes; the account comes with its first key, with no deposit', async (t) => {
   const wallet = newWallet()
   const text = await message(stack, wallet)
   const answer = await verify(stack, text, await wallet.signMessage({ message: text }))
@@ -35,11 +36,13 @@ t.test('a signed message opens a session: cookie attributes, the account created
   t.match(set, /; Path=\//)
   t.notMatch(set, /Secure/, 'not Secure over plain HTTP')
   t.equal(answer.headers['cache-control'], 'no-store')
-  const account = await stack.router.store.accounts.getAccount(wallet.address.toLowerCase())
-  t.ok(account, 'the first sign-in created the account')
+  t.equal(await stack.router.store.accounts.getAccount(wallet.address.toLowerCase()), null, 'a sign-in alone creates no account')
   const balance = await call(stack, 'GET', '/v1/account/balance', { headers: { ...sameOrigin(stack), cookie: cookieOf(answer) } })
   t.equal(balance.status, 200, balance.text)
   t.equal(balance.json.total_balance ?? balance.json.balance ?? '0', '0', 'no deposit')
+  const created = await call(stack, 'POST', '/v1/management-keys', { headers: { ...sameOrigin(stack), cookie: cookieOf(answer) }, body: { name: 'first', scopes: ['account:read'] } })
+  t.equal(created.status, 201, created.text)
+  t.ok(await stack.router.store.accounts.getAccount(wallet.address.toLowerCase()), 'its first management key created the account')
   const session = await call(stack, 'GET', '/v1/auth/session', { headers: { ...sameOrigin(stack), cookie: cookieOf(answer) } })
   t.equal(session.json.account, wallet.address.toLowerCase())
 })
@@ -280,7 +283,9 @@ t.test('sessions expire when idle and at their absolute end', async (t) => {
   const auth = createSessionAuthenticators(sessions, keys)
   const mgmt = createManagementKeys({ authenticate: auth.sessionOnly, credentials: new Credentials(store, cache), store })
   let origins: ConsoleOrigins | null = null
-  const signInRoutes = createAuthSession({ sessions, store, origins: () => origins! })
+  const recovery = new SignerRecovery()
+  t.teardown(() => recovery.close())
+  const signInRoutes = createAuthSession({ sessions, recover: (input) => recovery.recover(input), origins: () => origins! })
   app = await listen('127.0.0.1', 0, [
     { method: 'get', pattern: '/v1/auth/nonce', handler: signInRoutes.nonce },
     { method: 'post', pattern: '/v1/auth/verify', handler: signInRoutes.verify },
@@ -310,4 +315,32 @@ t.test('sessions expire when idle and at their absolute end', async (t) => {
   const wallet = newWallet()
   const late = await message(site, wallet, { nonce: issued, issuedAt: new Date(now) })
   t.ok(isError(await verify(site, late, await wallet.signMessage({ message: late })), 401, 'invalid_siwe_message'), 'an expired nonce')
+})
+
+t.test('the signature is recovered in the worker, never on the event loop; a full worker queue is a 429', async (t) => {
+  const sessions = new SessionBook()
+  const recovery = new SignerRecovery()
+  const jammed = new SignerRecovery(0)
+  t.teardown(() => Promise.all([recovery.close(), jammed.close()]))
+  let useJammed = false
+  let origins: ConsoleOrigins | null = null
+  const routes = createAuthSession({ sessions, recover: (input) => (useJammed ? jammed : recovery).recover(input), origins: () => origins! })
+  const app = await listen('127.0.0.1', 0, [
+    { method: 'get', pattern: '/v1/auth/nonce', handler: routes.nonce },
+    { method: 'post', pattern: '/v1/auth/verify', handler: routes.verify },
+  ])
+  t.teardown(() => app.close())
+  origins = ConsoleOrigins.listening('127.0.0.1', app.port)
+  const site = { url: app.url }
+  await signIn(site)
+  t.equal(recovery.completed, 1, 'the signer came from the worker')
+  const wallet = newWallet()
+  const text = await message(site, wallet)
+  const other = newWallet()
+  t.ok(isError(await verify(site, text, await other.signMessage({ message: text })), 401, 'invalid_siwe_message'), "another wallet's signature")
+  t.equal(recovery.completed, 2)
+  useJammed = true
+  const queued = await message(site, wallet)
+  const busy = await verify(site, queued, await wallet.signMessage({ message: queued }))
+  t.ok(isError(busy, 429, 'rate_limit_exceeded') && busy.headers['retry-after'] === '5', `no room in the queue: ${busy.status} ${busy.text}`)
 })

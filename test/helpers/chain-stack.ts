@@ -5,8 +5,13 @@
  */
 import { randomBytes } from 'node:crypto'
 import { privateKeyToAccount } from 'viem/accounts'
-import type { Account } from 'viem'
-import { chainAccount, NO_SIGNER, RegistryContract, startAnvil, type LocalChain, type ServiceParams } from '../../src/demo/local-chain.js'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createPublicClient, createWalletClient, http, parseEther, toHex, type Account, type LocalAccount } from 'viem'
+import { mnemonicToAccount } from 'viem/accounts'
+import { LEDGER_MANAGER_ABI } from '../../src/settlement/abi.js'
+import { ANVIL_MNEMONIC, chainAccount, NO_SIGNER, RegistryContract, startAnvil, type LocalChain, type ServiceParams } from '../../src/demo/local-chain.js'
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from '../../src/simulator/simulator.js'
 import { startStack, type Stack } from './stack.js'
 
@@ -27,6 +32,8 @@ export interface ChainProvider {
   sim?: SimulatorOptions
   /** Register this url instead of a simulator's. */
   url?: string
+  /** As a 0G broker (needs `tee`): checks session tokens, settles its fees on chain (simulator/broker.ts). */
+  broker?: { settleIntervalMs?: number; overcharge?: bigint }
 }
 
 export interface RegisteredProvider {
@@ -48,7 +55,7 @@ export interface ChainStack {
   register(p: ChainProvider): Promise<RegisteredProvider>
 }
 
-interface TapLike {
+export interface TapLike {
   testdir(): string
   teardown(fn: () => unknown): void
 }
@@ -66,7 +73,8 @@ export async function startChain(t: TapLike, providers: ChainProvider[]): Promis
     let sim: SimulatorHandle | null = null
     let url = p.url
     if (url === undefined) {
-      sim = await startSimulator({ name: `p${p.account}`, models: [p.model], ...(teeKey !== null && { teeKey }), ...p.sim })
+      const broker = p.broker === undefined ? undefined : { rpcUrl: chain.rpcUrl, serving: contract.address, account: account as LocalAccount, inputPrice: p.inputPrice, outputPrice: p.outputPrice, ...p.broker }
+      sim = await startSimulator({ name: `p${p.account}`, models: [p.model], ...(teeKey !== null && { teeKey }), ...(broker !== undefined && { broker }), ...p.sim })
       t.teardown(() => sim!.close())
       url = sim.url
     }
@@ -90,20 +98,60 @@ export async function startChain(t: TapLike, providers: ChainProvider[]): Promis
   return { chain, contract, owner, providers: registered, register }
 }
 
-/** The chain, and a router serving from it. `config` is merged into the router's config file. */
+/**
+ * The chain, and a router serving from it. `config` is merged into the router's config file; loopback providers
+ * are allowed (registry.chain.allow_private_urls) unless `allowPrivateUrls: false`.
+ */
 export async function startChainStack(
   t: TapLike,
   providers: ChainProvider[],
-  config: { refreshMs?: number; usdPer0g?: string; overrides?: string; extra?: Record<string, Record<string, unknown>> } = {},
+  config: { refreshMs?: number; usdPer0g?: string; overrides?: string; allowPrivateUrls?: boolean; extra?: Record<string, Record<string, unknown>>; beforeRouter?: (chain: ChainStack) => Promise<void> } = {},
 ): Promise<ChainStack & { stack: Stack }> {
   const chain = await startChain(t, providers)
+  await config.beforeRouter?.(chain)
   const stack = await startStack(t, [], {
     ...config.extra,
     registry: {
       source: 'chain',
       path: config.overrides ?? '',
-      chain: { rpc_url: chain.chain.rpcUrl, contract: chain.contract.address, refresh_ms: config.refreshMs ?? 500, usd_per_0g: config.usdPer0g ?? '0.5' },
+      chain: {
+        rpc_url: chain.chain.rpcUrl,
+        contract: chain.contract.address,
+        refresh_ms: config.refreshMs ?? 500,
+        usd_per_0g: config.usdPer0g ?? '0.5',
+        // Its providers are simulators on loopback, which a router on a real chain refuses.
+        allow_private_urls: config.allowPrivateUrls ?? true,
+      },
     },
   })
   return { ...chain, stack }
+}
+
+/** The anvil account the router pays from in tests (index 10), and its key written to a 0600 file. */
+export const PAYER_INDEX = 10
+
+export function payerKeyFile(t: TapLike, index = PAYER_INDEX): string {
+  const key = mnemonicToAccount(ANVIL_MNEMONIC, { addressIndex: index }).getHdKey().privateKey!
+  // Not in t.testdir(): the stack writes its config there and makes the folder afresh.
+  const dir = mkdtempSync(join(tmpdir(), 'svc-payer-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const file = join(dir, `payer-${index}.key`)
+  writeFileSync(file, toHex(key) + '\n', { mode: 0o600 })
+  return file
+}
+
+/** The payer opens its ledger (addLedger) or adds to it (depositFund) with `amount0g` 0G. */
+export async function fundLedger(stack: ChainStack, amount0g: string, index = PAYER_INDEX): Promise<void> {
+  const account = chainAccount(index)
+  const client = createPublicClient({ transport: http(stack.chain.rpcUrl) })
+  const wallet = createWalletClient({ account, transport: http(stack.chain.rpcUrl) })
+  const exists = await client.readContract({ address: stack.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'getLedger', args: [account.address] }).then(
+    () => true,
+    () => false,
+  )
+  const hash = exists
+    ? await wallet.writeContract({ address: stack.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'depositFund', args: [], value: parseEther(amount0g), chain: null })
+    : await wallet.writeContract({ address: stack.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'addLedger', args: [''], value: parseEther(amount0g), chain: null })
+  const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 50 })
+  if (receipt.status !== 'success') throw new Error('funding the ledger failed')
 }

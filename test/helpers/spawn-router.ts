@@ -14,6 +14,9 @@ export interface SpawnedRouter {
   readonly url: string
   /** The dev account's sk- key, printed once by the router on its empty store. */
   readonly key: string
+  /** The dev account's mk- key (all scopes) and wallet, printed with it ('' when started again on a store). */
+  readonly mgmtKey: string
+  readonly wallet: string
   readonly child: ChildProcess
   /** The directory of its config, registry and store (pass it as `dir` to start it again on the same store). */
   readonly dir: string
@@ -32,7 +35,13 @@ export async function spawnRouter(
   t: TapLike,
   providers: object[],
   config: Record<string, Record<string, unknown>> = {},
-  options: { captureStderr?: boolean; dir?: string; nodeArgs?: readonly string[] } = {},
+  options: {
+    captureStderr?: boolean
+    dir?: string
+    nodeArgs?: readonly string[]
+    /** A command the router is run under (it gets Node's path and arguments last), e.g. `unshare -m …`. */
+    wrap?: readonly string[]
+  } = {},
 ): Promise<SpawnedRouter> {
   // `dir` given: the router of an earlier spawn starts again on its store (no dev key is printed then).
   const again = options.dir !== undefined
@@ -54,23 +63,29 @@ export async function spawnRouter(
   )
   const capture = options.captureStderr === true
   const args = [...(options.nodeArgs ?? []), CLI, 'serve', '--config', join(dir, 'config.yaml')]
-  child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
+  const [command, ...argv] = [...(options.wrap ?? []), process.execPath, ...args]
+  child = spawn(command!, argv, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
   let stderr = ''
   if (capture) child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
   // The banner with the dev keys follows the listening line on stdout.
-  const [url, key] = await new Promise<[string, string]>((resolve, reject) => {
+  const [url, key, mgmtKey, wallet] = await new Promise<[string, string, string, string]>((resolve, reject) => {
     let out = ''
     child.stdout!.on('data', (b: Buffer) => {
       out += b.toString()
       const listening = /listening on (http:\/\/\S+)/.exec(out)
       const devKey = /(sk-[A-Za-z0-9_-]{43})/.exec(out)
-      if (listening && (devKey || again)) resolve([listening[1]!, devKey?.[1] ?? ''])
+      const devMgmt = /(mk-[A-Za-z0-9_-]{43})/.exec(out)
+      if (listening && ((devKey && devMgmt) || again)) {
+        resolve([listening[1]!, devKey?.[1] ?? '', devMgmt?.[1] ?? '', /dev account (0x[0-9a-f]{40})/.exec(out)?.[1] ?? ''])
+      }
     })
     child.once('exit', (code) => reject(new Error(`router exited with ${code} before listening: ${out}`)))
   })
   return {
     url,
     key,
+    mgmtKey,
+    wallet,
     child,
     dir,
     stderr: () => stderr,

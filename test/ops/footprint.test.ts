@@ -1,7 +1,7 @@
 /**
- * What a router loads depends on what its config asks for (src/serve.ts, src/store/open.ts): PostgreSQL's client,
- * ioredis, viem (the chain source and the simulator's TEE keys) cost a router that uses none of them about 45 MB
- * of memory, so they are imported only when configured. A module-resolution hook in the spawned router reports
+ * What a router loads depends on what its config asks for (src/compose/table.ts, src/store/open.ts): PostgreSQL's
+ * client, ioredis, viem (the chain source and the simulator's TEE keys) cost a router that uses none of them
+ * about 45 MB of memory, so they are imported only when configured. A module-resolution hook in the spawned router reports
  * every package it imports (ESM imports: a CommonJS require(), as of better-sqlite3, does not pass through it).
  */
 import t from 'tap'

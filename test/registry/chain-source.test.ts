@@ -127,8 +127,8 @@ t.test('overrides lower a tier, disable, add model fields, and never raise a tie
   if (typeof a === 'string') return t.fail(a)
   t.equal(a.trust_mode, 'verified', 'lowered')
   t.same(
-    { ...a.models[0]!, price: undefined },
-    { id: 'qwen-2.5-7b-instruct', type: 'chatbot', formats: ['openai', 'anthropic'], context_length: 32768, max_completion_tokens: 4096, supported_parameters: ['temperature'], price: undefined },
+    { ...a.models[0]!, price: undefined, neuron_price: undefined },
+    { id: 'qwen-2.5-7b-instruct', type: 'chatbot', formats: ['openai', 'anthropic'], context_length: 32768, max_completion_tokens: 4096, supported_parameters: ['temperature'], price: undefined, neuron_price: undefined },
   )
   const b = mapService(service({ provider: '0x00000000000000000000000000000000000000BB', verifiability: '' }), HALF_USD, overrides.get('0x00000000000000000000000000000000000000bb'))
   t.equal(typeof b !== 'string' && b.trust_mode, 'standard', 'a tier above the derived one is not granted')
@@ -311,10 +311,10 @@ t.test('the RPC killed mid-run changes nothing for clients; failures are counted
 
 t.test('a router started while the RPC is down serves nothing, is not ready, and catches up', async (t) => {
   const port = await closedPort()
-  // The first contract anvil's account 0 deploys always has this address (its nonce 0).
-  const address = '0x5FbDB2315678afecb367f032d93F642f64180aa3'
+  // The registry is the second contract anvil's account 0 deploys (its nonce 1; the ledger is nonce 0): always here.
+  const address = '0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512'
   const stack = await startStack(t, [], {
-    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: address, refresh_ms: 200, usd_per_0g: '1' } },
+    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: address, refresh_ms: 200, usd_per_0g: '1', allow_private_urls: true } },
   })
   const ready = await request(`${stack.router.opsUrl}/readyz`)
   t.equal(ready.statusCode, 503)
@@ -365,7 +365,7 @@ t.test('an RPC that answers garbage, or never answers, keeps the last snapshot',
   })
   const port = (proxy.address() as AddressInfo).port
   const stack = await startStack(t, [], {
-    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: contract.address, refresh_ms: 200, usd_per_0g: '1' } },
+    registry: { source: 'chain', path: '', chain: { rpc_url: `http://127.0.0.1:${port}`, contract: contract.address, refresh_ms: 200, usd_per_0g: '1', allow_private_urls: true } },
   })
   const registry = async () => (await providersOf(stack.url, 'qwen'))?.map((r) => [r.address, r.trust_mode, r.pricing])
   const before = await registry()

@@ -68,8 +68,11 @@ export interface RawResponse {
   readonly body: string
 }
 
-/** The complete responses at the start of `text`, in order (framed by Content-Length, as uWS frames them). */
-export function parseResponses(text: string): RawResponse[] {
+/**
+ * The complete responses at the start of `text`, in order (framed by Content-Length, as uWS frames them).
+ * `bodiless[i]`: the i-th answers a HEAD, so it has no body whatever its Content-Length says (RFC 9112 §6.3).
+ */
+export function parseResponses(text: string, bodiless: readonly boolean[] = []): RawResponse[] {
   const out: RawResponse[] = []
   let at = 0
   while (at < text.length) {
@@ -81,7 +84,7 @@ export function parseResponses(text: string): RawResponse[] {
       const colon = field.indexOf(':')
       headers[field.slice(0, colon).toLowerCase()] = field.slice(colon + 1).trim()
     }
-    const length = Number(headers['content-length'] ?? 0)
+    const length = bodiless[out.length] === true ? 0 : Number(headers['content-length'] ?? 0)
     const bodyStart = headEnd + 4
     if (text.length < bodyStart + length) break
     out.push({ statusLine, status: Number(statusLine.split(' ')[1]), headers, body: text.slice(bodyStart, bodyStart + length) })
@@ -91,6 +94,6 @@ export function parseResponses(text: string): RawResponse[] {
 }
 
 /** An `until` for exchange(): stop once `count` whole responses arrived. */
-export function responses(count: number): (text: string) => boolean {
-  return (text) => parseResponses(text).length >= count
+export function responses(count: number, bodiless: readonly boolean[] = []): (text: string) => boolean {
+  return (text) => parseResponses(text, bodiless).length >= count
 }

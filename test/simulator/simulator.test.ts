@@ -71,7 +71,7 @@ const TOOLS = [
     function: { name: 'second', parameters: { type: 'object', properties: { n: { type: 'number' } } } },
   },
 ]
-const WEATHER_ARGS = { city: 'sample', days: 1, metric: true, tags: null, country: null }
+const WEATHER_ARGS = { city: 'sample', days: 1, metric: false, tags: ['sample'], country: null }
 
 t.test('non-streaming answer has the exact OpenAI shape', async (t) => {
   const sim = await start(t, { name: 'alpha' })

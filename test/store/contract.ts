@@ -8,6 +8,7 @@ import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
+import { MAX_USAGE_COUNT } from '../../src/billing/usage-bound.js'
 import { StoreConflictError, type Charge, type NewApiKey, type Store, type StoreChange } from '../../src/store/store.js'
 
 export type Test = Parameters<Parameters<typeof t.test>[0]>[0]
@@ -429,6 +430,24 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     t.strictSame(charges.map((e) => e.amount), [usd('1'), usd('2'), usd('0.25')])
     t.equal((await store.ledger.usage(A, { fromDay: '2025-01-01', toDay: '2025-12-31' }))[0]?.requests, 3)
     t.equal(await store.accounts.countAccounts(), 1, 'the unknown account was not created')
+  })
+
+  t.test('a charge whose counts pass the usage bound (10^9) is refused alone; one at the bound is billed', async (t) => {
+    const store = await open(t)
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    const out = await store.ledger.recordCharges([
+      charge(A, key.id, { promptTokens: MAX_USAGE_COUNT + 1 }),
+      charge(A, key.id, { completionTokens: Number.MAX_SAFE_INTEGER }),
+      charge(A, key.id, { audioMs: 1.5 }),
+      charge(A, key.id, { promptTokens: MAX_USAGE_COUNT, completionTokens: MAX_USAGE_COUNT, cost: usd('1') }),
+    ])
+    t.type(out[0], RangeError)
+    t.type(out[1], RangeError)
+    t.type(out[2], RangeError)
+    t.notOk(out[3] instanceof Error)
+    t.strictSame(await store.ledger.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('1') })
+    t.match(await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' }), [{ requests: 1, promptTokens: MAX_USAGE_COUNT, completionTokens: MAX_USAGE_COUNT }])
   })
 
   t.test('a charge to an unknown account is refused and changes nothing', async (t) => {

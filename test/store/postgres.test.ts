@@ -13,6 +13,7 @@ import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from
 import { migrate, schemaVersion } from '../../src/store/postgres/migrate.js'
 import { MIGRATIONS } from '../../src/store/postgres/migrations.js'
 import { startPostgres } from '../helpers/postgres.js'
+import { MAX_USAGE_COUNT } from '../../src/billing/usage-bound.js'
 import { eventually } from '../helpers/wait.js'
 import { apiKey, charge, storeContract, type Test } from './contract.js'
 
@@ -62,6 +63,24 @@ const answers = (call: () => Promise<unknown>) =>
     30_000,
     50,
   )
+
+t.test('roll-up counts saturate at 2^53 - 1: a row at the bigint limit aborts no batch, nor other accounts in it', async (t) => {
+  const store = await open(t)
+  await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+  await store.ledger.addFunds(B, 'deposit', usd('10'), '', T0)
+  const ka = await store.keys.createApiKey(apiKey(A))
+  const kb = await store.keys.createApiKey(apiKey(B))
+  await store.ledger.recordCharge(charge(A, ka.id, { at: T0 }))
+  await sql(await databaseOf(t), 'UPDATE usage_daily SET prompt_tokens = 9223372036854775807, requests = 9223372036854775807')
+  const out = await store.ledger.recordCharges([
+    charge(A, ka.id, { at: T0, promptTokens: MAX_USAGE_COUNT, completionTokens: MAX_USAGE_COUNT }),
+    charge(B, kb.id, { at: T0 }),
+  ])
+  t.notOk(out.some((o) => o instanceof Error), 'both charges written')
+  const [row] = await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
+  t.match(row, { requests: Number.MAX_SAFE_INTEGER, promptTokens: Number.MAX_SAFE_INTEGER, completionTokens: 20 + MAX_USAGE_COUNT })
+  t.equal((await store.ledger.usage(B, { fromDay: '2025-01-15', toDay: '2025-01-15' }))[0]?.promptTokens, 10)
+})
 
 t.test('a frozen server: calls fail with StoreUnavailableError at their deadline, nothing half-written, all works after', { skip: notControllable }, async (t) => {
   const store = await open(t, { queryTimeoutMs: 500, connectTimeoutMs: 500 })

@@ -15,7 +15,8 @@ import { CHANGES_KEPT, MIGRATIONS } from '../../src/store/sqlite/migrations.js'
 import { openSqliteStore } from '../../src/store/sqlite/sqlite-store.js'
 import { CHANGE_POLL_MS } from '../../src/store/sqlite/changes.js'
 import { Credentials } from '../../src/auth/credentials.js'
-import { storeContract, type Test } from './contract.js'
+import { apiKey, charge, storeContract, type Test } from './contract.js'
+import { MAX_USAGE_COUNT } from '../../src/billing/usage-bound.js'
 
 const A = '0x' + 'a'.repeat(40)
 const T0 = Date.UTC(2025, 0, 15)
@@ -105,6 +106,22 @@ t.test('money is stored as TEXT integers of atto-USD, never REAL', async (t) => 
   const row = db.prepare('SELECT amount, typeof(amount) AS type FROM journal').get() as { amount: string; type: string }
   t.strictSame(row, { amount: amount.toString(), type: 'text' })
   t.equal((db.prepare('SELECT deposited FROM accounts').get() as { deposited: string }).deposited, '12345678123456789012345678')
+})
+
+t.test('roll-up counts saturate at 2^53 - 1, even past a row written at the 64-bit limit behind the store', async (t) => {
+  const { path, closing } = dbIn(t)
+  const store = closing(await openSqliteStore({ path }))
+  await store.ledger.addFunds(A, 'deposit', parseUsd('10')!, '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  await store.ledger.recordCharge(charge(A, key.id, { at: T0 }))
+  t.equal((await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' }))[0]?.promptTokens, 10)
+  const db = closing(new Database(path))
+  db.pragma('busy_timeout = 5000')
+  db.prepare('UPDATE usage_daily SET prompt_tokens = 9223372036854775807, completion_tokens = 9007199254740000').run()
+  await store.ledger.recordCharges([charge(A, key.id, { at: T0, promptTokens: MAX_USAGE_COUNT, completionTokens: MAX_USAGE_COUNT })])
+  const [row] = await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
+  t.match(row, { requests: 2, promptTokens: Number.MAX_SAFE_INTEGER, completionTokens: Number.MAX_SAFE_INTEGER }, 'capped, not overflowed')
+  t.equal((await store.ledger.totals(A)).spent, 2n * charge(A, key.id).cost, 'the money is exact')
 })
 
 t.test('the journal is append-only', async (t) => {

@@ -223,3 +223,19 @@ t.test("an anthropic-only provider's own 4xx reaches the openai client in the ch
     t.equal(e.message, '400 prompt is too long: 210000 tokens > 200000 maximum')
   }
 })
+
+t.test('a json_schema response_format reaches an anthropic-only provider as output_config.format', async (t) => {
+  const stack = await startStack(t, [{ address: N, models: [{ id: MODEL, formats: ['anthropic'], supported_parameters: ['max_tokens', 'response_format'] }] }])
+  const schema = { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city', 'days'], additionalProperties: false }
+  const data = await client(stack).chat.completions.create({
+    model: MODEL,
+    messages: [{ role: 'user', content: 'a forecast' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'forecast', strict: true, schema } },
+  })
+  t.same(stack.sims.get(N)!.stats.lastBody.output_config, { format: { type: 'json_schema', schema } })
+  t.same(JSON.parse(data.choices[0]!.message.content!), { city: 'sample', days: 1 }, "the provider's JSON answer, as chat content")
+  t.equal((data as any).x_svc_trace.notes, undefined, 'nothing left out')
+  const mode = await client(stack).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'json' }], response_format: { type: 'json_object' } })
+  t.equal(stack.sims.get(N)!.stats.lastBody.output_config, undefined, 'json_object has no Anthropic equivalent')
+  t.same((mode as any).x_svc_trace.notes, ['response_format json_object has no Anthropic equivalent and was not sent'], 'and the trace says so')
+})

@@ -254,7 +254,7 @@ t.test('failures on the last attempt and every router error are Anthropic-shaped
     ['no balance', () => client(stack, {}, poor.key).messages.create(HELLO), 402, 'insufficient_balance'],
     ['model not allowed for the key', () => client(stack, {}, limited.key).messages.create(HELLO), 403, 'model_not_allowed'],
     ['bad key', () => client(stack, {}, 'sk-nope').messages.create(HELLO), 401, 'invalid_api_key'],
-    ['a bad block', () => anthropic.messages.create({ ...HELLO, messages: [{ role: 'user', content: [{ type: 'video' } as any] }] }), 400, 'invalid_request'],
+    ['a bad block', () => anthropic.messages.create({ ...HELLO, messages: [{ role: 'user', content: [{ type: 'text', text: 5 } as any] }] }), 400, 'invalid_request'],
     ['too large', () => anthropic.messages.create({ ...HELLO, messages: [{ role: 'user', content: 'x'.repeat(5000) }] }), 413, 'request_too_large'],
   ]
   for (const [name, call, status, code] of cases) {
@@ -301,7 +301,9 @@ t.test('thinking and redacted_thinking in the history: dropped for a translated 
     tool_calls: [{ id: 'toolu_01A', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
   })
   t.notMatch(JSON.stringify(sent), /thinking|signature|EmwK/, 'nothing of the thinking blocks is sent')
-  t.same(sent.reasoning, { max_tokens: 1024 })
+  // The simulated provider does not advertise reasoning: not sent (messages-agent-shapes.test.ts has one that does).
+  t.equal(sent.reasoning_effort, undefined)
+  t.equal(sent.reasoning, undefined)
 })
 
 t.test('catalog supported_formats is what routing does: every listed surface serves the model, none else', async (t) => {
@@ -346,8 +348,8 @@ t.test("what the front end refuses on /v1/messages is Anthropic-shaped too: a wr
   t.equal(twiceBody.type, 'error')
   t.equal(twiceBody.error.code, 'invalid_request')
 
-  // A path under /v1/messages that is no route (the Anthropic SDK's countTokens) is a 404 in the same envelope.
-  const count = await request(stack.url + '/v1/messages/count_tokens', { method: 'POST', headers: { 'x-api-key': stack.key, 'content-type': 'application/json' }, body: '{}' })
+  // A path under /v1/messages that is no route (the Anthropic SDK's batches) is a 404 in the same envelope.
+  const count = await request(stack.url + '/v1/messages/batches', { method: 'POST', headers: { 'x-api-key': stack.key, 'content-type': 'application/json' }, body: '{}' })
   t.equal(count.statusCode, 404)
   const countBody = JSON.parse(await count.body.text())
   t.equal(countBody.type, 'error')

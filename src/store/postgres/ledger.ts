@@ -14,6 +14,7 @@ import type pg from 'pg'
 import { utcDay } from '../days.js'
 import {
   invalidCharge,
+  MAX_STORED_COUNT,
   toJournal,
   toUsageRow,
   type AccountTotals,
@@ -33,6 +34,13 @@ import type { PgConnection } from './connection.js'
 import { LEASE_SQL } from './leases.js'
 
 const JOURNAL_COLUMNS = 'seq, account_id, kind, amount, request_id, key_id, memo, created_at'
+
+/**
+ * A roll-up count added in NUMERIC and saturated at MAX_STORED_COUNT before it is a bigint again: no sum can
+ * overflow the column and abort the batch, with every other account's charges in it (issue 43), even past a
+ * row written near the bigint limit behind the router's back.
+ */
+const cap = (numeric: string): string => `LEAST(${numeric}, ${MAX_STORED_COUNT})::bigint`
 
 /** Every statement of a batch of charges, in the order the transaction runs them. No trigger fires on any. */
 export const CHARGE_SQL = {
@@ -73,16 +81,16 @@ export const CHARGE_SQL = {
     ), daily AS (
       INSERT INTO usage_daily AS u (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
         images, audio_ms, cost)
-      SELECT a.account_id, i.day, a.model, a.key_id, count(*), sum(a.prompt_tokens), sum(a.completion_tokens),
-        sum(a.images), sum(a.audio_ms), sum(a.amount)
+      SELECT a.account_id, i.day, a.model, a.key_id, count(*), ${cap('sum(a.prompt_tokens)')}, ${cap('sum(a.completion_tokens)')},
+        ${cap('sum(a.images)')}, ${cap('sum(a.audio_ms)')}, sum(a.amount)
       FROM appended a JOIN input i ON i.request_id = a.request_id
       GROUP BY a.account_id, i.day, a.model, a.key_id
       ON CONFLICT (account_id, day, model, key_id) DO UPDATE SET
-        requests = u.requests + EXCLUDED.requests,
-        prompt_tokens = u.prompt_tokens + EXCLUDED.prompt_tokens,
-        completion_tokens = u.completion_tokens + EXCLUDED.completion_tokens,
-        images = u.images + EXCLUDED.images,
-        audio_ms = u.audio_ms + EXCLUDED.audio_ms,
+        requests = ${cap('u.requests::numeric + EXCLUDED.requests')},
+        prompt_tokens = ${cap('u.prompt_tokens::numeric + EXCLUDED.prompt_tokens')},
+        completion_tokens = ${cap('u.completion_tokens::numeric + EXCLUDED.completion_tokens')},
+        images = ${cap('u.images::numeric + EXCLUDED.images')},
+        audio_ms = ${cap('u.audio_ms::numeric + EXCLUDED.audio_ms')},
         cost = u.cost + EXCLUDED.cost
     )
     SELECT seq, request_id FROM appended`,

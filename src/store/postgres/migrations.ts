@@ -10,6 +10,7 @@
 
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
+import { SETTLEMENT_MIGRATION } from './settlement.js'
 
 export interface Migration {
   readonly version: number
@@ -205,5 +206,10 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 5,
     name: 'budget leases: the key period function keeps its plan',
     sql: KEY_PERIOD_PLPGSQL_MIGRATION,
+  },
+  {
+    version: 6,
+    name: 'settlement books per chain provider',
+    sql: SETTLEMENT_MIGRATION,
   },
 ]

@@ -16,6 +16,7 @@ import { PgKeys } from './keys.js'
 import { PgLedger } from './ledger.js'
 import { PgLeaseStore } from './leases.js'
 import { PgResponses } from './responses.js'
+import { PgSettlement } from './settlement.js'
 import { migrate } from './migrate.js'
 import { ReplicaRegistry, replicasApplied, type ReplicaSettings } from './replicas.js'
 
@@ -39,6 +40,7 @@ export class PostgresStore implements Store {
   readonly changes: PgChanges
   readonly jobs: PgJobs
   readonly responses: PgResponses
+  readonly settlement: PgSettlement
   /** Present when opened as a replica that serves (OpenPostgresOptions.replica). */
   leases?: PgLeaseStore
   replica?: ReplicaRegistry
@@ -54,6 +56,7 @@ export class PostgresStore implements Store {
     this.changes = new PgChanges(conn)
     this.jobs = new PgJobs(conn)
     this.responses = new PgResponses(conn)
+    this.settlement = new PgSettlement(conn)
     this.changes.settleWith(() => replicasApplied(conn, null, this.changes.ownSeq, CLI_FENCE_MS))
   }
 

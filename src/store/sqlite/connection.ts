@@ -4,7 +4,7 @@
  * synchronous underneath and resolve at once; writes that read before they write take the write lock up front
  * (BEGIN IMMEDIATE), so running totals stay exact even with the operator CLI writing to the same file.
  */
-import { closeSync, fdatasync, mkdirSync, openSync } from 'node:fs'
+import { chmodSync, closeSync, fchmodSync, fdatasync, mkdirSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import type BetterSqlite3 from 'better-sqlite3'
@@ -59,6 +59,7 @@ export class SqliteConnection {
   #upkeeping: Promise<void> | null = null
   #endUpkeep: (() => void) | null = null
   readonly #upkeepEvery: number
+  readonly #upkeptListeners: (() => void)[] = []
   #writes = 0
   /** fdatasync calls made by durable() so far (group sync: fewer than the writes that waited for them). */
   flushes = 0
@@ -80,7 +81,7 @@ export class SqliteConnection {
     this.#path = options.path
     this.#full = options.synchronous !== 'normal'
     this.#upkeepEvery = options.upkeepEvery ?? 500
-    if (!this.memory) mkdirSync(dirname(options.path), { recursive: true })
+    if (!this.memory) ownFiles(options.path)
     this.db = new Database(options.path)
     try {
       this.db.pragma('journal_mode = WAL')
@@ -214,7 +215,13 @@ export class SqliteConnection {
     if (!this.#closed) this.db.pragma('wal_autocheckpoint = 1000')
   }
 
+  /** Calls `listener` each time an upkeep of the thread has ended (the ledger reports what its fold quarantined). */
+  onUpkept(listener: () => void): void {
+    this.#upkeptListeners.push(listener)
+  }
+
   #upkept(): void {
+    for (const listener of this.#upkeptListeners) listener()
     this.#upkeep?.unref()
     const end = this.#endUpkeep
     const endRunning = this.#endUpkeepRunning
@@ -309,6 +316,33 @@ export class SqliteConnection {
     const pending = this.#again ?? this.#syncing
     if (pending === null) closeSync(fd)
     else pending.then(() => closeSync(fd), () => closeSync(fd))
+  }
+}
+
+/**
+ * The database's files readable by this user alone, whatever the umask (issue 43: they hold key hashes, stored
+ * Responses content, the ledger): directories the store creates 0700, and the database file created 0600
+ * before SQLite opens it. SQLite creates its -wal, -shm and -journal files with the database file's own mode
+ * (fchmod, past the umask), so they follow; a database of before this (0644) is brought to 0600 at open, its
+ * companions too. A directory that already existed is left as it is: it may be the operator's.
+ */
+function ownFiles(path: string): void {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 })
+  const fd = openSync(path, 'a', 0o600)
+  try {
+    fchmodSync(fd, 0o600)
+  } catch (err) {
+    // Another user's file this one may open (the operator CLI run as another user): theirs to keep.
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') throw err
+  } finally {
+    closeSync(fd)
+  }
+  for (const suffix of ['-wal', '-shm', '-journal']) {
+    try {
+      chmodSync(path + suffix, 0o600)
+    } catch {
+      // Not there (the usual case): SQLite creates it with the database's mode.
+    }
   }
 }
 

@@ -6,9 +6,11 @@
  */
 import type { Transaction } from 'better-sqlite3'
 import { log } from '../../log.js'
+import { MAX_USAGE_COUNT } from '../../billing/usage-bound.js'
 import { utcDay } from '../days.js'
 import {
   invalidCharge,
+  MAX_STORED_COUNT,
   toJournal,
   toUsageRow,
   type AccountTotals,
@@ -53,11 +55,31 @@ export const FOLD_SQL = {
   dailyRow: 'SELECT * FROM usage_daily WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?',
   insertDailySum: `INSERT INTO usage_daily (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
       images, audio_ms, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  addDailySum: `UPDATE usage_daily SET requests = requests + ?, prompt_tokens = prompt_tokens + ?,
-      completion_tokens = completion_tokens + ?, images = images + ?, audio_ms = audio_ms + ?, cost = ?
+  // Saturating at MAX_STORED_COUNT: the columns hold at most that, so the addition stays within 64 bits (and a
+  // row written past it behind the router's back overflows to REAL, which min() brings back to the cap).
+  addDailySum: `UPDATE usage_daily SET requests = min(requests + ?, ${MAX_STORED_COUNT}),
+      prompt_tokens = min(prompt_tokens + ?, ${MAX_STORED_COUNT}), completion_tokens = min(completion_tokens + ?, ${MAX_STORED_COUNT}),
+      images = min(images + ?, ${MAX_STORED_COUNT}), audio_ms = min(audio_ms + ?, ${MAX_STORED_COUNT}), cost = ?
       WHERE account_id = ? AND day = ? AND model = ? AND key_id = ?`,
   setWatermark: 'UPDATE ledger_fold SET folded_seq = ? WHERE id = 1',
+  quarantine: 'INSERT OR IGNORE INTO ledger_quarantine (seq, part, reason, at) VALUES (?, ?, ?, ?)',
 } as const
+
+/** The latest instant a Date can hold (epoch ms): a charge's created_at past it names no day. */
+const MAX_DATE_MS = 8.64e15
+
+/** A charge the fold stepped over, or added without its counts (migration 6, ledger_quarantine). */
+export interface Quarantined {
+  readonly seq: number
+  readonly part: 'row' | 'counts'
+  readonly reason: string
+}
+
+/** A usage count of a journal row: NULL (a charge of before migration 3 without usage) is 0; -1: not one. */
+function rowCount(n: number | null): number {
+  if (n === null) return 0
+  return Number.isInteger(n) && n >= 0 && n <= MAX_USAGE_COUNT ? n : -1
+}
 
 /**
  * Charges appended since the last fold that make the writer ask for one (on the upkeep thread, with the WAL
@@ -79,13 +101,13 @@ export const READ_FOLD_MAX = 256
 type ChargeRow = [
   seq: number,
   accountId: string,
-  keyId: string,
+  keyId: string | null,
   model: string,
   createdAt: number,
-  promptTokens: number,
-  completionTokens: number,
-  images: number,
-  audioMs: number,
+  promptTokens: number | null,
+  completionTokens: number | null,
+  images: number | null,
+  audioMs: number | null,
   amount: string,
 ]
 
@@ -110,6 +132,8 @@ export interface FoldPlan {
   readonly charges: number
   readonly spent: ReadonlyMap<string, bigint>
   readonly daily: ReadonlyMap<string, DailySum>
+  /** Rows of the range left out of the totals, whole or for their counts. */
+  readonly quarantined: readonly Quarantined[]
 }
 
 function prepareStatements(conn: SqliteConnection) {
@@ -134,6 +158,11 @@ function prepareStatements(conn: SqliteConnection) {
     /** A row when more than READ_FOLD_MAX charges lie past the watermark. */
     longTail: db.prepare<[number], number>(`SELECT seq FROM journal WHERE seq > ? AND kind = 'charge' LIMIT 1 OFFSET ${READ_FOLD_MAX}`).pluck(),
     spent: db.prepare<[string], string>(FOLD_SQL.spent).pluck(),
+    quarantine: db.prepare<[number, string, string, number]>(FOLD_SQL.quarantine),
+    quarantineSince: db.prepare<[number], Quarantined>('SELECT seq, part, reason FROM ledger_quarantine WHERE seq > ? ORDER BY seq LIMIT 100'),
+    quarantineCount: db.prepare<[], { n: number; last: number | null }>('SELECT count(*) AS n, max(seq) AS last FROM ledger_quarantine'),
+    /** A row when a charge lies past the watermark. */
+    unfoldedAny: db.prepare<[number], number>(`SELECT seq FROM journal WHERE seq > ? AND kind = 'charge' LIMIT 1`).pluck(),
     setSpent: db.prepare<[string, string]>(FOLD_SQL.setSpent),
     dailyRow: db.prepare<[string, string, string, string], UsageDailyRow>(FOLD_SQL.dailyRow),
     insertDailySum: db.prepare(FOLD_SQL.insertDailySum),
@@ -160,9 +189,26 @@ export class SqliteLedger implements LedgerStore {
   /** The charge transaction, built once (better-sqlite3 wraps a function in four variants per transaction()). */
   readonly #appendCharges: Transaction<(charges: readonly Charge[], out: (JournalEntry | Error)[]) => number>
 
-  constructor(conn: SqliteConnection) {
+  /** Rows in ledger_quarantine, and the highest seq among them this handle has reported (logged). */
+  #quarantined = 0
+  #reportedSeq = 0
+  readonly #report: boolean
+
+  /**
+   * `report`: this handle logs the rows the fold quarantines (its own folds' and the upkeep thread's) and counts
+   * them for /metrics; the upkeep thread's own handle does not (it has no logger of the process's settings).
+   */
+  constructor(conn: SqliteConnection, report = true) {
     this.#conn = conn
     this.#q = prepareStatements(conn)
+    this.#report = report
+    if (report) {
+      const { n, last } = this.#q.quarantineCount.get()!
+      this.#quarantined = n
+      this.#reportedSeq = last ?? 0
+      if (n > 0) log.warn('ledger: journal rows are quarantined (left out of the totals, whole or for their counts); see the table ledger_quarantine', { rows: n })
+      conn.onUpkept(() => this.#reportQuarantine())
+    }
     this.#foldBatch = conn.db.transaction((): number => this.#foldRows(FOLD_EVERY * 4))
     this.#applyPlan = conn.db.transaction((plan: FoldPlan): boolean => {
       if (this.#q.watermark.get() !== plan.from) return false
@@ -275,11 +321,55 @@ export class SqliteLedger implements LedgerStore {
     this.#unfolded = 0
     let folded = 0
     let step: number
-    do {
-      step = this.#foldBatch.immediate()
-      folded += step
-    } while (step === FOLD_EVERY * 4)
+    try {
+      do {
+        step = this.#foldBatch.immediate()
+        folded += step
+      } while (step === FOLD_EVERY * 4)
+    } finally {
+      if (folded > 0) this.#reportQuarantine()
+    }
     return folded
+  }
+
+  /** Logs each row quarantined since the last report, once, and counts them (after a fold, here or upkept). */
+  #reportQuarantine(): void {
+    if (!this.#report || this.#conn.closed) return
+    let rows: Quarantined[]
+    try {
+      rows = this.#q.quarantineSince.all(this.#reportedSeq)
+    } catch {
+      return
+    }
+    for (const q of rows) {
+      log.error('ledger: a journal row cannot be folded into the totals as it stands; quarantined (kept, listed in ledger_quarantine)', {
+        seq: q.seq,
+        part: q.part,
+        reason: q.reason,
+      })
+      this.#quarantined++
+      this.#reportedSeq = q.seq
+    }
+    if (rows.length === 100) this.#reportQuarantine()
+  }
+
+  quarantinedRows(): number {
+    return this.#quarantined
+  }
+
+  /**
+   * Null when nothing waits past the watermark or a fold of it succeeds now (as a read would fold it); else why
+   * it fails. A row that cannot be folded does not make it fail (it is quarantined): this is the whole fold
+   * failing, e.g. on a full disk or a schema changed behind the router's back.
+   */
+  async foldStuck(): Promise<string | null> {
+    try {
+      if (this.#q.unfoldedAny.get(this.#q.watermark.get()!) === undefined) return null
+      await this.#foldForRead()
+      return null
+    } catch (err) {
+      return (err as Error)?.message ?? String(err)
+    }
   }
 
   /**
@@ -324,18 +414,40 @@ export class SqliteLedger implements LedgerStore {
     if (rows.length === 0) return null
     const spent = new Map<string, bigint>()
     const daily = new Map<string, DailySum>()
+    const quarantined: Quarantined[] = []
     // Runs of charges mostly share one (account, day, model, key): such a row adds to the last sum without a
     // key string and a map lookup.
     let sum: DailySum | null = null
-    for (const [, accountId, keyId, model, createdAt, prompt, completion, images, audioMs, amount] of rows) {
+    for (const row of rows) {
+      const [seq, accountId, keyId, model, createdAt, promptRaw, completionRaw, imagesRaw, audioRaw, amount] = row
+      // A row no sum can take is stepped over whole, listed; the rest of the journal goes on (issue 43).
+      const unfit = this.#unfit(row, spent)
+      if (unfit !== null) {
+        quarantined.push({ seq, part: 'row', reason: unfit })
+        continue
+      }
       const cost = BigInt(amount)
-      spent.set(accountId, (spent.get(accountId) ?? 0n) + cost)
+      spent.set(accountId, spent.get(accountId)! + cost)
+      let prompt = rowCount(promptRaw)
+      let completion = rowCount(completionRaw)
+      let images = rowCount(imagesRaw)
+      let audioMs = rowCount(audioRaw)
+      if (prompt < 0 || completion < 0 || images < 0 || audioMs < 0) {
+        // Billed, so its amount counts; its usage is no count a provider may report (billing/usage-bound.ts).
+        quarantined.push({
+          seq,
+          part: 'counts',
+          reason: `usage counts out of range (prompt_tokens ${promptRaw}, completion_tokens ${completionRaw}, images ${imagesRaw}, audio_ms ${audioRaw})`,
+        })
+        prompt = completion = images = audioMs = 0
+      }
       const day = utcDay(createdAt)
-      if (sum === null || sum.accountId !== accountId || sum.day !== day || sum.model !== model || sum.keyId !== keyId) {
-        const dk: string = `${accountId}\u0000${day}\u0000${model}\u0000${keyId}`
+      const key = keyId!
+      if (sum === null || sum.accountId !== accountId || sum.day !== day || sum.model !== model || sum.keyId !== key) {
+        const dk: string = `${accountId}\u0000${day}\u0000${model}\u0000${key}`
         sum = daily.get(dk) ?? null
         if (sum === null) {
-          sum = { accountId, day, model, keyId, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
+          sum = { accountId, day, model, keyId: key, requests: 0, prompt: 0, completion: 0, images: 0, audioMs: 0, cost: 0n }
           daily.set(dk, sum)
         }
       }
@@ -346,7 +458,23 @@ export class SqliteLedger implements LedgerStore {
       sum.audioMs += audioMs
       sum.cost += cost
     }
-    return { from, to: rows[rows.length - 1]![0], charges: rows.length, spent, daily }
+    return { from, to: rows[rows.length - 1]![0], charges: rows.length, spent, daily, quarantined }
+  }
+
+  /**
+   * Why a journal charge cannot be added into the totals at all, or null; notes its account in `spent` (at 0n)
+   * once it is known to exist. Checks what the schema does not (a row written with foreign keys off, or by hand).
+   */
+  #unfit(row: ChargeRow, spent: Map<string, bigint>): string | null {
+    const [, accountId, keyId, model, createdAt] = row
+    if (typeof keyId !== 'string') return 'no key_id'
+    if (typeof model !== 'string') return 'no model'
+    if (!Number.isSafeInteger(createdAt) || createdAt < 0 || createdAt > MAX_DATE_MS) return `created_at ${createdAt} is no instant`
+    if (!spent.has(accountId)) {
+      if (this.#q.spent.get(accountId) === undefined) return `account ${accountId} does not exist`
+      spent.set(accountId, 0n)
+    }
+    return null
   }
 
   /**
@@ -360,9 +488,12 @@ export class SqliteLedger implements LedgerStore {
   }
 
   #applyFold(plan: FoldPlan): void {
+    const at = this.#conn.now()
+    for (const q of plan.quarantined) this.#q.quarantine.run(q.seq, q.part, q.reason, at)
     for (const d of plan.daily.values()) {
       const row = this.#q.dailyRow.get(d.accountId, d.day, d.model, d.keyId)
       if (row === undefined) {
+        // A plan's sums stay far below MAX_STORED_COUNT: at most FOLD_EVERY * 4 rows of at most MAX_USAGE_COUNT.
         this.#q.insertDailySum.run(d.accountId, d.day, d.model, d.keyId, d.requests, d.prompt, d.completion, d.images, d.audioMs, d.cost.toString())
       } else {
         const cost = (BigInt(row.cost) + d.cost).toString()

@@ -25,7 +25,8 @@ import { FOLD_EVERY, SqliteLedger, type FoldPlan } from './ledger.js'
 
 const { path } = workerData as { path: string }
 const conn = new SqliteConnection({ path, synchronous: 'normal', upkeep: false })
-const ledger = new SqliteLedger(conn)
+// Not reporting: the serving connection logs and counts what this thread's folds quarantine (on 'done').
+const ledger = new SqliteLedger(conn, false)
 /**
  * A write that changes nothing, to start the WAL over when the fold has nothing to write. SQLite skips a row
  * whose bytes stay the same, so it is a change and its undo in one transaction: the page is dirtied, the

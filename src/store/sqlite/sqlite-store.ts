@@ -10,6 +10,7 @@ import { SqliteJobs } from './jobs.js'
 import { SqliteKeys } from './keys.js'
 import { SqliteLedger } from './ledger.js'
 import { SqliteResponses } from './responses.js'
+import { SqliteSettlement } from './settlement.js'
 
 export type { SqliteStoreOptions }
 
@@ -20,6 +21,7 @@ export class SqliteStore implements Store {
   readonly changes: SqliteChanges
   readonly jobs: SqliteJobs
   readonly responses: SqliteResponses
+  readonly settlement: SqliteSettlement
   readonly #conn: SqliteConnection
   #closing: Promise<void> | null = null
 
@@ -32,6 +34,7 @@ export class SqliteStore implements Store {
       this.changes = new SqliteChanges(this.#conn, options.changePollMs, options.besideServer === true)
       this.jobs = new SqliteJobs(this.#conn)
       this.responses = new SqliteResponses(this.#conn)
+      this.settlement = new SqliteSettlement(this.#conn)
     } catch (err) {
       this.#conn.close()
       throw err

@@ -1,0 +1,55 @@
+/** The settlement books on SQLite (store/settlement.ts): TEXT integers, added up with BigInt in one transaction. */
+import type { SettlementRow, SettlementStore } from '../settlement.js'
+import type { SqliteConnection } from './connection.js'
+
+interface Row {
+  provider: string
+  served: string
+  settled: string
+  last_balance: string | null
+  flagged: number
+}
+
+export class SqliteSettlement implements SettlementStore {
+  readonly #conn: SqliteConnection
+
+  constructor(conn: SqliteConnection) {
+    this.#conn = conn
+  }
+
+  #get(provider: string): Row | undefined {
+    return this.#conn.db.prepare<[string], Row>('SELECT * FROM provider_settlement WHERE provider = ?').get(provider)
+  }
+
+  async rows(): Promise<SettlementRow[]> {
+    return this.#conn.db
+      .prepare<[], Row>('SELECT * FROM provider_settlement ORDER BY provider')
+      .all()
+      .map((r) => ({ provider: r.provider, served: BigInt(r.served), settled: BigInt(r.settled), lastBalance: r.last_balance === null ? null : BigInt(r.last_balance), flagged: r.flagged === 1 }))
+  }
+
+  async addServed(provider: string, neuron: bigint): Promise<void> {
+    await this.#conn.writable()
+    this.#conn.db.transaction(() => {
+      const served = BigInt(this.#get(provider)?.served ?? '0') + neuron
+      this.#conn.db
+        .prepare<[string, string]>(`INSERT INTO provider_settlement (provider, served) VALUES (?, ?) ON CONFLICT (provider) DO UPDATE SET served = excluded.served`)
+        .run(provider, served.toString())
+    })()
+  }
+
+  async record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void> {
+    await this.#conn.writable()
+    this.#conn.db
+      .prepare<[string, string, string | null, number]>(
+        `INSERT INTO provider_settlement (provider, settled, last_balance, flagged) VALUES (?, ?, ?, ?)
+         ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, flagged = excluded.flagged`,
+      )
+      .run(provider, settled.toString(), lastBalance === null ? null : lastBalance.toString(), flagged ? 1 : 0)
+  }
+
+  async clearFlag(provider: string): Promise<boolean> {
+    await this.#conn.writable()
+    return this.#conn.db.prepare<[string]>('UPDATE provider_settlement SET flagged = 0, settled = served WHERE provider = ?').run(provider).changes > 0
+  }
+}
