@@ -148,7 +148,11 @@ buildah config \
   --label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
   --label org.opencontainers.image.licenses=Apache-2.0 \
   "$ctr"
+previous=$(buildah images --quiet --no-trunc "$tag" 2>/dev/null | head -n 1 || true)
 buildah commit --quiet --rm "$ctr" "$tag" >/dev/null
+# The image this tag named before, now untagged: removed, so rebuilds do not pile up in buildah's storage.
+current=$(buildah images --quiet --no-trunc "$tag" | head -n 1)
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then buildah rmi "$previous" >/dev/null 2>&1 || true; fi
 trap - EXIT
 
 mkdir -p "$(dirname "$archive")"
