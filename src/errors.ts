@@ -66,6 +66,8 @@ const TABLE = {
   no_available_provider: [503, 'service_unavailable'],
   /** A replica cannot reach the shared store (PostgreSQL) it needs to admit or bill this request. */
   store_unavailable: [503, 'service_unavailable'],
+  /** A streamed upload past its memory bound could not be written to its spool file (disk full, unwritable). */
+  upload_spool_failed: [503, 'service_unavailable'],
   provider_timeout: [504, 'provider_error'],
 } as const satisfies Record<string, readonly [number, ErrorType]>
 

@@ -25,6 +25,8 @@ import type { RoutingTable } from './routing/table.js'
 import type { Store } from './store/store.js'
 import type { InFlight } from './upstream/drain.js'
 import type { UpstreamPools } from './upstream/pools.js'
+import { UploadSpool } from './upstream/upload-spool.js'
+import { tmpdir } from 'node:os'
 
 /** How long requests ended at the drain's deadline get to bill and send their error events. */
 const CUT_GRACE_MS = 5000
@@ -60,6 +62,15 @@ export async function serve(config: Config): Promise<RunningRouter> {
   return serveWith(config)
 }
 
+/** Where streamed uploads wait past their memory bound (server.upload_*; upstream/upload-spool.ts). */
+function uploadSpoolOf(server: Config['server']): UploadSpool {
+  return new UploadSpool({
+    dir: server.upload_spool_dir !== '' ? server.upload_spool_dir : tmpdir(),
+    memoryBytes: server.upload_memory_bytes,
+    memoryTotalBytes: server.upload_memory_total_bytes,
+  })
+}
+
 /** The router's parts in dependency order; a start that fails stops what it built, the last part first. */
 async function serveWith(config: Config): Promise<RunningRouter> {
   const life = new Lifecycle()
@@ -71,7 +82,7 @@ async function serveWith(config: Config): Promise<RunningRouter> {
     const simulators = await life.add(simulatorsPart(snapshot))
     const pools = await life.add(poolsPart(config))
     const recovery = await life.add(recoveryPart())
-    const tee = await life.add(teePart(config.tee, { pools, standing: registry.standing, recovery }))
+    const tee = await life.add(teePart(config.tee, { pools, standing: registry.standing, recovery, snapshot }))
     const health = await life.add(healthPart(config))
     const table = await life.add(tablePart(config.routing, { snapshot: settlement?.filter(snapshot) ?? snapshot, health }))
     const limiter = await life.add(COORDINATION[coordinationOf(config)](config, { store, book: health.book }))
@@ -80,8 +91,9 @@ async function serveWith(config: Config): Promise<RunningRouter> {
     const jobs = await life.add(jobsPart(config, { store, table, engine, ledger, auth, limiter }))
     await life.add(followBooksPart({ store, credentials, ledger }))
     await life.add(followRegistryPart({ registry, simulators, table, pools }))
-    const { metrics } = await life.add(telemetryPart(config, { table, writer, store, settlement }))
-    const api = await life.add(apiPart(config, { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery, unrouted: settlement }))
+    const uploads = uploadSpoolOf(config.server)
+    const { metrics } = await life.add(telemetryPart(config, { table, writer, store, settlement, uploads }))
+    const api = await life.add(apiPart(config, { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery, unrouted: settlement, uploads }))
     await life.add(probesPart(config.health, { table, engine }))
     const listeners = await life.add(listenPart(config, { api, jobs, table, store, metrics, registry }))
     const { inFlight, sessions } = api

@@ -39,8 +39,10 @@ export function recoveryPart(): Part<SignerRecovery> {
   return part(recovery, () => recovery.close())
 }
 
-export function teePart(tee: Config['tee'], parts: { pools: UpstreamPools; standing: TeeStanding; recovery: SignerRecovery }): Part<TeeVerifier> {
+export function teePart(tee: Config['tee'], parts: { pools: UpstreamPools; standing: TeeStanding; recovery: SignerRecovery; snapshot: RegistrySnapshot }): Part<TeeVerifier> {
   const verifier = new TeeVerifier(parts.pools, parts.standing, { verifyTimeoutMs: tee.verify_timeout_ms, sampleRate: tee.sample_rate }, parts.recovery)
+  // With TEE providers from the start, their recovery worker starts now rather than under the first check.
+  if (parts.snapshot.providers.some((p) => p.tee_signer !== '')) void verifier.ready()
   return part(verifier, () => verifier.close())
 }
 

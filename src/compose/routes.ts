@@ -34,6 +34,7 @@ import { createResponsesSurface, createStoredResponsesRoutes } from '../surfaces
 import { transcriptions } from '../surfaces/transcriptions.js'
 import { InFlight } from '../upstream/drain.js'
 import type { EngineContext } from '../upstream/failover.js'
+import type { UploadSpool } from '../upstream/upload-spool.js'
 import { part, type Part } from './part.js'
 
 export interface ApiParts {
@@ -49,6 +50,8 @@ export interface ApiParts {
   readonly recovery: SignerRecovery
   /** Providers left out of routing and why (the payer's unpaid ones), listed by /v1/providers. */
   readonly unrouted: UnroutedProviders | null
+  /** Where streamed uploads wait past their memory bound. */
+  readonly uploads: UploadSpool
 }
 
 export interface Api {
@@ -62,12 +65,13 @@ export interface Api {
 }
 
 export function apiPart(config: Pick<Config, 'server' | 'upstream' | 'responses' | 'limits'>, parts: ApiParts): Part<Api> {
-  const { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery } = parts
+  const { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery, uploads } = parts
   const deps: AdmissionDeps = { table, engine, ledger, limiter, authenticate: auth.inference, maxJsonBodyBytes: config.server.max_json_body_bytes }
   const multipartDeps: MultipartDeps = {
     ...deps,
     maxMultipartBodyBytes: config.server.max_multipart_body_bytes,
     replayBufferBytes: config.upstream.replay_buffer_bytes,
+    uploadSpool: uploads,
   }
   const asyncGenerations = jobs.kind(generationJobs)
   const asyncEdits = jobs.kind(editJobs)

@@ -22,8 +22,8 @@ import { startAccessLog, startPromptLog } from '../telemetry/access-log.js'
 import { startMetrics, type Metrics } from '../telemetry/metrics.js'
 import { publicOnlyGuard, type ConnectGuard } from '../upstream/connect-guard.js'
 import { part, type Part } from './part.js'
-import type { RoutedRegistry } from './registry.js'
 import type { Settlement } from '../settlement/settlement.js'
+import type { UploadSpool } from '../upstream/upload-spool.js'
 
 /**
  * Registry sources by `registry.source` (DESIGN.md §7). The chain source is loaded only when configured: viem
@@ -91,7 +91,13 @@ export const booksOf = (store: Store): keyof typeof BOOKS => (store.leases === u
  * (chain providers are sent requests unpaid), or the payer, which gates the registry (only paid providers are
  * routed). Loaded only with a key: viem and the settlement rounds cost nothing otherwise.
  */
-export const SETTLEMENT: Readonly<Record<'none' | 'payer', (config: Config, parts: { store: Store; registry: RoutedRegistry }) => Promise<Part<Settlement | null>>>> = {
+/** What settlement needs of the registry part (compose/registry.ts): to filter its snapshots, and to publish again. */
+interface GatedRegistry {
+  gate(gate: Settlement): void
+  republish(why: string): void
+}
+
+export const SETTLEMENT: Readonly<Record<'none' | 'payer', (config: Config, parts: { store: Store; registry: GatedRegistry }) => Promise<Part<Settlement | null>>>> = {
   none: async (config) => {
     if (config.registry.source === 'chain') log.warn('settlement: no payer key (settlement.key_file or key_env): chain providers are sent requests unpaid')
     return part(null)
@@ -114,6 +120,8 @@ export interface TelemetrySources {
   readonly store: Store
   /** The payer of chain providers, when there is one. */
   readonly settlement?: Settlement | null
+  /** What streamed uploads hold (the /metrics gauges). */
+  readonly uploads: UploadSpool
 }
 
 interface Subscriber {
@@ -126,10 +134,11 @@ interface Subscriber {
 export const TELEMETRY = {
   metrics: {
     wanted: (c) => c.ops.metrics,
-    start: (_c, { table, writer, store, settlement }): Metrics =>
+    start: (_c, { table, writer, store, settlement, uploads }): Metrics =>
       startMetrics(table, {
         chargesQueued: () => writer.queued,
         ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0,
+        uploads,
         ...(settlement != null && { settlement: () => settlement.states() }),
       }),
   },

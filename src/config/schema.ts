@@ -26,6 +26,15 @@ const ServerSchema = z.strictObject({
   max_head_bytes: z.int().min(1024).max(65536).default(4096),
   /** Largest multipart upload (image edits, transcriptions); larger → 413, and an attempt under way is cancelled. */
   max_multipart_body_bytes: byteSize(100 * 1024 * 1024),
+  /**
+   * Bytes of one streamed upload kept in memory; the rest waits in a temporary file (upload_spool_dir) until
+   * the provider takes it, and stays there so a failover can resend the whole upload.
+   */
+  upload_memory_bytes: byteSize(4 * 1024 * 1024),
+  /** Bytes all streamed uploads keep in memory together; past it the next bytes of any go to their files. */
+  upload_memory_total_bytes: byteSize(64 * 1024 * 1024),
+  /** Directory of the uploads' temporary files (created 0600, unlinked at once); '' = the OS's temp directory. */
+  upload_spool_dir: z.string().default(''),
   /** How long a client may take to drain a streamed response's buffered output before it is closed. */
   send_timeout_ms: timeoutMs(60_000),
   /** On SIGTERM/SIGINT: how long requests in flight may take to finish before they are ended. */
@@ -226,7 +235,10 @@ const UpstreamSchema = z.strictObject({
   queue_timeout_ms: timeoutMs(30_000),
   connections_per_provider: z.int().positive().default(128),
   keep_alive_timeout_ms: timeoutMs(60_000),
-  /** Bytes of a multipart upload kept so a failover can resend it; past them, fallback is off for that request. */
+  /**
+   * How far into a multipart upload the router reads, with no attempt taking it yet, to find the fields it routes
+   * by (`model`, an edit's `n`); the upload itself is kept for a failover whole (server.upload_memory_bytes).
+   */
   replay_buffer_bytes: byteSize(25 * 1024 * 1024),
 })
 

@@ -81,7 +81,7 @@ export async function chainCommand(argv: string[], io: OperatorIo): Promise<numb
             .catch(() => null)
           io.out(`payer ${chain.payer}\nledger ${chain.ledger} (${chain.serviceName}): ${ledger === null ? 'none (svc-router chain deposit)' : `available ${format0g(ledger.availableBalance)} 0G, total ${format0g(ledger.totalBalance)} 0G`}\n`)
           const providers =
-            ledger === null ? [] : await chain.client.readContract({ address: chain.ledger, abi: LEDGER_PROVIDERS_ABI, functionName: 'getLedgerProviders', args: [chain.payer, chain.serviceName] })
+            ledger === null ? [] : await chain.client.readContract({ address: chain.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'getLedgerProviders', args: [chain.payer, chain.serviceName] })
           const rows: string[][] = []
           for (const p of providers) {
             const a = await chain.client.readContract({ address: chain.serving, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [chain.payer, p] })
@@ -106,7 +106,7 @@ export async function chainCommand(argv: string[], io: OperatorIo): Promise<numb
         }
         case 'retrieve': {
           const providers = values.all === true
-            ? await chain.client.readContract({ address: chain.ledger, abi: LEDGER_PROVIDERS_ABI, functionName: 'getLedgerProviders', args: [chain.payer, chain.serviceName] })
+            ? await chain.client.readContract({ address: chain.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'getLedgerProviders', args: [chain.payer, chain.serviceName] })
             : [address(args[0])]
           for (let i = 0; i < providers.length; i += 20) {
             await chain.sender.send({ address: chain.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'retrieveFund', args: [providers.slice(i, i + 20), chain.serviceName] })
@@ -126,16 +126,3 @@ export async function chainCommand(argv: string[], io: OperatorIo): Promise<numb
     await store.close()
   }
 }
-
-const LEDGER_PROVIDERS_ABI = [
-  {
-    type: 'function',
-    name: 'getLedgerProviders',
-    stateMutability: 'view',
-    inputs: [
-      { name: 'user', type: 'address' },
-      { name: 'serviceName', type: 'string' },
-    ],
-    outputs: [{ name: '', type: 'address[]' }],
-  },
-] as const

@@ -20,13 +20,22 @@ import { publishRefused } from '../telemetry/events.js'
 import type { MultipartSurface, SurfaceRequest, Upload } from '../surfaces/surface.js'
 import { ReplayableBody, type BodySource, type RequestBody } from '../upstream/request-body.js'
 import { uploadChunks } from '../upstream/chunk-pool.js'
+import type { UploadSpool } from '../upstream/upload-spool.js'
+import { log } from '../log.js'
 import { admitHead, admitRequest, answerNow, crashed, type AdmissionDeps, type Admitted, type Launcher } from './admission.js'
 import { decimalDigits } from '../vocabulary/http.js'
 
 export interface MultipartDeps extends AdmissionDeps {
   readonly maxMultipartBodyBytes: number
-  /** upstream.replay_buffer_bytes: what a failover can resend; also how far the scan looks for `model`. */
+  /** upstream.replay_buffer_bytes: how far the scan looks for `model`, and what is read before an attempt reads. */
   readonly replayBufferBytes: number
+  /** Where a streamed upload waits past its memory bound, and what a failover resends (server.upload_*). */
+  readonly uploadSpool: UploadSpool
+}
+
+function spoolFailed(err: NodeJS.ErrnoException): RouterError {
+  const why = err.code === 'ENOSPC' ? 'the disk is full' : err.code === 'EMFILE' || err.code === 'ENFILE' ? 'no file descriptor is left' : (err.code ?? 'an I/O error')
+  return new RouterError('upload_spool_failed', `the upload could not be buffered to disk (${why}); try again shortly`)
 }
 
 function missingPart(label: string): RouterError {
@@ -177,7 +186,17 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage, 
     let launcher: Launcher<R, U>
     let replayable = null as ReplayableBody | null
     if (spooled === undefined) {
-      const streamed = new ReplayableBody(intake, deps.replayBufferBytes)
+      const streamed = new ReplayableBody(intake, {
+        holdLimit: deps.replayBufferBytes,
+        spool: deps.uploadSpool,
+        pool: uploadChunks,
+        // The upload cannot be kept (disk full, the directory unwritable, no descriptor left): this request
+        // ends with a 503, its hold given back; nothing else is touched.
+        failed: (err) => {
+          log.error('upload spool failed', { request_id: head.requestId, err: String(err) })
+          refuse(spoolFailed(err), headersNow())
+        },
+      })
       replayable = streamed
       body = streamed
       // Once the request is over, what the upload still holds goes back to the pool.

@@ -114,6 +114,7 @@ export class UwsReply implements Reply {
   bodySource(pool?: ChunkPool): BodySource {
     const res = this.#res
     const live = (): boolean => !this.#aborted && !this.#done
+    let whole = false
     return {
       onChunk: (handler) => {
         // uWS reuses `chunk` once this callback returns: each one is copied (small reads gathered first), into
@@ -130,16 +131,25 @@ export class UwsReply implements Reply {
           }
         }
         res.onData((chunk, isLast) => {
-          if (!this.#aborted) gather.push(new Uint8Array(chunk), isLast, emit)
+          if (isLast) whole = true
+          if (this.#aborted) return
+          gather.push(new Uint8Array(chunk), isLast, emit)
+          // Read past pause() (README "Known issues"): uWS re-armed its 10 s idle timeout for the bytes it
+          // counted, on a socket that stays paused while the provider catches up; pausing again turns it off,
+          // or the connection would be closed under an upload that is merely waiting.
+          if (this.#bodyPaused && !whole && live()) res.pause()
         })
       },
+      // Once the body is whole, flow control is over: uWS's resume() would arm its 10 s idle timeout again
+      // (pause() and the last chunk turn it off), and an answer that takes longer would have the connection
+      // closed under it. A body paused when its last chunk came (read past pause) stays so until the answer.
       pause: () => {
-        if (!live()) return
+        if (!live() || whole) return
         this.#bodyPaused = true
         res.pause()
       },
       resume: () => {
-        if (!live()) return
+        if (!live() || whole) return
         this.#bodyPaused = false
         res.resume()
       },

@@ -16,6 +16,16 @@ export const LEDGER_MANAGER_ABI = [
   { type: 'function', name: 'getLedger', stateMutability: 'view', inputs: [{ name: 'user', type: 'address' }], outputs: [{ name: '', type: 'tuple', components: LEDGER_COMPONENTS }] },
   { type: 'function', name: 'addLedger', stateMutability: 'payable', inputs: [{ name: 'additionalInfo', type: 'string' }], outputs: [{ name: '', type: 'uint256' }, { name: '', type: 'uint256' }] },
   { type: 'function', name: 'depositFund', stateMutability: 'payable', inputs: [], outputs: [] },
+  {
+    type: 'function',
+    name: 'getLedgerProviders',
+    stateMutability: 'view',
+    inputs: [
+      { name: 'user', type: 'address' },
+      { name: 'serviceName', type: 'string' },
+    ],
+    outputs: [{ name: '', type: 'address[]' }],
+  },
   { type: 'function', name: 'refund', stateMutability: 'nonpayable', inputs: [{ name: 'amount', type: 'uint256' }], outputs: [] },
   {
     type: 'function',

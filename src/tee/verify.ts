@@ -117,6 +117,16 @@ export class TeeVerifier {
     return outcome
   }
 
+  /**
+   * Resolves once the recovery worker is up (started now if it was not). Its start (a thread, and viem's
+   * modules loaded in it: seconds on a busy machine, more under Node 24's module loading than under 20's) is the
+   * router's, not the provider's: `tee.verify_timeout_ms` bounds a check from when the worker can run it, so the
+   * first verified request after a start is judged as every other.
+   */
+  ready(): Promise<void> {
+    return this.#recovery.ready()
+  }
+
   #recover(input: RecoverInput): Promise<string> {
     return this.#recovery.recover(input)
   }

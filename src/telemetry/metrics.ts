@@ -30,6 +30,8 @@ export interface Metrics {
 export interface MetricsSources {
   /** Charges waiting for, or inside, a group commit (ChargeWriter.queued). */
   readonly chargesQueued: () => number
+  /** What streamed uploads hold now (upstream/upload-spool.ts). */
+  readonly uploads?: { readonly memory: number; readonly disk: number; readonly files: number }
   /** Journal rows quarantined by the ledger fold (LedgerStore.quarantinedRows). */
   readonly ledgerQuarantined?: () => number
   /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
@@ -192,6 +194,27 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       this.set(sources.chargesQueued())
     },
   })
+  const uploads = sources.uploads
+  if (uploads !== undefined) {
+    new Gauge({
+      name: 'svc_upload_buffered_bytes',
+      help: 'Bytes of streamed uploads the router holds, by where: memory (in-memory parts and chunks waiting to be written) or disk (spool files).',
+      labelNames: ['where'] as const,
+      registers: [registry],
+      collect() {
+        this.set({ where: 'memory' }, uploads.memory)
+        this.set({ where: 'disk' }, uploads.disk)
+      },
+    })
+    new Gauge({
+      name: 'svc_upload_spool_files',
+      help: 'Temporary files of streamed uploads open now (server.upload_spool_dir).',
+      registers: [registry],
+      collect() {
+        this.set(uploads.files)
+      },
+    })
+  }
   new Gauge({
     name: 'svc_ledger_quarantined_rows',
     help: 'Journal rows the ledger fold left out of the totals, whole or for their usage counts (SQLite; see ledger_quarantine).',

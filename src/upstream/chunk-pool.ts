@@ -70,10 +70,16 @@ export class ChunkPool {
       this.unpooled++
       return Buffer.from(bytes)
     }
+    const chunk = this.alloc(n)
+    chunk.set(bytes)
+    return chunk
+  }
+
+  /** `n` bytes (1 to SLAB_BYTES) of uninitialised pooled memory that the caller holds once (a read fills them). */
+  alloc(n: number): Buffer {
     let slab = this.#current
     if (slab === null || slab.used + n > SLAB_BYTES) slab = this.#next(slab)
     const chunk: Leased = slab.bytes.subarray(slab.used, slab.used + n)
-    chunk.set(bytes)
     slab.used += n
     slab.live++
     this.live++

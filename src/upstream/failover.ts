@@ -494,7 +494,8 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     const recorder = a.recorder
     if (tee == null || recorder === null) return Promise.resolve({ verified: false, reason: 'unsupported' })
     const check = tee.verify(a.offer.provider.record, this.#req.request.model, this.#chatId(a), recorder)
-    return within(check, tee.timeoutMs, { verified: false, reason: 'timeout' })
+    // The deadline counts from when the recovery worker is up (at once but after a start, tee/verify.ts ready).
+    return tee.ready().then(() => within(check, tee.timeoutMs, { verified: false, reason: 'timeout' }))
   }
 
   broke(a: AttemptHandler, failure: UpstreamFailure): void {

@@ -1,10 +1,10 @@
 /**
  * A request body as the failover loop sends it (DESIGN.md §5): each attempt takes the body anew, and a body that
- * cannot be sent again (a streamed upload past its replay buffer, as undici's `isDisturbed` turns retry off)
- * says so, which turns failover off for the request.
+ * cannot be sent again (the request is over) says so, which turns failover off for the request.
  */
 import type { Readable } from 'node:stream'
-import { hold, release } from './chunk-pool.js'
+import { hold, release, type ChunkPool } from './chunk-pool.js'
+import type { SpoolFile, UploadSpool } from './upload-spool.js'
 
 export interface RequestBody {
   /** The body for the next attempt, or null when it can no longer be sent (failover is then off). */
@@ -39,62 +39,83 @@ export interface BodySource {
 }
 
 /**
- * A streamed body (multipart uploads) that each attempt reads from the start: the bytes seen so far are kept in a
- * replay buffer of at most `limit` bytes, so a failover can send them again, then the attempt continues with the
- * live bytes. Once the upload outgrows the buffer the kept bytes are dropped and the body cannot be sent again:
- * `take()` then answers null for every later attempt, which turns failover off for the request (as undici's
- * `isDisturbed` turns retry off). It never holds more than `limit` bytes plus what the reader has not taken yet:
- * a reader that does not keep up pauses the source, and with no reader attached the source is paused once the
- * buffer is full.
+ * A streamed body (multipart uploads) that each attempt reads from the start, whatever its size: the upload is
+ * kept whole for as long as the request lasts, its first bytes in memory and the rest in a temporary file
+ * (upload-spool.ts), so a failover can send it again up to server.max_multipart_body_bytes. An attempt is handed
+ * the bytes as they arrive when it keeps up, and reads them back from the file when it fell behind (a slow
+ * provider, or a failover starting over).
  *
- * Chunks may be pooled memory (chunk-pool.ts): the replay buffer and each reader hold what they keep, and
- * `release()` (the request is over) gives back whatever is still held.
+ * Flow control is as it was with the whole upload in memory: the source is paused while the reader is more than
+ * READER_HIGH_WATER behind, while the file's writes lag WRITE_HIGH_WATER behind, and, with no attempt reading,
+ * once `holdLimit` bytes came. What a source sends past pause() (uWS cores that read on, README "Known issues")
+ * costs disk, not memory, beyond the in-memory part.
+ *
+ * Chunks may be pooled memory (chunk-pool.ts): the in-memory part, the file's write queue and each reader hold
+ * what they keep, and `release()` (the request is over) gives back whatever is still held.
  */
 export class ReplayableBody implements RequestBody {
   readonly #source: BodySource
-  readonly #limit: number
-  /** Every chunk so far while they fit in `limit`; null once the body outgrew it or was released. */
-  #kept: Buffer[] | null = []
-  #keptBytes = 0
+  readonly #holdLimit: number
+  readonly #spool: UploadSpool
+  readonly #pool: ChunkPool
+  readonly #failed: (err: NodeJS.ErrnoException) => void
+  /** The upload's first bytes, in memory: every chunk up to the first that went to the file. */
+  readonly #memory: Buffer[] = []
+  #memoryBytes = 0
+  /** The rest of the upload's file (opened once half the memory bound is used). */
+  #file: SpoolFile | null = null
+  /** A chunk did not fit in memory: every later chunk goes to the file. */
+  #toDisk = false
+  #received = 0
   #ended = false
-  #taken = 0
   #reader: UploadReader | null = null
   #paused = false
   #released = false
 
-  constructor(source: BodySource, limit: number) {
+  constructor(source: BodySource, options: { holdLimit: number; spool: UploadSpool; pool: ChunkPool; failed: (err: NodeJS.ErrnoException) => void }) {
     this.#source = source
-    this.#limit = limit
+    this.#holdLimit = options.holdLimit
+    this.#spool = options.spool
+    this.#pool = options.pool
+    this.#failed = options.failed
     source.onChunk((chunk, last) => this.#onChunk(chunk, last))
   }
 
-  /** Whether another attempt could still send the whole body. */
-  get replayable(): boolean {
-    return this.#kept !== null
+  /** Bytes of the upload on disk now (written to its file). */
+  get spooled(): number {
+    return this.#file?.written ?? 0
+  }
+
+  /** Bytes of the upload kept in memory for a replay (not counting the file's write queue). */
+  get inMemory(): number {
+    return this.#memoryBytes
   }
 
   take(): UploadReader | null {
-    if (this.#released || (this.#taken > 0 && this.#kept === null)) return null
-    this.#taken++
+    if (this.#released) return null
     this.#reader?.close()
-    const reader = new UploadReader(() => this.#resume())
+    const reader = new UploadReader(this)
     this.#reader = reader
-    for (const chunk of this.#kept ?? []) reader.push(chunk)
-    if (this.#ended) reader.end()
-    this.#resume()
+    this.#flow()
     return reader
   }
 
   /**
-   * The request is over (answered or abandoned): the replay buffer and the reader give back their holds. An
-   * attempt still writing is failed by its reader, and what a socket is writing stays held by the socket.
+   * The request is over (answered or abandoned): the in-memory part and the file are given back, and the
+   * reader closed. An attempt still writing is failed by its reader; what a socket is writing stays held by it.
    */
   release(): void {
     if (this.#released) return
     this.#released = true
     this.#reader?.close()
     this.#reader = null
-    this.#drop()
+    for (const chunk of this.#memory) release(chunk)
+    this.#memory.length = 0
+    this.#spool.memory -= this.#memoryBytes
+    this.#memoryBytes = 0
+    this.#file?.close()
+    this.#file = null
+    this.#resume()
   }
 
   /**
@@ -103,50 +124,102 @@ export class ReplayableBody implements RequestBody {
    */
   drain(): void {
     this.release()
-    this.#resume()
   }
 
   #onChunk(chunk: Buffer, last: boolean): void {
     if (this.#released) return
-    if (this.#kept !== null) {
-      if (this.#keptBytes + chunk.length <= this.#limit) {
-        this.#keep(this.#kept, chunk)
-      } else if (this.#reader !== null) {
-        // Past the replay buffer while an attempt reads: it is the last one that can send this body.
-        this.#drop()
-      } else {
-        // Nobody reads yet and the buffer is full: hold the client until an attempt takes the body.
-        this.#keep(this.#kept, chunk)
-        this.#pause()
-      }
+    const n = chunk.length
+    if (n === 0) {
+      // Nothing to keep (a last call with no bytes).
+    } else if (!this.#toDisk && this.#spool.admits(this.#memoryBytes, n)) {
+      hold(chunk)
+      this.#memory.push(chunk)
+      this.#memoryBytes += n
+      this.#spool.memory += n
+      // Half the memory bound used: the file is opened now, in the background, to be ready when it is needed.
+      if (this.#file === null && 2 * this.#memoryBytes >= this.#spool.settings.memoryBytes) this.#openFile()
+    } else {
+      this.#toDisk = true
+      if (this.#file === null) this.#openFile()
+      if (this.#released) return
+      // Past pause() and past the file's high-water mark: written before the source reads on.
+      const file = this.#file!
+      if (this.#paused && file.queuedBytes >= WRITE_HIGH_WATER) file.writeNow(chunk)
+      else file.append(chunk)
+      if (this.#released) return
     }
+    this.#received += n
     if (last) this.#ended = true
     const reader = this.#reader
-    if (reader === null || reader.closed) {
-      if (this.#kept === null) this.#pause()
-      return
+    if (reader !== null && !reader.closed) reader.more()
+    this.#flow()
+  }
+
+  #openFile(): void {
+    const file = this.#spool.file((err) => this.#fail(err))
+    file.onWritten = () => this.#flow()
+    this.#file = file
+  }
+
+  /** The spool failed (disk full, directory unwritable, no descriptor left): the upload cannot go on. */
+  #fail(err: NodeJS.ErrnoException): void {
+    if (this.#released) return
+    this.release()
+    this.#failed(err)
+  }
+
+  /**
+   * The bytes at `reader`'s position, for its next read: `serve` gets a chunk the reader then holds once, or
+   * null at the end of the upload; `wait` when none came yet. A read back from the file answers later.
+   */
+  read(reader: UploadReader, serve: (chunk: Buffer | null) => void, wait: () => void): void {
+    const at = reader.position
+    if (at < this.#memoryBytes) {
+      const chunk = this.#memory[reader.index++]!
+      hold(chunk)
+      return serve(chunk)
     }
-    if (!reader.push(chunk)) this.#pause()
-    if (last) reader.end()
+    const file = this.#file
+    if (file !== null) {
+      const fileAt = at - this.#memoryBytes
+      const found = file.locate(fileAt)
+      if (typeof found === 'number') {
+        reader.reading = true
+        return file.read(this.#pool, fileAt, Math.min(READ_BYTES, found), (chunk) => {
+          reader.reading = false
+          if (chunk === null || reader.closed) {
+            if (chunk !== null) release(chunk)
+            return reader.fail()
+          }
+          serve(chunk)
+        })
+      }
+      if (found !== null) {
+        hold(found)
+        return serve(found)
+      }
+    }
+    if (this.#ended && at >= this.#received) return serve(null)
+    wait()
   }
 
-  /** A chunk into the replay buffer, held there until it is dropped. */
-  #keep(kept: Buffer[], chunk: Buffer): void {
-    hold(chunk)
-    kept.push(chunk)
-    this.#keptBytes += chunk.length
+  /** Pauses or resumes the source after anything that changes how far behind the reader or the file is. */
+  #flow(): void {
+    if (this.#released || this.#ended) return this.#resume()
+    const reader = this.#reader
+    const lagging =
+      reader === null || reader.closed ? this.#received >= this.#holdLimit : this.#received - reader.position >= READER_HIGH_WATER
+    if (lagging || (this.#file !== null && this.#file.queuedBytes >= WRITE_HIGH_WATER)) this.#pause()
+    else this.#resume()
   }
 
-  /** The replay buffer's chunks given back: the body can no longer be sent again. */
-  #drop(): void {
-    const kept = this.#kept
-    this.#kept = null
-    this.#keptBytes = 0
-    if (kept !== null) for (const chunk of kept) release(chunk)
+  /** The reader moved on. */
+  advanced(): void {
+    this.#flow()
   }
 
   #pause(): void {
-    if (this.#paused || this.#ended) return
+    if (this.#paused) return
     this.#paused = true
     this.#source.pause()
   }
@@ -158,8 +231,12 @@ export class ReplayableBody implements RequestBody {
   }
 }
 
-/** Bytes a reader queues before the source is paused (one of uWS's chunks at most arrives past it). */
+/** Bytes a reader may be behind the upload before the source is paused (one of uWS's chunks at most arrives past it). */
 const READER_HIGH_WATER = 64 * 1024
+/** Bytes waiting to be written to an upload's file before the source is paused. */
+const WRITE_HIGH_WATER = 1024 * 1024
+/** Bytes read back from a spool file at a time. */
+const READ_BYTES = 256 * 1024
 
 /**
  * One attempt's view of a ReplayableBody, as the async iterable undici writes a request body from: undici asks
@@ -167,66 +244,49 @@ const READER_HIGH_WATER = 64 * 1024
  * each chunk from its arrival until then, and the socket holds it while it writes (chunk-pool.ts watchWrites).
  */
 export class UploadReader implements AsyncIterableIterator<Buffer> {
-  readonly #more: () => void
-  readonly #queue: Buffer[] = []
-  #queuedBytes = 0
+  readonly #body: ReplayableBody
+  /** Bytes of the upload handed out so far. */
+  position = 0
+  /** The in-memory chunk at `position`, while it is in the body's in-memory part. */
+  index = 0
+  /** A read back from the file is under way. */
+  reading = false
   /** The chunk last handed out, held until undici asks for the next one or stops. */
   #out: Buffer | null = null
-  #ended = false
   /** Superseded by another attempt's reader, or the request is over: undici's next read fails. */
   closed = false
   #waiting: { resolve: (r: IteratorResult<Buffer>) => void; reject: (err: Error) => void } | null = null
+  readonly #serve = (chunk: Buffer | null): void => this.#served(chunk)
+  readonly #wait = (): void => {}
 
-  constructor(more: () => void) {
-    this.#more = more
+  constructor(body: ReplayableBody) {
+    this.#body = body
   }
 
   [Symbol.asyncIterator](): this {
     return this
   }
 
-  /** A chunk for this reader; false when it has enough queued and the source should pause. */
-  push(chunk: Buffer): boolean {
-    if (this.closed) return true
-    hold(chunk)
-    const waiting = this.#waiting
-    if (waiting !== null) {
-      this.#waiting = null
-      this.#out = chunk
-      waiting.resolve({ value: chunk, done: false })
-      return true
-    }
-    this.#queue.push(chunk)
-    this.#queuedBytes += chunk.length
-    return this.#queuedBytes < READER_HIGH_WATER
-  }
-
-  /** The upload is whole: after the queued chunks, the reader ends. */
-  end(): void {
-    this.#ended = true
-    const waiting = this.#waiting
-    if (waiting !== null && this.#queue.length === 0) {
-      this.#waiting = null
-      waiting.resolve({ value: undefined, done: true })
-    }
-  }
-
   next(): Promise<IteratorResult<Buffer>> {
     // Undici asks again only once the previous chunk is with its socket.
     this.#handedOn()
     if (this.closed) return Promise.reject(readerClosed())
-    const chunk = this.#queue.shift()
-    if (chunk !== undefined) {
-      this.#queuedBytes -= chunk.length
-      this.#out = chunk
-      if (this.#queuedBytes < READER_HIGH_WATER) this.#more()
-      return Promise.resolve({ value: chunk, done: false })
-    }
-    if (this.#ended) return Promise.resolve({ value: undefined, done: true })
-    this.#more()
     return new Promise((resolve, reject) => {
       this.#waiting = { resolve, reject }
+      this.#body.read(this, this.#serve, this.#wait)
     })
+  }
+
+  /** More of the upload came: a read that waits for it is answered. */
+  more(): void {
+    if (this.#waiting !== null && !this.reading) this.#body.read(this, this.#serve, this.#wait)
+  }
+
+  /** The read back from the file failed, or the reader was closed meanwhile. */
+  fail(): void {
+    const waiting = this.#waiting
+    this.#waiting = null
+    waiting?.reject(readerClosed())
   }
 
   /** Undici stopped reading (its write failed): what this reader holds is given back. */
@@ -237,19 +297,27 @@ export class UploadReader implements AsyncIterableIterator<Buffer> {
   }
 
   /**
-   * No more chunks for this reader: the queued ones are given back and a read under way fails. The chunk
-   * handed out last stays held until undici asks again or stops, whichever comes: it may be on its way to the
-   * socket in this very turn.
+   * No more chunks for this reader: a read under way fails. The chunk handed out last stays held until undici
+   * asks again or stops, whichever comes: it may be on its way to the socket in this very turn.
    */
   close(): void {
     if (this.closed) return
     this.closed = true
-    for (const chunk of this.#queue) release(chunk)
-    this.#queue.length = 0
-    this.#queuedBytes = 0
+    if (!this.reading) this.fail()
+  }
+
+  #served(chunk: Buffer | null): void {
     const waiting = this.#waiting
+    if (waiting === null || this.closed) {
+      if (chunk !== null) release(chunk)
+      return this.fail()
+    }
     this.#waiting = null
-    waiting?.reject(readerClosed())
+    if (chunk === null) return waiting.resolve({ value: undefined, done: true })
+    this.#out = chunk
+    this.position += chunk.length
+    waiting.resolve({ value: chunk, done: false })
+    this.#body.advanced()
   }
 
   #handedOn(): void {

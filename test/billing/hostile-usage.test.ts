@@ -7,7 +7,6 @@
  * a restart of the router on the same store work.
  */
 import t from 'tap'
-import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { request } from 'undici'
@@ -19,8 +18,8 @@ import { startSimulator } from '../../src/simulator/simulator.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { fakeProvider } from '../helpers/fake-provider.js'
 import { addr, DEFAULT_PRICE } from '../helpers/stack.js'
+import { runCli } from '../helpers/child.js'
 
-const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 const VICTIM = '0x00000000000000000000000000000000000000c1'
 const HONEST = '0x00000000000000000000000000000000000000c2'
 const FLOOD = 1_100
@@ -36,17 +35,6 @@ const JUNK = [
 ]
 
 const pg = await startPostgres(t, { fsync: false })
-
-function cli(args: string[], config: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args, '--config', config], { env: { PATH: process.env.PATH } })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-    child.on('close', (status) => resolve({ status, stdout, stderr }))
-  })
-}
 
 interface Answer {
   status: number
@@ -173,7 +161,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     const funds = await request(`${router.url}/v1/account/funds`, { headers: { authorization: `Bearer ${honestMk}` } })
     t.equal(funds.statusCode, 200, '/v1/account/funds answers')
     await funds.body.dump()
-    const deposit = await cli(['accounts', 'deposit', HONEST, '5'], config)
+    const deposit = await runCli(['accounts', 'deposit', HONEST, '5'], config)
     t.equal(deposit.status, 0, `accounts deposit works: ${deposit.stderr}`)
 
     // A restart on the same store serves.

@@ -14,7 +14,7 @@ const CONFIG_DIR = fileURLToPath(new URL('../../../config/', import.meta.url))
 
 function defaultsWithPathsIn(dir: string): Config {
   return {
-    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_head_bytes: 4096, max_multipart_body_bytes: 104857600, send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [], trusted_proxies: [] },
+    server: { host: '127.0.0.1', port: 8080, max_json_body_bytes: 10485760, max_head_bytes: 4096, max_multipart_body_bytes: 104857600, upload_memory_bytes: 4194304, upload_memory_total_bytes: 67108864, upload_spool_dir: '', send_timeout_ms: 60000, drain_timeout_ms: 30000, public_origins: [], trusted_proxies: [] },
     registry: {
       source: 'file',
       path: join(dir, 'providers.yaml'),

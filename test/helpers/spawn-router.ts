@@ -35,7 +35,13 @@ export async function spawnRouter(
   t: TapLike,
   providers: object[],
   config: Record<string, Record<string, unknown>> = {},
-  options: { captureStderr?: boolean; dir?: string; nodeArgs?: readonly string[] } = {},
+  options: {
+    captureStderr?: boolean
+    dir?: string
+    nodeArgs?: readonly string[]
+    /** A command the router is run under (it gets Node's path and arguments last), e.g. `unshare -m …`. */
+    wrap?: readonly string[]
+  } = {},
 ): Promise<SpawnedRouter> {
   // `dir` given: the router of an earlier spawn starts again on its store (no dev key is printed then).
   const again = options.dir !== undefined
@@ -57,7 +63,8 @@ export async function spawnRouter(
   )
   const capture = options.captureStderr === true
   const args = [...(options.nodeArgs ?? []), CLI, 'serve', '--config', join(dir, 'config.yaml')]
-  child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
+  const [command, ...argv] = [...(options.wrap ?? []), process.execPath, ...args]
+  child = spawn(command!, argv, { stdio: ['ignore', 'pipe', capture ? 'pipe' : 'inherit'] })
   let stderr = ''
   if (capture) child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
   // The banner with the dev keys follows the listening line on stdout.

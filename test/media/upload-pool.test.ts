@@ -135,7 +135,7 @@ async function allReleased(t: Test): Promise<void> {
 
 t.test('many uploads at once, inside and past the replay buffer, to a slow reader: every byte arrives as sent', async (t) => {
   const slow = await hashingProvider(t, { pauseMs: 2 })
-  const stack = await startStack(t, providers(slow.url), { upstream: { replay_buffer_bytes: MIB } })
+  const stack = await startStack(t, providers(slow.url), { upstream: { replay_buffer_bytes: MIB }, server: { upload_memory_bytes: MIB } })
   const sizes = Array.from({ length: 16 }, (_, i) => (i % 2 === 0 ? 200 * 1024 + i * 37_000 : 2 * MIB + i * 311_111))
   const bodies = sizes.map((n) => upload(n))
   const madeBefore = uploadChunks.made

@@ -4,7 +4,6 @@
  * its changes as a replica is) uses at the same time.
  */
 import t from 'tap'
-import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { stringify } from 'yaml'
@@ -14,36 +13,18 @@ import { openPostgresStore } from '../../src/store/postgres/postgres-store.js'
 import type { StoreChange } from '../../src/store/store.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
+import { runCli } from '../helpers/child.js'
 
-const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 const WALLET = '0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed'
 
 const server = await startPostgres(t)
-
-interface Run {
-  status: number | null
-  stdout: string
-  stderr: string
-}
-
-/** Runs the CLI without blocking this process's event loop (the store handle below keeps listening). */
-function cli(args: string[], configFile: string): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args, '--config', configFile], { env: { PATH: process.env.PATH } })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-    child.on('close', (status) => resolve({ status, stdout, stderr }))
-  })
-}
 
 t.test('accounts, api-keys and mgmt-keys on PostgreSQL, heard at once by a running store', async (t) => {
   const url = await server.newDatabase()
   const config = join(t.testdir(), 'cli.yaml')
   writeFileSync(config, stringify({ store: { kind: 'postgres', url }, log: { level: 'error' } }))
 
-  const deposit = await cli(['accounts', 'deposit', WALLET, '12.000000000000000001', '--memo', 'wire #1'], config)
+  const deposit = await runCli(['accounts', 'deposit', WALLET, '12.000000000000000001', '--memo', 'wire #1'], config)
   t.equal(deposit.status, 0, deposit.stderr)
   t.match(deposit.stderr, `store: ${url}`, 'which store was used, on stderr')
   t.match(deposit.stdout, `deposit of 12.000000000000000001 USD recorded for ${WALLET}`)
@@ -55,40 +36,40 @@ t.test('accounts, api-keys and mgmt-keys on PostgreSQL, heard at once by a runni
   t.teardown(router.changes.subscribe((c) => heard.push(c)))
   t.ok(await eventually(() => router.changes.current))
 
-  t.equal((await cli(['accounts', 'credit', WALLET, '0.5'], config)).status, 0)
-  const show = await cli(['accounts', 'show', WALLET], config)
+  t.equal((await runCli(['accounts', 'credit', WALLET, '0.5'], config)).status, 0)
+  const show = await runCli(['accounts', 'show', WALLET], config)
   t.equal(show.status, 0, show.stderr)
   t.match(show.stdout, /deposited\s+12\.000000000000000001 USD/)
   t.match(show.stdout, /available\s+12\.500000000000000001 USD/)
   t.strictSame(await router.ledger.totals(WALLET), { deposited: parseUsd('12.000000000000000001')!, credited: parseUsd('0.5')!, spent: 0n })
   t.ok(await eventually(() => heard.some((c) => c.kind === 'funds')), 'the router heard the credit')
-  t.equal((await cli(['accounts', 'rate-limit', WALLET, '42'], config)).status, 0)
+  t.equal((await runCli(['accounts', 'rate-limit', WALLET, '42'], config)).status, 0)
   t.equal((await router.accounts.getAccount(WALLET))?.rateLimit, 42)
 
-  const created = await cli(['api-keys', 'create', WALLET, '--name', 'batch job', '--credit-limit', '2.5', '--reset-period', 'daily'], config)
+  const created = await runCli(['api-keys', 'create', WALLET, '--name', 'batch job', '--credit-limit', '2.5', '--reset-period', 'daily'], config)
   t.equal(created.status, 0, created.stderr)
   const keyId = /API key ([0-9a-f-]{36}) created/.exec(created.stdout)?.[1]
   const secret = /^(sk-[A-Za-z0-9_-]{43})$/m.exec(created.stdout)?.[1]
   t.ok(keyId && secret, 'the key and its secret, printed once')
   t.ok(await eventually(() => heard.some((c) => c.kind === 'key' && c.keyId === keyId)), 'the router heard the new key')
-  const listed = await cli(['api-keys', 'list', WALLET], config)
+  const listed = await runCli(['api-keys', 'list', WALLET], config)
   t.match(listed.stdout, /batch job\s+active/)
   t.match(listed.stdout, /2\.5\s+daily/)
   heard.length = 0
-  t.equal((await cli(['api-keys', 'revoke', WALLET, keyId!], config)).status, 0)
+  t.equal((await runCli(['api-keys', 'revoke', WALLET, keyId!], config)).status, 0)
   t.ok(await eventually(() => heard.some((c) => c.kind === 'key' && c.keyId === keyId)), 'the router heard the revocation')
   t.equal((await router.keys.getApiKey(WALLET, keyId!))?.revoked, true)
-  t.equal((await cli(['api-keys', 'revoke', WALLET, '00000000-0000-4000-8000-000000000000'], config)).status, 1, 'an unknown key')
+  t.equal((await runCli(['api-keys', 'revoke', WALLET, '00000000-0000-4000-8000-000000000000'], config)).status, 1, 'an unknown key')
 
-  const mk = await cli(['mgmt-keys', 'create', WALLET, '--scopes', 'account:read,keys:read', '--name', 'ops'], config)
+  const mk = await runCli(['mgmt-keys', 'create', WALLET, '--scopes', 'account:read,keys:read', '--name', 'ops'], config)
   t.equal(mk.status, 0, mk.stderr)
   const mkId = /([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/.exec(mk.stdout)?.[1]
   t.ok(mkId)
-  t.equal((await cli(['mgmt-keys', 'update', mkId!, '--scopes', 'all'], config)).status, 0)
+  t.equal((await runCli(['mgmt-keys', 'update', mkId!, '--scopes', 'all'], config)).status, 0)
   t.strictSame((await router.keys.getMgmtKey(WALLET, mkId!))?.scopes, ['account:read', 'keys:read', 'keys:create', 'keys:manage'])
-  const mks = await cli(['mgmt-keys', 'list', WALLET], config)
+  const mks = await runCli(['mgmt-keys', 'list', WALLET], config)
   t.match(mks.stdout, mkId!)
-  t.equal((await cli(['mgmt-keys', 'revoke', mkId!], config)).status, 0)
+  t.equal((await runCli(['mgmt-keys', 'revoke', mkId!], config)).status, 0)
   t.equal((await router.keys.getMgmtKey(WALLET, mkId!))?.revoked, true)
 })
 
@@ -96,7 +77,7 @@ t.test('five CLI processes started at once on an empty database: one migration, 
   const url = await server.newDatabase()
   const config = join(t.testdir(), 'cli.yaml')
   writeFileSync(config, stringify({ store: { kind: 'postgres', url }, log: { level: 'error' } }))
-  const runs = await Promise.all(Array.from({ length: 5 }, () => cli(['accounts', 'deposit', WALLET, '1'], config)))
+  const runs = await Promise.all(Array.from({ length: 5 }, () => runCli(['accounts', 'deposit', WALLET, '1'], config)))
   for (const run of runs) t.equal(run.status, 0, run.stderr)
   const store = await openPostgresStore({ url })
   t.teardown(() => store.close())
@@ -110,7 +91,7 @@ t.test('a PostgreSQL store that cannot be reached: the CLI says so and exits non
   const config = join(t.testdir(), 'cli.yaml')
   // A port nothing listens on (the test server's, on a database that does not exist, would answer).
   writeFileSync(config, stringify({ store: { kind: 'postgres', url: 'postgres://svc:secret@127.0.0.1:9/svc', connect_timeout_ms: 1000 }, log: { level: 'error' } }))
-  const res = await cli(['accounts', 'show', WALLET], config)
+  const res = await runCli(['accounts', 'show', WALLET], config)
   t.not(res.status, 0)
   t.match(res.stderr, 'store: postgres://svc:***@127.0.0.1:9/svc', 'the password is never printed')
   t.notMatch(res.stderr, 'secret')

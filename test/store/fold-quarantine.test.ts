@@ -6,7 +6,6 @@
  * turns /readyz 503, in generic words beside the API and with the detail on the ops port.
  */
 import t from 'tap'
-import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { Database } from '../../src/store/sqlite/driver.js'
@@ -15,21 +14,10 @@ import { killChild } from '../helpers/child.js'
 import { spawnRouter } from '../helpers/spawn-router.js'
 import { addr, startStack } from '../helpers/stack.js'
 import type { Test } from './contract.js'
+import { runCli } from '../helpers/child.js'
 
-const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 const MODEL = 'qwen-2.5-7b-instruct'
 const NOBODY = '0x' + 'f'.repeat(40)
-
-function cli(args: string[], config: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args, '--config', config], { env: { PATH: process.env.PATH } })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-    child.on('close', (status) => resolve({ status, stdout, stderr }))
-  })
-}
 
 async function chat(url: string, key: string): Promise<number> {
   const res = await request(`${url}/v1/chat/completions`, {
@@ -80,11 +68,11 @@ t.test('rows the fold cannot add are quarantined, logged once and counted; funds
   const funds = await request(`${router.url}/v1/account/funds`, { headers: { authorization: `Bearer ${router.mgmtKey}` } })
   t.equal(funds.statusCode, 200, '/v1/account/funds answers')
   await funds.body.dump()
-  const show = await cli(['accounts', 'show', router.wallet], config)
+  const show = await runCli(['accounts', 'show', router.wallet], config)
   t.equal(show.status, 0, `accounts show: ${show.stderr}`)
-  const deposit = await cli(['accounts', 'deposit', '0x' + '1'.repeat(40), '5'], config)
+  const deposit = await runCli(['accounts', 'deposit', '0x' + '1'.repeat(40), '5'], config)
   t.equal(deposit.status, 0, `accounts deposit: ${deposit.stderr}`)
-  const created = await cli(['api-keys', 'create', '0x' + '1'.repeat(40), '--name', 'new'], config)
+  const created = await runCli(['api-keys', 'create', '0x' + '1'.repeat(40), '--name', 'new'], config)
   t.equal(created.status, 0, created.stderr)
   const newKey = /(sk-[A-Za-z0-9_-]{43})/.exec(created.stdout)?.[1] ?? ''
   t.equal(await chat(router.url, newKey), 200, "a new account's first request (its totals folded first)")

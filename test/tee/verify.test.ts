@@ -116,6 +116,18 @@ t.test('a wrong signer, a forged signature, mismatched hashes or no signature: f
   t.match(metrics, new RegExp(`svc_tee_verifications_total\\{provider="${tee.address}",outcome="verified",kind="requested"\\} 1`))
 })
 
+t.test('the first verified request after start is judged as the rest, however long the recovery worker takes to start', async (t) => {
+  // A deadline far below the worker's start (a thread loading viem: about 2 s on a busy 2-core machine under
+  // Node 20, more under 24), far above a check with the worker up (a loopback GET and a 3-5 ms recovery).
+  const { stack, providers } = await startChainStack(t, [TEE], { extra: { tee: { sample_rate: 0, verify_timeout_ms: 1000 } } })
+  const pin = { ...stack.auth, 'x-svc-provider-address': providers[0]!.address, 'x-svc-verify-tee': 'true' }
+  const first = await chat(stack.url, pin)
+  t.equal(first.status, 200)
+  t.same([first.trace?.tee_verified, first.trace?.tee_reason], [true, undefined], 'the first one, with the worker cold')
+  const second = await chat(stack.url, pin, { stream: true })
+  t.equal(second.trace?.tee_verified, true, 'and the next')
+})
+
 t.test('a signature that does not come in time: false with reason timeout, and the stream still ends', async (t) => {
   const { stack, providers } = await startChainStack(t, [TEE], { extra: { tee: { sample_rate: 0, verify_timeout_ms: 300 } } })
   const tee = providers[0]!
