@@ -102,6 +102,8 @@ interface Entry {
 }
 
 const NO_PROVIDERS: RegistrySnapshot['providers'] = []
+/** The longest window of blocks whose settlement events one read asks for (RPC nodes cap getLogs ranges). */
+const MAX_EVENT_BLOCKS = 5_000n
 
 export function createSettlement(settings: SettlementSettings, deps: SettlementDeps): Settlement {
   const parsed = [settings.sub_account.min_0g, settings.sub_account.target_0g, settings.over_settle_tolerance_0g].map(parse0g)
@@ -170,12 +172,19 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     }
     if (block === undefined) return account
     let evented = 0n
-    if (e.lastBlock !== null && block > e.lastBlock) {
+    // A window too long for one getLogs (the funder lock regained after a while), or events the node does not
+    // answer for, leave the balance's fall alone to count: a lower bound still, and the next window reads events.
+    if (e.lastBlock !== null && block > e.lastBlock && block - e.lastBlock <= MAX_EVENT_BLOCKS) {
       const provider = e.address.toLowerCase()
-      for (const r of await events.results(e.lastBlock + 1n, block)) {
-        if (r.provider !== provider) continue
-        evented += r.taken
-        noteResult(e, r)
+      try {
+        for (const r of await events.results(e.lastBlock + 1n, block)) {
+          if (r.provider !== provider) continue
+          evented += r.taken
+          noteResult(e, r)
+        }
+      } catch (err) {
+        evented = 0n
+        log.warn('settlement: reading settlement events failed; this window counts the balance only', { provider: e.address, err: errorText(err) })
       }
     }
     const balance = account?.balance ?? 0n
