@@ -16,6 +16,8 @@ export interface Bill {
   readonly images: number
   readonly audioMs: number
   readonly cost: Cost
+  /** What the answer owes a chain provider at its own prices (neuron, exact); null for other providers. */
+  readonly neuron?: bigint | null
 }
 
 /** The amount actually billed: the cost, or the reservation when the cost exceeded it (`capped`). */

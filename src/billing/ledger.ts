@@ -103,6 +103,7 @@ export function chargeOf(requestId: string, accountId: string, keyId: string, bi
     images: tokenCount(bill.images),
     audioMs: tokenCount(bill.audioMs),
     cost,
+    neuron: bill.neuron ?? null,
   }
 }
 

@@ -21,6 +21,7 @@ import type { FundingLock } from './funding-lock.js'
 import type { SettlementStore } from '../store/settlement.js'
 import { freeTokenId, RENEW_BEFORE_MS, signSessionToken, type SessionToken } from './session-token.js'
 import { errorText, TxSender } from './sender.js'
+import { SettlementEvents, type SettlementResult, type SettlementStatus } from './settlement-events.js'
 
 export interface SettlementSettings {
   readonly ledger: string
@@ -53,7 +54,7 @@ export interface ProviderPayer {
 export interface ProviderState {
   readonly address: string
   readonly account: SubAccount | null
-  /** Neuron served by the router's meter since this process started and not yet matched by a settlement. */
+  /** Neuron served (the books' charges, and this replica's meter since it read them) not yet matched by a settlement. */
   readonly unsettled: bigint
   readonly served: bigint
   readonly settled: bigint
@@ -61,6 +62,8 @@ export interface ProviderState {
   /** Why it is not routed; null when it is. */
   readonly reason: string | null
   readonly tokenExpiresAt: number
+  /** The TEESettlementResult events of its settlements for the payer this process read, by status. */
+  readonly results: ReadonlyMap<SettlementStatus, number>
 }
 
 export interface Settlement extends ProviderPayer {
@@ -89,13 +92,18 @@ interface Entry {
   flagged: boolean
   /** The balance last read, to see what the provider took since (null before the first read). */
   lastBalance: bigint | null
-  /** Served by this replica and not yet added to the books. */
-  unsaved: bigint
+  /** The block that balance was read at, where the next window of settlement events starts (null: not read here). */
+  lastBlock: bigint | null
+  results: Map<SettlementStatus, number>
+  /** Served by this replica since the books were last read (the books hold it already: it is durable with each charge). */
+  metered: bigint
   /** A renewal under way (401), shared by the requests that met it. */
   renewing: Promise<boolean> | null
 }
 
 const NO_PROVIDERS: RegistrySnapshot['providers'] = []
+/** The longest window of blocks whose settlement events one read asks for (RPC nodes cap getLogs ranges). */
+const MAX_EVENT_BLOCKS = 5_000n
 
 export function createSettlement(settings: SettlementSettings, deps: SettlementDeps): Settlement {
   const parsed = [settings.sub_account.min_0g, settings.sub_account.target_0g, settings.over_settle_tolerance_0g].map(parse0g)
@@ -106,6 +114,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   const client = createPublicClient({ transport: http(deps.rpcUrl, { timeout, retryCount: 0 }) }) as PublicClient
   const payer = deps.payer
   const sender = new TxSender(client, payer, deps.rpcUrl, undefined, timeout)
+  const events = new SettlementEvents(client, deps.serving, payer.address)
   const entries = new Map<string, Entry>()
   let providers: RegistrySnapshot['providers'] = NO_PROVIDERS
   let ledgerAddress: `0x${string}` | null = settings.ledger === '' ? null : (settings.ledger as `0x${string}`)
@@ -122,7 +131,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   function entry(p: RegistryProvider): Entry {
     let e = entries.get(p.address)
     if (e === undefined) {
-      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, unsaved: 0n, renewing: null }
+      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, lastBlock: null, results: new Map(), metered: 0n, renewing: null }
       entries.set(p.address, e)
     }
     e.record = p
@@ -145,23 +154,45 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   }
 
   /**
-   * Reads `e`'s sub-account. What its balance fell by since the last read is what the provider settled (the
-   * router's own transfers only raise it, and it takes funds back only from a flagged provider).
+   * Reads `e`'s sub-account. The funding replica also reconciles what the provider took since the last read, from
+   * two sources over the same window of blocks: the fall of the balance, and the TEESettlementResult events of its
+   * settlements (settlement-events.ts). Each is a lower bound (a top-up in the window hides a settlement from the
+   * balance; events are not read across a restart), and both count the same takes: the window adds the larger,
+   * never their sum. The router takes funds back only from a flagged provider, whose settlements are not counted.
    */
-  async function readAccount(e: Entry): Promise<SubAccount | null> {
+  async function readAccount(e: Entry, reconcile = true): Promise<SubAccount | null> {
+    const block = funding && reconcile ? await client.getBlockNumber({ cacheTime: 0 }) : undefined
     let account: SubAccount | null
     try {
-      const a = await client.readContract({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, e.address] })
+      const a = await client.readContract({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, e.address], blockNumber: block })
       account = { balance: a.balance, pendingRefund: a.pendingRefund, acknowledged: a.acknowledged, generation: a.generation, revokedBitmap: a.revokedBitmap, nonce: a.nonce }
     } catch (err) {
       if (!errorText(err).startsWith('AccountNotExists')) throw err
       account = null
     }
-    if (!funding) return account
+    if (block === undefined) return account
+    let evented = 0n
+    // A window too long for one getLogs (the funder lock regained after a while), or events the node does not
+    // answer for, leave the balance's fall alone to count: a lower bound still, and the next window reads events.
+    if (e.lastBlock !== null && block > e.lastBlock && block - e.lastBlock <= MAX_EVENT_BLOCKS) {
+      const provider = e.address.toLowerCase()
+      try {
+        for (const r of await events.results(e.lastBlock + 1n, block)) {
+          if (r.provider !== provider) continue
+          evented += r.taken
+          noteResult(e, r)
+        }
+      } catch (err) {
+        evented = 0n
+        log.warn('settlement: reading settlement events failed; this window counts the balance only', { provider: e.address, err: errorText(err) })
+      }
+    }
     const balance = account?.balance ?? 0n
     const before = { settled: e.settled, lastBalance: e.lastBalance, flagged: e.flagged }
-    if (e.lastBalance !== null && balance < e.lastBalance && !e.flagged) e.settled += e.lastBalance - balance
+    const fell = e.lastBalance !== null && balance < e.lastBalance ? e.lastBalance - balance : 0n
+    if (!e.flagged) e.settled += fell > evented ? fell : evented
     e.lastBalance = balance
+    e.lastBlock = block
     if (!e.flagged && e.settled > e.served + tolerance) {
       e.flagged = true
       log.error('settlement: provider settled more than it served; flagged, unfunded, refund requested', {
@@ -176,24 +207,28 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     return account
   }
 
-  /** This replica's meter into the books, then the books (every replica's meter, the flags) into memory. */
+  /** Counts a settlement's status (/metrics); one that did not take the whole fee is logged. */
+  function noteResult(e: Entry, r: SettlementResult): void {
+    e.results.set(r.status, (e.results.get(r.status) ?? 0) + 1)
+    if (r.status === 'success') return
+    const fields = { provider: e.address, status: r.status, fee_0g: format0g(r.totalFee), unsettled_0g: format0g(r.unsettled), tx: r.tx }
+    if (r.status === 'partial') log.warn('settlement: a provider settled only part of its fee (the sub-account fell short)', fields)
+    else log.warn('settlement: the contract refused a provider\'s settlement', fields)
+  }
+
+  /**
+   * The books (every replica's charges, the flags) into memory. What was served is written with each charge
+   * (store/settlement.ts), so a crash loses none of it; the meter only adds what was served since this read.
+   * A charge metered while the read is under way may be in both until the next read: served is over-counted
+   * for a moment (a top-up a little early), never under-counted (which could flag a provider falsely).
+   */
   async function syncBooks(): Promise<void> {
-    for (const e of entries.values()) {
-      const delta = e.unsaved
-      if (delta === 0n) continue
-      e.unsaved = 0n
-      try {
-        await deps.books.addServed(e.address, delta)
-      } catch (err) {
-        e.unsaved += delta
-        throw err
-      }
-    }
+    for (const e of entries.values()) e.metered = 0n
     const rows = new Map((await deps.books.rows()).map((r) => [r.provider, r]))
     for (const e of entries.values()) {
       const r = rows.get(e.address)
+      e.served = (r?.served ?? 0n) + e.metered
       if (r === undefined) continue
-      e.served = r.served + e.unsaved
       e.settled = r.settled
       e.lastBalance = r.lastBalance
       if (e.flagged && !r.flagged) log.info('settlement: flag cleared by the operator', { provider: e.address })
@@ -312,7 +347,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       setReason(e, reason)
       if (stopped) return
     }
-    for (const [address, e] of entries) if (!wanted.has(address) && e.unsaved === 0n) entries.delete(address)
+    for (const address of entries.keys()) if (!wanted.has(address)) entries.delete(address)
   }
 
   function round(): Promise<void> {
@@ -346,14 +381,14 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     timer.unref()
   }
 
-  // The router's meter: what each answer cost at the provider's own prices (neuron), per provider.
+  // The router's meter between two reads of the books: what each durable answer cost at the provider's own prices.
   const onSettled = (message: unknown): void => {
     const m = message as SettleEvent
     if (!m.durable || m.neuron === undefined) return
     const e = entries.get(m.provider)
     if (e === undefined) return
     e.served += m.neuron
-    e.unsaved += m.neuron
+    e.metered += m.neuron
   }
   settledChannel.subscribe(onSettled)
   void round().finally(schedule)
@@ -391,7 +426,8 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       }
       e.renewing ??= (async () => {
         try {
-          e.account = await readAccount(e)
+          // Not reconciled here: a round may be reading the same window (it would count the provider's takes twice).
+          e.account = await readAccount(e, false)
           if (e.account === null) return false
           if (!(await ensureToken(e, true))) {
             // A new generation needs a transaction: the next round sends it; this request moves on.
@@ -419,6 +455,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         flagged: e.flagged,
         reason: e.reason,
         tokenExpiresAt: e.token?.claims.expiresAt ?? 0,
+        results: e.results,
       }))
     },
     ledger: () => payerLedger,
@@ -428,8 +465,6 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       if (timer !== null) clearTimeout(timer)
       settledChannel.unsubscribe(onSettled)
       await running?.catch(() => {})
-      // What this replica served since the last round goes into the books before it stops.
-      await syncBooks().catch((err: unknown) => log.error('settlement: saving what was served failed', { err: errorText(err) }))
       await deps.lock.close()
     },
   }

@@ -25,6 +25,8 @@ export interface BrokerOptions {
   readonly settleIntervalMs?: number
   /** Neuron added to every settlement: a provider that takes more than it served (tests). */
   readonly overcharge?: bigint
+  /** The broker's clock (epoch ms), against which a token's expiry is checked; default Date.now (tests skew it). */
+  readonly now?: () => number
 }
 
 export type BrokerVerdict = { readonly user: string } | { readonly status: 401 | 402; readonly message: string }
@@ -69,7 +71,7 @@ export function startBroker(options: BrokerOptions, teeKey: `0x${string}`): Brok
     const c = token.claims
     if (token.signer !== c.address.toLowerCase()) return { status: 401, message: 'token not signed by its address' }
     if (c.provider.toLowerCase() !== provider) return { status: 401, message: 'token for another provider' }
-    const now = Date.now()
+    const now = options.now?.() ?? Date.now()
     if (c.expiresAt <= now) return { status: 401, message: 'token expired' }
     if (c.tokenId === EPHEMERAL_TOKEN_ID && c.expiresAt - c.timestamp > EPHEMERAL_MAX_MS) return { status: 401, message: 'ephemeral token lives too long' }
     if (c.tokenId < 0 || c.tokenId > 255) return { status: 401, message: 'bad token id' }

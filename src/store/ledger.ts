@@ -20,6 +20,8 @@ export interface JournalEntry {
   readonly keyId: string | null
   readonly memo: string
   readonly createdAt: number
+  /** Charges of a chain provider only: what the answer owes it at its own prices (neuron, exact); absent otherwise. */
+  readonly neuron?: bigint
 }
 
 /** The running totals of an account's journal (what is available: billing/available.ts). */
@@ -49,6 +51,11 @@ export interface Charge {
   /** Audio duration in milliseconds (integer). */
   readonly audioMs: number
   readonly cost: bigint
+  /**
+   * A chain provider's price of the answer in neuron (exact; src/settlement/), recorded beside `cost`; null or
+   * absent for a provider without chain prices.
+   */
+  readonly neuron?: bigint | null
   /**
    * Paid out of the recording handle's budget lease on the key (leases.ts, networked stores only): the lease
    * shrinks by `cost` in the same transaction, or, when the lease is gone (its replica was presumed dead), the
@@ -137,6 +144,8 @@ export interface JournalRow {
   key_id: string | null
   memo: string
   created_at: number
+  /** Decimal text; null on deposits, credits and charges of providers without chain prices. */
+  neuron?: string | null
 }
 
 /** A `usage_daily` row as both stores read it (money as decimal text). */
@@ -163,7 +172,14 @@ export function toJournal(row: JournalRow): JournalEntry {
     keyId: row.key_id,
     memo: row.memo,
     createdAt: row.created_at,
+    ...(row.neuron !== null && row.neuron !== undefined && { neuron: BigInt(row.neuron) }),
   }
+}
+
+/** The journal entry of a charge just written (no read back). */
+export function chargeEntry(seq: number, c: Charge): JournalEntry {
+  const e = { seq, accountId: c.accountId, kind: 'charge' as const, amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+  return c.neuron === null || c.neuron === undefined ? e : { ...e, neuron: c.neuron }
 }
 
 /** The roll-up row of a `usage_daily` row. */
@@ -202,6 +218,7 @@ function isCount(n: number): boolean {
 export function invalidCharge(c: Charge): RangeError | null {
   if (c.cost < 0n) return new RangeError(`a charge cannot be negative (got ${c.cost})`)
   if (c.requestId.length === 0) return new RangeError('a charge must name its request')
+  if (c.neuron !== null && c.neuron !== undefined && c.neuron < 0n) return new RangeError(`a charge's neuron cannot be negative (got ${c.neuron})`)
   // Checked without building a list per charge (this runs for every charge on the commit path).
   if (isCount(c.promptTokens) && isCount(c.completionTokens) && isCount(c.images) && isCount(c.audioMs)) return null
   for (const what of ['promptTokens', 'completionTokens', 'images', 'audioMs'] as const) {

@@ -35,7 +35,7 @@ export interface MetricsSources {
   /** Journal rows quarantined by the ledger fold (LedgerStore.quarantinedRows). */
   readonly ledgerQuarantined?: () => number
   /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
-  readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint }[]
+  readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint; readonly results: ReadonlyMap<string, number> }[]
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -82,6 +82,16 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       collect() {
         this.reset()
         for (const p of settlement()) this.set({ provider: p.address }, Number(p.unsettled) / 1e18)
+      },
+    })
+    new Counter({
+      name: 'svc_settlement_results_total',
+      help: 'TEESettlementResult events of the providers\' settlements for the payer, by status (partial: the sub-account fell short; others: refused by the contract).',
+      labelNames: ['provider', 'status'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const p of settlement()) for (const [status, n] of p.results) this.inc({ provider: p.address, status }, n)
       },
     })
   }

@@ -644,11 +644,14 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #bill(a: AttemptHandler, usage: Usage, then: (billed: BilledCost, err: RouterError | null) => void): void {
     const req = this.#req
     const budget = req.budget
+    const counts = usageCounts(usage)
+    // A chain provider's own price of the answer, recorded with the charge; null (one field) for the others.
+    const price = a.offer.model.neuron_price
+    const neuron = price === undefined ? null : neuronOwed(price, counts)
     const guarded = (billed: BilledCost, err: RouterError | null): void => {
       if (err === null) this.#billed = billed.input + billed.output
       if (settled.hasSubscribers) {
-        const neuron = a.offer.model.neuron_price === undefined ? undefined : neuronOwed(a.offer.model.neuron_price, usageCounts(usage))
-        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null, ...(neuron !== undefined && { neuron }) })
+        settled.publish({ requestId: req.requestId, provider: a.offer.provider.address, cost: billed.input + billed.output, durable: err === null, ...(neuron !== null && { neuron }) })
       }
       try {
         then(billed, err)
@@ -671,8 +674,9 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
       {
         model: req.request.model,
         provider: a.offer.provider.address,
-        ...usageCounts(usage),
+        ...counts,
         cost,
+        neuron,
       },
       guarded,
     )

@@ -33,7 +33,7 @@ export interface ChainProvider {
   /** Register this url instead of a simulator's. */
   url?: string
   /** As a 0G broker (needs `tee`): checks session tokens, settles its fees on chain (simulator/broker.ts). */
-  broker?: { settleIntervalMs?: number; overcharge?: bigint }
+  broker?: { settleIntervalMs?: number; overcharge?: bigint; now?: () => number }
 }
 
 export interface RegisteredProvider {

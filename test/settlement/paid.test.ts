@@ -8,6 +8,7 @@ import { request } from 'undici'
 import { createPublicClient, http } from 'viem'
 import { chainAccount } from '../../src/demo/local-chain.js'
 import { SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
+import { readSessionToken } from '../../src/settlement/session-token.js'
 import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider, type ChainStack } from '../helpers/chain-stack.js'
 import type { Stack } from '../helpers/stack.js'
 import { eventually } from '../helpers/wait.js'
@@ -65,6 +66,12 @@ t.test('a paid request on chat, messages and images; the provider settles and th
   const owedChat = chat!.sim!.broker!.owed.get(chainAccount(PAYER_INDEX).address.toLowerCase())!
   const owedImage = image!.sim!.broker!.owed.get(chainAccount(PAYER_INDEX).address.toLowerCase())!
   t.ok(owedChat > 0n && owedImage === 2n * IMAGE.outputPrice, 'the providers are owed for what they served')
+  // Each charge records the provider's price of the answer in neuron beside the USD billed: per provider, the
+  // charges add up to what its broker counts as owed, exactly.
+  const charges = (await stack.router.store.ledger.journal(stack.account)).filter((e) => e.kind === 'charge')
+  t.equal(charges.length, 4, 'four answers billed')
+  t.ok(charges.every((e) => typeof e.neuron === 'bigint' && e.neuron > 0n && e.amount > 0n), 'each charge has its neuron beside its USD')
+  t.equal(charges.reduce((sum, e) => sum + e.neuron!, 0n), owedChat + owedImage, 'the charges owe what the brokers count, exactly')
   await chat!.sim!.broker!.settleNow()
   await image!.sim!.broker!.settleNow()
   const after = await subAccount(chain, chat!.address)
@@ -72,6 +79,30 @@ t.test('a paid request on chat, messages and images; the provider settles and th
 
   const res = await request(`${stack.url}/v1/providers?model=qwen`)
   t.equal(res.statusCode, 200)
+})
+
+t.test('a token that expired at the provider is renewed without a failed client request', async (t) => {
+  // The provider's clock can be moved ahead: a token the router still holds for valid is expired there.
+  let skew = 0
+  const provider: ChainProvider = { ...CHAT, broker: { settleIntervalMs: 60_000, now: () => Date.now() + skew } }
+  const chain = await startChainStack(t, [provider], { extra: settlementConfig(t, { interval_ms: 600_000 }), beforeRouter: (c) => fundLedger(c, '10') })
+  const { stack, providers: [chat] } = chain
+  t.ok(await eventually(() => routable(stack, 'qwen', chat!.address)))
+  t.equal((await post(stack, '/v1/chat/completions', { model: 'qwen', messages: [{ role: 'user', content: 'hi' }] })).status, 200)
+  const old = await readSessionToken(String(chat!.sim!.stats.lastHeaders.authorization).slice('Bearer '.length))
+  t.ok(old !== null)
+  await new Promise((resolve) => setTimeout(resolve, 5))
+  // The provider's now is the token's expiry: it is refused as expired. A token signed from here on lives a full
+  // lifetime past the router's now, which is later than the token's signing time: the provider takes it.
+  skew = old!.claims.expiresAt - Date.now()
+  const r = await post(stack, '/v1/chat/completions', { model: 'qwen', messages: [{ role: 'user', content: 'hi' }] })
+  t.equal(r.status, 200, 'answered after a renewal')
+  t.equal(chat!.sim!.stats.unpaid, 1, 'the provider refused the expired token once')
+  t.same(JSON.parse(r.text).x_svc_trace.attempts.map((a: any) => a.status), [401, 200], 'refused, renewed, retried on the same provider')
+  const renewed = await readSessionToken(String(chat!.sim!.stats.lastHeaders.authorization).slice('Bearer '.length))
+  t.ok(renewed!.claims.expiresAt > old!.claims.expiresAt && renewed!.claims.nonce !== old!.claims.nonce, 'a new token')
+  t.equal((await post(stack, '/v1/chat/completions', { model: 'qwen', messages: [{ role: 'user', content: 'hi' }] })).status, 200)
+  t.equal(chat!.sim!.stats.unpaid, 1, 'the renewed token is kept')
 })
 
 t.test('an empty ledger leaves providers unrouted with the reason, and no unpaid request is sent', async (t) => {

@@ -5,9 +5,9 @@
  */
 import t from 'tap'
 import { request } from 'undici'
-import { createPublicClient, http } from 'viem'
-import { chainAccount } from '../../src/demo/local-chain.js'
-import { SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
+import { createPublicClient, createWalletClient, http } from 'viem'
+import { chainAccount, SERVICE_NAME } from '../../src/demo/local-chain.js'
+import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
 import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider, type ChainStack } from '../helpers/chain-stack.js'
 import { eventually } from '../helpers/wait.js'
 import { join } from 'node:path'
@@ -94,4 +94,55 @@ t.test('a provider that settles more than it served is flagged, unrouted and ref
 
   t.equal(await chainCommand(['clear-flag', p!.address, '--config', configFile], io), 0)
   t.ok(await eventually(async () => (await row(again.url, p!.address))?.routable !== false && (await row(again.url, p!.address)) !== undefined), 'routed again once cleared')
+})
+
+/** A JSON-RPC call to anvil. */
+async function rpc(url: string, method: string, params: unknown[] = []): Promise<any> {
+  const res = await request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) })
+  const body = (await res.body.json()) as { result?: unknown; error?: { message: string } }
+  if (body.error !== undefined) throw new Error(`${method}: ${body.error.message}`)
+  return body.result
+}
+
+async function metric(url: string, name: string, provider: string, status: string): Promise<number> {
+  const text = await (await request(`${url}/metrics`)).body.text()
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(`provider="${provider}"`) && l.includes(`status="${status}"`))
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1))
+}
+
+t.test('settled also from TEESettlementResult: a settlement a top-up hides from the balance is counted once; a partial one is counted and reported', async (t) => {
+  const cheap: ChainProvider = { ...DEAR, account: 1, inputPrice: G / 1000n, outputPrice: G / 1000n }
+  const greedy: ChainProvider = { ...DEAR, account: 2, model: 'qwen', inputPrice: G / 1000n, outputPrice: G / 1000n, broker: { settleIntervalMs: 600_000, overcharge: 10n * G } }
+  const chain = await startChainStack(t, [cheap, greedy], { extra: config(t), beforeRouter: (c) => fundLedger(c, '20') })
+  const { stack, providers: [p, q] } = chain
+  const books = async (address: string) => (await stack.router.store.settlement.rows()).find((r) => r.provider === address)
+  t.ok(await eventually(async () => (await row(stack.url, p!.address))?.routable !== false && (await row(stack.url, q!.address))?.routable !== false), 'both paid for')
+  // Answers until each provider has served something (routing picks either).
+  t.ok(await eventually(async () => (await chat(stack.url, stack.auth)) === 200 && p!.sim!.stats.requests > 0 && q!.sim!.stats.requests > 0, 20_000), 'both served')
+  const payer = chainAccount(PAYER_INDEX).address.toLowerCase()
+  const owed = p!.sim!.broker!.owed.get(payer)!
+  t.ok(owed > 0n)
+  t.ok(await eventually(async () => (await books(p!.address))?.lastBalance === 2n * G), 'the router has read the funded balance')
+
+  // The provider's settlement and a top-up of the same amount land in one block: the balance does not move.
+  await rpc(chain.chain.rpcUrl, 'evm_setAutomine', [false])
+  const settling = p!.sim!.broker!.settleNow()
+  const wallet = createWalletClient({ account: chainAccount(PAYER_INDEX), transport: http(chain.chain.rpcUrl) })
+  t.ok(await eventually(async () => Number((await rpc(chain.chain.rpcUrl, 'txpool_status')).pending) === 1), 'the settlement is pending')
+  await wallet.writeContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'transferFund', args: [p!.account.address, SERVICE_NAME, owed], chain: null })
+  await rpc(chain.chain.rpcUrl, 'evm_mine')
+  await rpc(chain.chain.rpcUrl, 'evm_setAutomine', [true])
+  await settling
+  t.equal((await subAccount(chain, p!.address)).balance, 2n * G, 'the balance is where it was')
+  t.ok(await eventually(async () => (await books(p!.address))?.settled === owed), 'what it took is settled, from its event')
+  t.ok(await eventually(async () => (await metric(stack.url, 'svc_settlement_results_total', p!.address, 'success')) === 1), '/metrics counts the success')
+  await new Promise((resolve) => setTimeout(resolve, 600))
+  t.equal((await books(p!.address))?.settled, owed, 'counted once over the next rounds')
+  t.equal((await books(p!.address))?.flagged, false, 'not flagged')
+
+  // The greedy provider asks for more than its sub-account holds: the contract settles part of it.
+  await q!.sim!.broker!.settleNow()
+  t.ok(await eventually(async () => (await metric(stack.url, 'svc_settlement_results_total', q!.address, 'partial')) === 1), '/metrics counts the partial settlement')
+  t.ok(await eventually(async () => (await books(q!.address))?.settled === 2n * G), 'what it took (its whole balance) is settled once')
+  t.ok(await eventually(async () => /flagged/.test((await row(stack.url, q!.address))?.unrouted_reason ?? '')), 'and it is flagged: it took more than it served')
 })

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto'
 import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { MAX_USAGE_COUNT } from '../../src/billing/usage-bound.js'
-import { StoreConflictError, type Charge, type NewApiKey, type Store, type StoreChange } from '../../src/store/store.js'
+import { StoreConflictError, type Charge, type JournalEntry, type NewApiKey, type Store, type StoreChange } from '../../src/store/store.js'
 
 export type Test = Parameters<Parameters<typeof t.test>[0]>[0]
 
@@ -402,6 +402,54 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     )
     t.strictSame((await store.ledger.journal(A)).filter((e) => e.kind === 'charge').map((e) => e.requestId), [batch[0]!.requestId, batch[1]!.requestId, batch[3]!.requestId], 'journal in batch order')
     t.strictSame(await store.ledger.recordCharges([]), [], 'an empty batch writes nothing')
+  })
+
+  t.test("a charge records a chain provider's price in neuron beside the USD, exactly; none for other providers", async (t) => {
+    const store = await open(t)
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    // Past 2^64 and 2^53: a float or a bigint column would round it.
+    const big = 123456789012345678901234567890n
+    const chain = charge(A, key.id, { neuron: big })
+    const file = charge(A, key.id)
+    const none = charge(A, key.id, { neuron: null })
+    const zero = charge(A, key.id, { neuron: 0n })
+    const out = await store.ledger.recordCharges([chain, file, none, zero, charge(A, key.id, { neuron: -1n })])
+    t.equal((out[0] as JournalEntry).neuron, big, 'the written entry carries it')
+    t.notOk('neuron' in (out[1] as JournalEntry), 'a provider without chain prices has none')
+    t.ok(out[4] instanceof RangeError, 'a negative price in neuron is refused alone')
+    const byRequest = new Map((await store.ledger.journal(A)).map((e) => [e.requestId, e]))
+    t.equal(byRequest.get(chain.requestId)?.neuron, big, 'read back exactly')
+    t.equal(byRequest.get(zero.requestId)?.neuron, 0n)
+    t.notOk('neuron' in byRequest.get(file.requestId)!)
+    t.notOk('neuron' in byRequest.get(none.requestId)!)
+    t.notOk('neuron' in byRequest.get(null)!, 'a deposit has none')
+    t.equal(byRequest.get(chain.requestId)?.amount, chain.cost, 'beside the USD billed')
+  })
+
+  t.test("what a chain provider was served is in the books with its charges' commit: billed once, never lost", async (t) => {
+    const store = await open(t)
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const key = await store.keys.createApiKey(apiKey(A))
+    const P = '0x' + 'c'.repeat(40)
+    const Q = '0x' + 'd'.repeat(40)
+    const first = charge(A, key.id, { provider: P, neuron: 18446744073709551617n })
+    await store.ledger.recordCharges([first, charge(A, key.id, { provider: Q, neuron: 5n }), charge(A, key.id, { provider: P, neuron: 3n }), charge(A, key.id)])
+    const served = async () => new Map((await store.settlement.rows()).map((r) => [r.provider, r.served]))
+    t.strictSame(await served(), new Map([[P, 18446744073709551620n], [Q, 5n]]), 'per provider, exactly, as soon as the charges are acknowledged (no round needed)')
+    const out = await store.ledger.recordCharges([
+      { ...first, neuron: 1000n },
+      charge(A, key.id, { provider: P, neuron: -1n }),
+      charge(B, key.id, { provider: P, neuron: 1000n }),
+      charge(A, key.id, { provider: P, neuron: 0n }),
+      charge(A, key.id, { provider: Q, neuron: 2n }),
+    ])
+    t.ok(out[0] instanceof StoreConflictError && out[1] instanceof RangeError && out[2] instanceof Error, 'a charge not billed...')
+    t.strictSame(await served(), new Map([[P, 18446744073709551620n], [Q, 7n]]), '...is not served either')
+    await store.settlement.record(Q, 4n, 10n, false)
+    await store.ledger.recordCharge(charge(A, key.id, { provider: Q, neuron: 1n }))
+    const q = (await store.settlement.rows()).find((r) => r.provider === Q)!
+    t.strictSame([q.served, q.settled, q.lastBalance, q.flagged], [8n, 4n, 10n, false], 'what was settled is kept beside it')
   })
 
   t.test('recordCharges: a duplicate, a bad charge or an unknown account fails alone, the rest is billed', async (t) => {

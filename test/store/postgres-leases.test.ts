@@ -105,8 +105,11 @@ t.test('a leased charge is paid out of its lease; given back, the rest returns t
   await one.ledger.addFunds(A, 'deposit', usd('1'), '', Date.now())
   const key = await one.keys.createApiKey(apiKey(usd('0.5')))
   t.equal((await one.leases!.acquire(ask(key.id, usd('0.2'), usd('0.2')))).granted, usd('0.2'))
-  const [outcome] = await one.ledger.recordCharges([charge(key.id, usd('0.05'))])
+  const leasedCharge: Charge = { ...charge(key.id, usd('0.05')), neuron: 98765432109876543210n }
+  const [outcome] = await one.ledger.recordCharges([leasedCharge])
   t.notOk(outcome instanceof Error)
+  t.equal((await one.ledger.journal(A)).find((e) => e.requestId === leasedCharge.requestId)?.neuron, 98765432109876543210n, "a leased charge records the provider's neuron too")
+  t.equal((await one.settlement.rows()).find((r) => r.provider === leasedCharge.provider)?.served, 98765432109876543210n, 'and adds it to what the provider was served')
   const totals = await one.ledger.totalsWithLeases(A)
   t.equal(totals.spent, usd('0.05'))
   t.equal(totals.leased, usd('0.15'), 'the charge came out of the lease')

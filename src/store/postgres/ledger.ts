@@ -13,6 +13,7 @@
 import type pg from 'pg'
 import { utcDay } from '../days.js'
 import {
+  chargeEntry,
   invalidCharge,
   MAX_STORED_COUNT,
   toJournal,
@@ -33,7 +34,7 @@ import { ACCOUNT_SQL } from './accounts.js'
 import type { PgConnection } from './connection.js'
 import { LEASE_SQL } from './leases.js'
 
-const JOURNAL_COLUMNS = 'seq, account_id, kind, amount, request_id, key_id, memo, created_at'
+const JOURNAL_COLUMNS = 'seq, account_id, kind, amount, request_id, key_id, memo, created_at, neuron::text'
 
 /**
  * A roll-up count added in NUMERIC and saturated at MAX_STORED_COUNT before it is a bigint again: no sum can
@@ -58,22 +59,29 @@ export const CHARGE_SQL = {
    * not exist (it is written without waiting for lockAccounts' answer), then adds exactly the appended ones into
    * accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a skipped charge is never
    * counted. The usage_daily rows belong to the accounts locked above, so no other batch can be adding to them
-   * meanwhile. Answers the seq of each charge appended.
+   * meanwhile. A chain provider's charges also add their neuron into provider_settlement.served (what it was
+   * served, durable with the charge: store/settlement.ts); those rows are shared by every account, so they are
+   * taken after the account locks and in provider order, like the accounts, and no two batches deadlock.
+   * Answers the seq of each charge appended.
    */
   append: `WITH input AS (
       SELECT * FROM unnest($1::text[], $2::numeric[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
-        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[]) WITH ORDINALITY
+        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::numeric[]) WITH ORDINALITY
         AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
-          images, audio_ms, day, ord)
+          images, audio_ms, day, neuron, ord)
     ), appended AS (
       INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
-        prompt_tokens, completion_tokens, images, audio_ms)
+        prompt_tokens, completion_tokens, images, audio_ms, neuron)
       SELECT account_id, 'charge', amount, request_id, key_id, '', created_at, model, provider,
-        prompt_tokens, completion_tokens, images, audio_ms
+        prompt_tokens, completion_tokens, images, audio_ms, neuron
       FROM input WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = input.account_id)
       ORDER BY ord
       ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
-      RETURNING seq, request_id, account_id, key_id, model, amount, prompt_tokens, completion_tokens, images, audio_ms
+      RETURNING seq, request_id, account_id, key_id, model, provider, neuron, amount, prompt_tokens, completion_tokens, images, audio_ms
+    ), served AS (
+      INSERT INTO provider_settlement AS p (provider, served)
+      SELECT provider, sum(neuron) FROM appended WHERE neuron > 0 GROUP BY provider ORDER BY provider
+      ON CONFLICT (provider) DO UPDATE SET served = p.served + EXCLUDED.served
     ), spent AS (
       UPDATE accounts a SET spent = a.spent + s.amount
       FROM (SELECT account_id, sum(amount) AS amount FROM appended GROUP BY account_id) s
@@ -207,7 +215,7 @@ export class PgLedger implements LedgerStore {
       const seq = seqs.get(c.requestId)
       if (unpaid.has(c.requestId)) out[i] = new LeaseLostError(`request ${c.requestId}: its budget lease was released and the account or key has no room left for it`)
       else if (seq !== undefined) {
-        out[i] = { seq, accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+        out[i] = chargeEntry(seq, c)
       } else if (!known.has(c.accountId)) out[i] = new Error(`no account ${c.accountId}`)
       else out[i] = new StoreConflictError(`request ${c.requestId} is already billed`)
     }
@@ -217,7 +225,7 @@ export class PgLedger implements LedgerStore {
   /** The batch's transaction: CHARGE_SQL's two statements, pipelined. */
   async #append(ids: string[], valid: readonly Charge[]): Promise<Appended> {
     const n = valid.length
-    const columns = Array.from({ length: 12 }, () => new Array<unknown>(n))
+    const columns = Array.from({ length: 13 }, () => new Array<unknown>(n))
     for (let i = 0; i < n; i++) {
       const c = valid[i]!
       columns[0]![i] = c.accountId
@@ -232,6 +240,7 @@ export class PgLedger implements LedgerStore {
       columns[9]![i] = c.images
       columns[10]![i] = c.audioMs
       columns[11]![i] = utcDay(c.at)
+      columns[12]![i] = c.neuron === null || c.neuron === undefined ? null : c.neuron.toString()
     }
     const statements: pg.QueryConfig[] = [{ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] }]
     const pay = this.#payLeased(valid)

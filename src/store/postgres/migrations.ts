@@ -212,4 +212,11 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'settlement books per chain provider',
     sql: SETTLEMENT_MIGRATION,
   },
+  {
+    version: 7,
+    name: "a charge records the chain provider's price in neuron",
+    // Beside the USD billed, what the answer owes a chain provider at its own prices (src/settlement/); NULL
+    // for providers without chain prices and for deposits and credits. No default: adding it rewrites nothing.
+    sql: `ALTER TABLE journal ADD COLUMN neuron NUMERIC(78,0) CHECK (neuron IS NULL OR (neuron >= 0 AND kind = 'charge'));`,
+  },
 ]

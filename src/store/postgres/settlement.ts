@@ -32,13 +32,6 @@ export class PgSettlement implements SettlementStore {
     return rows.map((r) => ({ provider: r.provider, served: BigInt(r.served), settled: BigInt(r.settled), lastBalance: r.last_balance === null ? null : BigInt(r.last_balance), flagged: r.flagged }))
   }
 
-  async addServed(provider: string, neuron: bigint): Promise<void> {
-    await this.#conn.query(
-      'INSERT INTO provider_settlement (provider, served) VALUES ($1, $2::numeric) ON CONFLICT (provider) DO UPDATE SET served = provider_settlement.served + excluded.served',
-      [provider, neuron.toString()],
-    )
-  }
-
   async record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void> {
     await this.#conn.query(
       `INSERT INTO provider_settlement (provider, settled, last_balance, flagged) VALUES ($1, $2::numeric, $3::numeric, $4)

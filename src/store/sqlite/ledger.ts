@@ -9,6 +9,7 @@ import { log } from '../../log.js'
 import { MAX_USAGE_COUNT } from '../../billing/usage-bound.js'
 import { utcDay } from '../days.js'
 import {
+  chargeEntry,
   invalidCharge,
   MAX_STORED_COUNT,
   toJournal,
@@ -41,8 +42,11 @@ function isForeignKeyViolation(err: unknown): boolean {
  */
 export const CHARGE_SQL = {
   insertCharge: `INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at,
-      model, provider, prompt_tokens, completion_tokens, images, audio_ms)
-      VALUES (?, 'charge', ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)`,
+      model, provider, prompt_tokens, completion_tokens, images, audio_ms, neuron)
+      VALUES (?, 'charge', ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)`,
+  /** A chain provider's served total (neuron, TEXT), and the same total raised by a batch's charges. */
+  servedOf: 'SELECT served FROM provider_settlement WHERE provider = ?',
+  addServed: `INSERT INTO provider_settlement (provider, served) VALUES (?, ?) ON CONFLICT (provider) DO UPDATE SET served = excluded.served`,
 } as const
 
 /** Statements of fold(), which moves charges past the watermark into accounts.spent and usage_daily. */
@@ -147,11 +151,13 @@ function prepareStatements(conn: SqliteConnection) {
       'INSERT INTO journal (account_id, kind, amount, memo, created_at) VALUES (?, ?, ?, ?, ?)',
     ),
     insertCharge: db.prepare(CHARGE_SQL.insertCharge),
+    servedOf: db.prepare<[string], string>(CHARGE_SQL.servedOf).pluck(),
+    addServed: db.prepare<[string, string]>(CHARGE_SQL.addServed),
     journalEntry: db.prepare<[number | bigint], JournalRow>(
-      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE seq = ?',
+      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at, neuron FROM journal WHERE seq = ?',
     ),
     journal: db.prepare<[string], JournalRow>(
-      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at FROM journal WHERE account_id = ? ORDER BY seq',
+      'SELECT seq, account_id, kind, amount, request_id, key_id, memo, created_at, neuron FROM journal WHERE account_id = ? ORDER BY seq',
     ),
     watermark: db.prepare<[], number>(FOLD_SQL.watermark).pluck(),
     unfolded: db.prepare<[number, number], ChargeRow>(FOLD_SQL.charges).raw(),
@@ -283,6 +289,7 @@ export class SqliteLedger implements LedgerStore {
   /** Appends each valid charge of the batch, filling `out`; returns how many were appended. In a transaction. */
   #append(charges: readonly Charge[], out: (JournalEntry | Error)[]): number {
     let appended = 0
+    let served: Map<string, bigint> | null = null
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]!
       const invalid = invalidCharge(c)
@@ -296,6 +303,7 @@ export class SqliteLedger implements LedgerStore {
         // A failed statement undoes only itself, not the transaction: the rest of the batch goes on.
         seq = this.#q.insertCharge.run(
           c.accountId, cost, c.requestId, c.keyId, c.at, c.model, c.provider, c.promptTokens, c.completionTokens, c.images, c.audioMs,
+          c.neuron === null || c.neuron === undefined ? null : c.neuron.toString(),
         ).lastInsertRowid
       } catch (err) {
         if (isForeignKeyViolation(err)) out[i] = new Error(`no account ${c.accountId}`)
@@ -304,7 +312,16 @@ export class SqliteLedger implements LedgerStore {
         continue
       }
       appended++
-      out[i] = { seq: Number(seq), accountId: c.accountId, kind: 'charge', amount: c.cost, requestId: c.requestId, keyId: c.keyId, memo: '', createdAt: c.at }
+      out[i] = chargeEntry(Number(seq), c)
+      if (c.neuron !== null && c.neuron !== undefined && c.neuron > 0n) (served ??= new Map()).set(c.provider, (served.get(c.provider) ?? 0n) + c.neuron)
+    }
+    // What each chain provider was served, in the charges' own transaction (store/settlement.ts): a crash can
+    // lose no part of it. Nothing to do (no map, no statement) for a batch of providers without chain prices.
+    if (served !== null) {
+      for (const [provider, neuron] of served) {
+        const before = this.#q.servedOf.get(provider)
+        this.#q.addServed.run(provider, (BigInt(before ?? '0') + neuron).toString())
+      }
     }
     return appended
   }

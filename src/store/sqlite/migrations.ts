@@ -310,4 +310,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 8,
+    name: 'a charge records the chain provider\'s price in neuron',
+    // Beside the USD billed, what the answer owes a chain provider at its own prices (src/settlement/): exact
+    // decimal text, NULL for providers without chain prices and for deposits and credits.
+    sql: `
+      ALTER TABLE journal ADD COLUMN neuron TEXT CHECK (neuron IS NULL OR (kind = 'charge' AND length(neuron) > 0 AND neuron NOT GLOB '*[^0-9]*'));
+    `,
+  },
 ]

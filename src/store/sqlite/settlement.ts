@@ -17,25 +17,11 @@ export class SqliteSettlement implements SettlementStore {
     this.#conn = conn
   }
 
-  #get(provider: string): Row | undefined {
-    return this.#conn.db.prepare<[string], Row>('SELECT * FROM provider_settlement WHERE provider = ?').get(provider)
-  }
-
   async rows(): Promise<SettlementRow[]> {
     return this.#conn.db
       .prepare<[], Row>('SELECT * FROM provider_settlement ORDER BY provider')
       .all()
       .map((r) => ({ provider: r.provider, served: BigInt(r.served), settled: BigInt(r.settled), lastBalance: r.last_balance === null ? null : BigInt(r.last_balance), flagged: r.flagged === 1 }))
-  }
-
-  async addServed(provider: string, neuron: bigint): Promise<void> {
-    await this.#conn.writable()
-    this.#conn.db.transaction(() => {
-      const served = BigInt(this.#get(provider)?.served ?? '0') + neuron
-      this.#conn.db
-        .prepare<[string, string]>(`INSERT INTO provider_settlement (provider, served) VALUES (?, ?) ON CONFLICT (provider) DO UPDATE SET served = excluded.served`)
-        .run(provider, served.toString())
-    })()
   }
 
   async record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void> {
