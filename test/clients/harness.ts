@@ -26,8 +26,9 @@ const PINNED = JSON.parse(readFileSync(join(CLIENTS_DIR, 'package.json'), 'utf8'
  */
 export function clientsInstalled(t: TapLike, packages: readonly string[]): boolean {
   // .ci/node-lines runs the suite again under Node 22 and 24 without these packages: the clients are programs of
-  // their own, run once against the router on the host's line by .ci/run.
-  if (process.env.SVC_CLIENT_TESTS === 'host-line') {
+  // their own, run once against the router on the host's line by .ci/run. (Not an SVC_ name: those are config
+  // paths, and a router refuses an unknown one.)
+  if (process.env.AGENT_CLIENT_TESTS === 'host-line') {
     t.plan(0, 'the real clients run once, on the host Node line (.ci/run); this line runs the rest of the suite')
     return false
   }
