@@ -82,9 +82,9 @@ t.test('a paid request on chat, messages and images; the provider settles and th
 })
 
 t.test('a token that expired at the provider is renewed without a failed client request', async (t) => {
-  // The provider's clock can be moved ahead: a token the router still holds for valid is expired there.
-  let skew = 0
-  const provider: ChainProvider = { ...CHAT, broker: { settleIntervalMs: 60_000, now: () => Date.now() + skew } }
+  // The provider's clock can be stopped ahead: a token the router still holds for valid is expired there.
+  let stopped: number | null = null
+  const provider: ChainProvider = { ...CHAT, broker: { settleIntervalMs: 60_000, now: () => stopped ?? Date.now() } }
   const chain = await startChainStack(t, [provider], { extra: settlementConfig(t, { interval_ms: 600_000 }), beforeRouter: (c) => fundLedger(c, '10') })
   const { stack, providers: [chat] } = chain
   t.ok(await eventually(() => routable(stack, 'qwen', chat!.address)))
@@ -92,9 +92,10 @@ t.test('a token that expired at the provider is renewed without a failed client 
   const old = await readSessionToken(String(chat!.sim!.stats.lastHeaders.authorization).slice('Bearer '.length))
   t.ok(old !== null)
   await new Promise((resolve) => setTimeout(resolve, 5))
-  // The provider's now is the token's expiry: it is refused as expired. A token signed from here on lives a full
-  // lifetime past the router's now, which is later than the token's signing time: the provider takes it.
-  skew = old!.claims.expiresAt - Date.now()
+  // The provider's now stays at the token's expiry: it is refused as expired. A token signed from here on expires
+  // a full lifetime after it was signed, later than the old one: the provider takes it, however long the
+  // requests take (a clock that kept running would let a slow retry outlive the gap between the two signings).
+  stopped = old!.claims.expiresAt
   const r = await post(stack, '/v1/chat/completions', { model: 'qwen', messages: [{ role: 'user', content: 'hi' }] })
   t.equal(r.status, 200, 'answered after a renewal')
   t.equal(chat!.sim!.stats.unpaid, 1, 'the provider refused the expired token once')
