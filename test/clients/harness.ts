@@ -150,6 +150,21 @@ function killGroup(child: ChildProcess): Promise<void> {
   return killChild(child)
 }
 
+/** Model requests a coding-agent CLI run may make at most: one tool round trip, with room for a retry or two. */
+export const MAX_CLI_REQUESTS = 8
+
+/**
+ * What a coding-agent CLI run (`claude -p`, `codex exec`) must show: exit 0, the model's answer printed, one tool
+ * round trip, and 2 to MAX_CLI_REQUESTS model requests in all.
+ */
+export function assertAgentRun(t: TapLike, run: CliRun, stack: Stack): void {
+  const requests = providerRequests(stack)
+  t.equal(run.code, 0, 'exit 0', describeRun(run))
+  t.match(run.stdout, /quick brown fox/, "the model's answer printed", describeRun(run))
+  t.ok(requests >= 2 && requests <= MAX_CLI_REQUESTS, `${requests} model requests (2 to ${MAX_CLI_REQUESTS})`)
+  t.ok(sentToolResult(stack), 'a default tool was called and its result sent back before the answer')
+}
+
 /** A short description of a run, for an assertion's message. */
 export function describeRun(run: CliRun): Record<string, unknown> {
   return { code: run.code, signal: run.signal, timedOut: run.timedOut, stdout: run.stdout.slice(-2000), stderr: run.stderr.slice(-4000) }
