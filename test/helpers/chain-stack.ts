@@ -5,8 +5,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { privateKeyToAccount } from 'viem/accounts'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createPublicClient, createWalletClient, http, parseEther, toHex, type Account, type LocalAccount } from 'viem'
 import { mnemonicToAccount } from 'viem/accounts'
@@ -14,6 +13,7 @@ import { LEDGER_MANAGER_ABI } from '../../src/settlement/abi.js'
 import { ANVIL_MNEMONIC, chainAccount, NO_SIGNER, RegistryContract, startAnvil, type LocalChain, type ServiceParams } from '../../src/demo/local-chain.js'
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from '../../src/simulator/simulator.js'
 import { startStack, type Stack } from './stack.js'
+import { ownDir } from './own-dir.js'
 
 export interface ChainProvider {
   /** Index of its anvil account (1…19; 0 is the contract's owner). */
@@ -56,7 +56,6 @@ export interface ChainStack {
 }
 
 export interface TapLike {
-  testdir(): string
   teardown(fn: () => unknown): void
 }
 
@@ -132,9 +131,7 @@ export const PAYER_INDEX = 10
 
 export function payerKeyFile(t: TapLike, index = PAYER_INDEX): string {
   const key = mnemonicToAccount(ANVIL_MNEMONIC, { addressIndex: index }).getHdKey().privateKey!
-  // Not in t.testdir(): the stack writes its config there and makes the folder afresh.
-  const dir = mkdtempSync(join(tmpdir(), 'svc-payer-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const dir = ownDir(t, 'svc-payer-')
   const file = join(dir, `payer-${index}.key`)
   writeFileSync(file, toHex(key) + '\n', { mode: 0o600 })
   return file

@@ -13,6 +13,7 @@ import { startPostgres, type TestPostgres } from './postgres.js'
 import { startRedis, type TestRedis } from './redis.js'
 import { killChild } from './child.js'
 import { DEFAULT_PRICE } from './stack.js'
+import { ownDir } from './own-dir.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
@@ -35,7 +36,6 @@ export interface Fleet {
 }
 
 interface TapLike {
-  testdir(): string
   teardown(fn: () => unknown): void
 }
 
@@ -76,7 +76,7 @@ function startOne(t: TapLike, config: string, index: number): Promise<{ url: str
 }
 
 export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fleet> {
-  const dir = t.testdir()
+  const dir = ownDir(t, 'svc-fleet-')
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers: options.providers }))
   const extra = options.config ?? {}
   const config = join(dir, 'config.yaml')

@@ -7,6 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { stringify } from 'yaml'
 import { killChild } from './child.js'
+import { ownDir } from './own-dir.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
@@ -27,7 +28,6 @@ export interface SpawnedRouter {
 }
 
 interface TapLike {
-  testdir(): string
   teardown(fn: () => unknown): void
 }
 
@@ -46,9 +46,10 @@ export async function spawnRouter(
   // `dir` given: the router of an earlier spawn starts again on its store (no dev key is printed then).
   const again = options.dir !== undefined
   let child: ChildProcess | null = null
-  // Registered before t.testdir(): the router is gone before its directory is removed (test/helpers/stack.ts).
-  t.teardown(() => (child === null ? undefined : killChild(child)))
-  const dir = options.dir ?? t.testdir()
+  // The router is gone before its directory is removed (test/helpers/own-dir.ts).
+  const kill = (): unknown => (child === null ? undefined : killChild(child))
+  const dir = options.dir ?? ownDir(t, 'svc-router-', kill)
+  if (options.dir !== undefined) t.teardown(kill)
   writeFileSync(join(dir, 'providers.yaml'), stringify({ providers }))
   writeFileSync(
     join(dir, 'config.yaml'),

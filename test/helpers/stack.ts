@@ -13,6 +13,7 @@ import { loadConfig } from '../../src/config/index.js'
 import { serve, type RunningRouter } from '../../src/serve.js'
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from '../../src/simulator/simulator.js'
 import { SCOPES, type Scope } from '../../src/store/store.js'
+import { ownDir } from './own-dir.js'
 
 export interface TestModel {
   id: string
@@ -70,7 +71,6 @@ export interface Stack {
 
 /** Minimal interface of a tap Test this helper needs. */
 interface TapLike {
-  testdir(): string
   teardown(fn: () => unknown): void
 }
 
@@ -97,15 +97,13 @@ export async function startStack(
 ): Promise<Stack> {
   const sims = new Map<string, SimulatorHandle>()
   let router: RunningRouter | null = null
-  // Registered before t.testdir(): tap's end-of-test hooks each run after those registered before them, so the
-  // router and the simulators are closed before the fixture directory is removed. The other way round, it went while
-  // the router's store was live, and a file it made meanwhile failed the removal (ENOTEMPTY) and with it this
-  // teardown, leaving the servers open until the test file timed out.
-  t.teardown(async () => {
+  // The router and the simulators are closed before their directory goes: the other way round, it went while the
+  // router's store was live, and a file it made meanwhile failed the removal (ENOTEMPTY) and with it the teardown,
+  // leaving the servers open until the test file timed out.
+  const dir = ownDir(t, 'svc-stack-', async () => {
     await router?.close()
     await Promise.all([...sims.values()].map((s) => s.close()))
   })
-  const dir = t.testdir()
   const entries = []
   for (const p of providers) {
     let url = p.url

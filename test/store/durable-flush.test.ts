@@ -232,6 +232,10 @@ t.test('an upkeep thread that ends mid-upkeep without an error (terminated) rele
   // A long upkeep (the fold of 20,000 charges), ended from outside while it runs: an 'exit' with no 'error'.
   appendUnfolded(conn, 'other', 20_000)
   // Running its own code first: a thread terminated while it still loads may report exit code 0 (seen under load).
+  // The connection unrefs its thread, and nothing else keeps this process up meanwhile: without the timer a slow
+  // start ended the process with the test unfinished (seen under Node 22).
+  const alive = setInterval(() => {}, 1_000)
+  t.teardown(() => clearInterval(alive))
   await online
   t.ok(conn.upkeep(), 'an upkeep is under way')
   await new Promise((resolve) => setTimeout(resolve, 5))
