@@ -349,7 +349,10 @@ export function planResponses(req: ResponsesRequest, offer: Offer): AttemptPlan 
     req.anthropic ??= new BufferBody(toAnthropicMessages(chat.variants.whole()))
     const codec = req.stream ? new ResponsesViaAnthropicStreamCodec(req.meta, names) : new ResponsesViaAnthropicJsonCodec(req.meta, names)
     if (chat.refusal !== null) return { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, refusal: chat.refusal }
-    const notes = chat.variants.translation.notes
+    const tr = chat.variants.translation
+    // Anthropic's output format always carries a schema: JSON mode has no equivalent there (toAnthropicMessages).
+    const jsonMode = (tr.responseFormat as { type?: unknown } | null)?.type === 'json_object'
+    const notes = jsonMode ? [...tr.notes, 'text.format json_object has no Anthropic equivalent and was not sent'] : tr.notes
     return notes.length === 0 ? { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec } : { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, notes }
   }
   const codec = req.stream ? new ResponsesTranslatedStreamCodec(req.meta, names) : new ResponsesTranslatedJsonCodec(req.meta, names)

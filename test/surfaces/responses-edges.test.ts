@@ -307,6 +307,14 @@ t.test('an Anthropic-only provider answers through two translations (responses â
   t.equal(call.type, 'function_call')
   const done = await client.responses.create({ model: MODEL, previous_response_id: tool.id, input: [{ type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] })
   t.equal(done.output[0]!.type, 'message', 'the Anthropic simulator answers a tool result in text')
+  const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false }
+  const jsonMode = await post(stack, { model: MODEL, input: 'x', text: { format: { type: 'json_object' } } })
+  t.equal(jsonMode.status, 200)
+  t.same(jsonMode.json().x_svc_trace.notes, ['text.format json_object has no Anthropic equivalent and was not sent'])
+  t.equal(stack.sims.get(C)!.stats.lastBody.output_config, undefined)
+  const withSchema = await post(stack, { model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'thing', schema } } })
+  t.equal(withSchema.json().x_svc_trace.notes, undefined, 'a schema goes as output_config.format: nothing to note')
+  t.same(stack.sims.get(C)!.stats.lastBody.output_config, { format: { type: 'json_schema', schema } })
 })
 
 t.test('a chat provider that interleaves parallel tool calls: the client gets one whole item at a time', async (t) => {
