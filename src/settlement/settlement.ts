@@ -76,6 +76,8 @@ export interface Settlement extends ProviderPayer {
   unrouted(model: string): { address: string; reason: string }[]
   states(): ProviderState[]
   ledger(): PayerLedger | null
+  /** Rounds this process has finished, and whether it funded in the last (held the funding lock): /metrics. */
+  progress(): { readonly rounds: number; readonly funder: boolean }
   /** One round now (tests, and the CLI's status). */
   round(): Promise<void>
   stop(): Promise<void>
@@ -127,6 +129,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   let timer: NodeJS.Timeout | null = null
   /** Whether this replica funds in the round under way (only the funder reconciles and writes the books' settled side). */
   let funding = false
+  let rounds = 0
 
   function entry(p: RegistryProvider): Entry {
     let e = entries.get(p.address)
@@ -359,6 +362,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       .catch((err: unknown) => log.error('settlement: a round failed', { err: errorText(err) }))
       .finally(() => {
         running = null
+        rounds++
         publishIfChanged()
         if (again && !stopped) {
           again = false
@@ -459,6 +463,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       }))
     },
     ledger: () => payerLedger,
+    progress: () => ({ rounds, funder: funding }),
     round,
     async stop() {
       stopped = true
