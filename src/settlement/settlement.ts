@@ -94,7 +94,7 @@ interface Entry {
   flagged: boolean
   /** The balance last read, to see what the provider took since (null before the first read). */
   lastBalance: bigint | null
-  /** The block that balance was read at, where the next window of settlement events starts (null: not read here). */
+  /** The block that balance was read at, where the next window of settlement events starts (null: never read). */
   lastBlock: bigint | null
   results: Map<SettlementStatus, number>
   /** Served by this replica since the books were last read (the books hold it already: it is durable with each charge). */
@@ -104,8 +104,10 @@ interface Entry {
 }
 
 const NO_PROVIDERS: RegistrySnapshot['providers'] = []
-/** The longest window of blocks whose settlement events one read asks for (RPC nodes cap getLogs ranges). */
+/** The longest range of blocks one getLogs asks for (RPC nodes cap getLogs ranges). */
 const MAX_EVENT_BLOCKS = 5_000n
+/** The most getLogs ranges one read of a sub-account reads on from the books' last block. */
+const MAX_EVENT_WINDOWS = 20n
 
 export function createSettlement(settings: SettlementSettings, deps: SettlementDeps): Settlement {
   const parsed = [settings.sub_account.min_0g, settings.sub_account.target_0g, settings.over_settle_tolerance_0g].map(parse0g)
@@ -160,8 +162,9 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
    * Reads `e`'s sub-account. The funding replica also reconciles what the provider took since the last read, from
    * two sources over the same window of blocks: the fall of the balance, and the TEESettlementResult events of its
    * settlements (settlement-events.ts). Each is a lower bound (a top-up in the window hides a settlement from the
-   * balance; events are not read across a restart), and both count the same takes: the window adds the larger,
-   * never their sum. The router takes funds back only from a flagged provider, whose settlements are not counted.
+   * balance; a window too long is not read for events), and both count the same takes: the window adds the
+   * larger, never their sum. The router takes funds back only from a flagged provider, whose settlements are not
+   * counted. The books get the block with the balance and what was settled, in one row write, every read.
    */
   async function readAccount(e: Entry, reconcile = true): Promise<SubAccount | null> {
     const block = funding && reconcile ? await client.getBlockNumber({ cacheTime: 0 }) : undefined
@@ -175,23 +178,30 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     }
     if (block === undefined) return account
     let evented = 0n
-    // A window too long for one getLogs (the funder lock regained after a while), or events the node does not
+    // The window starts after the block of the last read, kept in the books with what it counted (a restart, or
+    // another replica taking the lock, reads on from there), and is read in pieces a node answers getLogs for.
+    // A window longer than MAX_EVENT_WINDOWS pieces (the books not written for days), or events the node does not
     // answer for, leave the balance's fall alone to count: a lower bound still, and the next window reads events.
-    if (e.lastBlock !== null && block > e.lastBlock && block - e.lastBlock <= MAX_EVENT_BLOCKS) {
+    if (e.lastBlock !== null && block > e.lastBlock && block - e.lastBlock <= MAX_EVENT_BLOCKS * MAX_EVENT_WINDOWS) {
       const provider = e.address.toLowerCase()
+      const noted: SettlementResult[] = []
       try {
-        for (const r of await events.results(e.lastBlock + 1n, block)) {
-          if (r.provider !== provider) continue
-          evented += r.taken
-          noteResult(e, r)
+        for (let from = e.lastBlock + 1n; from <= block; from += MAX_EVENT_BLOCKS) {
+          const to = from + MAX_EVENT_BLOCKS - 1n < block ? from + MAX_EVENT_BLOCKS - 1n : block
+          for (const r of await events.results(from, to)) {
+            if (r.provider !== provider) continue
+            evented += r.taken
+            noted.push(r)
+          }
         }
+        for (const r of noted) noteResult(e, r)
       } catch (err) {
         evented = 0n
         log.warn('settlement: reading settlement events failed; this window counts the balance only', { provider: e.address, err: errorText(err) })
       }
     }
     const balance = account?.balance ?? 0n
-    const before = { settled: e.settled, lastBalance: e.lastBalance, flagged: e.flagged }
+    const before = { settled: e.settled, lastBalance: e.lastBalance, lastBlock: e.lastBlock, flagged: e.flagged }
     const fell = e.lastBalance !== null && balance < e.lastBalance ? e.lastBalance - balance : 0n
     if (!e.flagged) e.settled += fell > evented ? fell : evented
     e.lastBalance = balance
@@ -204,8 +214,8 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         settled_0g: format0g(e.settled),
       })
     }
-    if (before.settled !== e.settled || before.lastBalance !== e.lastBalance || before.flagged !== e.flagged) {
-      await deps.books.record(e.address, e.settled, e.lastBalance, e.flagged)
+    if (before.settled !== e.settled || before.lastBalance !== e.lastBalance || before.flagged !== e.flagged || before.lastBlock !== e.lastBlock) {
+      await deps.books.record(e.address, { settled: e.settled, lastBalance: e.lastBalance, lastBlock: e.lastBlock, flagged: e.flagged })
     }
     return account
   }
@@ -234,6 +244,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       if (r === undefined) continue
       e.settled = r.settled
       e.lastBalance = r.lastBalance
+      e.lastBlock = r.lastBlock
       if (e.flagged && !r.flagged) log.info('settlement: flag cleared by the operator', { provider: e.address })
       e.flagged = r.flagged
     }
