@@ -29,6 +29,10 @@ export interface SettlementStore {
    * `lastBlock` and the balance's fall from `lastBalance`, which is exactly what `settled` does not hold yet.
    */
   record(provider: string, r: SettledRecord): Promise<void>
-  /** Clears the flag and takes what was settled beyond what was served as accepted (settled = served); false when unknown. */
+  /**
+   * Clears the flag and takes what was settled beyond what was served as accepted (settled = served); false when
+   * the provider is not flagged (an unflagged one's settled may be below served: raising it would forget what the
+   * provider is still owed, and flag it falsely at its next settlement).
+   */
   clearFlag(provider: string): Promise<boolean>
 }

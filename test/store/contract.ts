@@ -453,6 +453,12 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     await store.settlement.record(Q, { settled: 5n, lastBalance: null, lastBlock: null, flagged: true })
     const again = (await store.settlement.rows()).find((r) => r.provider === Q)!
     t.strictSame([again.served, again.settled, again.lastBalance, again.lastBlock, again.flagged], [8n, 5n, null, null, true], 'rewritten together')
+    await store.settlement.record(P, { settled: 7n, lastBalance: 1n, lastBlock: 2n, flagged: false })
+    t.equal(await store.settlement.clearFlag(P), false, 'an unflagged provider has no flag to clear...')
+    t.equal((await store.settlement.rows()).find((r) => r.provider === P)?.settled, 7n, '...and what it is still owed is kept (settled not raised to served)')
+    t.equal(await store.settlement.clearFlag(Q), true, 'a flagged one is cleared')
+    const cleared = (await store.settlement.rows()).find((r) => r.provider === Q)!
+    t.strictSame([cleared.settled, cleared.flagged], [8n, false], 'what it took beyond what it served is accepted')
   })
 
   t.test('recordCharges: a duplicate, a bad charge or an unknown account fails alone, the rest is billed', async (t) => {

@@ -52,7 +52,7 @@ export class PgSettlement implements SettlementStore {
   }
 
   async clearFlag(provider: string): Promise<boolean> {
-    const { rowCount } = await this.#conn.query('UPDATE provider_settlement SET flagged = false, settled = served WHERE provider = $1', [provider])
+    const { rowCount } = await this.#conn.query('UPDATE provider_settlement SET flagged = false, settled = served WHERE provider = $1 AND flagged', [provider])
     return (rowCount ?? 0) > 0
   }
 }

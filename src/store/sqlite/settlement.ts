@@ -44,6 +44,6 @@ export class SqliteSettlement implements SettlementStore {
 
   async clearFlag(provider: string): Promise<boolean> {
     await this.#conn.writable()
-    return this.#conn.db.prepare<[string]>('UPDATE provider_settlement SET flagged = 0, settled = served WHERE provider = ?').run(provider).changes > 0
+    return this.#conn.db.prepare<[string]>('UPDATE provider_settlement SET flagged = 0, settled = served WHERE provider = ? AND flagged = 1').run(provider).changes > 0
   }
 }
