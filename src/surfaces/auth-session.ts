@@ -33,6 +33,7 @@ import type { ConsoleOrigins } from '../auth/console-origins.js'
 import { DEFAULT_CHAIN_ID, verifySignIn, type SiweExpectations } from '../auth/siwe.js'
 import { createSourceResolver, type SourceHead } from '../auth/source-ip.js'
 import { GlobalLimit, limitErrors, MAX_TRACKED_SOURCES, SourceLimit } from '../auth/source-limit.js'
+import { THROTTLED, throttled } from '../telemetry/events.js'
 
 type Handler = (head: RequestHead, reply: Reply) => void
 
@@ -82,9 +83,14 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
   function limited(head: RequestHead): RouterError | null {
     const now = Date.now()
     const wait = perSource.add(sourceOf(head), now)
-    if (wait > 0) return fromSource(wait)
+    if (wait > 0) {
+      if (throttled.hasSubscribers) throttled.publish(THROTTLED.signInSource)
+      return fromSource(wait)
+    }
     const all = everyone.add(now)
-    return all > 0 ? fromEveryone(all) : null
+    if (all === 0) return null
+    if (throttled.hasSubscribers) throttled.publish(THROTTLED.signInGlobal)
+    return fromEveryone(all)
   }
 
   /** `handler`, behind the limits. */
