@@ -77,7 +77,8 @@ t.test('simulate-provider --chain-rpc … serves only a paying router and settle
         '--chain-rpc', c.chain.rpcUrl, '--serving', c.contract.address, '--provider-key-file', payerKeyFile(t, 1),
         '--input-price', PRICE.toString(), '--output-price', PRICE.toString(), '--settle-interval-ms', '300',
       ])
-      t.ok(await eventually(() => /listening on (\S+)\n/.test(sim!.out()), 30_000), `the CLI listens: ${sim!.err()}`)
+      // Its two lines may come in two reads: the second is awaited too.
+      t.ok(await eventually(() => /listening on (\S+)\n.*\n/.test(sim!.out()), 30_000), `the CLI listens: ${sim!.err()}`)
       url = /listening on (\S+)\n/.exec(sim!.out())![1]!
       t.match(sim!.out(), new RegExp(`as the 0G broker of provider ${chainAccount(1).address}: settling every 300 ms`))
       await c.register({ account: 1, model: 'qwen', url, tee: true, teeKey, inputPrice: PRICE, outputPrice: PRICE })
