@@ -2,12 +2,13 @@
  * Two router processes on one PostgreSQL and one anvil pay the same providers (issue 44): one funds (the
  * advisory lock), both route and sign with the same payer key; a sub-account is never funded twice. Mining is
  * held while the funder's first transfer is pending, so that a second funder, if there were one, would have
- * read the same unfunded sub-account and sent its own transfer beside it.
+ * read the same unfunded sub-account and sent its own transfer beside it: at the first funding, and at a
+ * top-up of every sub-account at once.
  */
 import t from 'tap'
 import { request } from 'undici'
 import { createPublicClient, createWalletClient, decodeFunctionData, http, parseEther, type Hex } from 'viem'
-import { chainAccount } from '../../src/demo/local-chain.js'
+import { chainAccount, SERVICE_NAME } from '../../src/demo/local-chain.js'
 import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
 import { payerKeyFile, PAYER_INDEX, startChain, type ChainProvider } from '../helpers/chain-stack.js'
 import { startPostgres } from '../helpers/postgres.js'
@@ -73,47 +74,71 @@ t.test('two router processes never both fund a sub-account', async (t) => {
   // Each has finished a round without a ledger to fund from: every sub-account is missing for both.
   t.ok(await eventually(async () => (await metric(a.url, 'svc_settlement_rounds_total')) >= 1 && (await metric(b.url, 'svc_settlement_rounds_total')) >= 1, 30_000), 'both replicas ran a round')
 
-  // The ledger is opened in a block of its own, and nothing is mined after it until a transfer is pending.
-  await rpc(rpcUrl, 'evm_setAutomine', [false])
+  /**
+   * With mining held since `cause` was mined: waits until a transfer is pending and then until either a second
+   * one joins it or the replica that does not fund finishes two more rounds (it has read the same sub-accounts
+   * the funder is topping up, and left them to it); checks one transfer is pending; mines on.
+   */
+  const oneFunds = async (round: string, cause: () => Promise<unknown>) => {
+    await rpc(rpcUrl, 'evm_setAutomine', [false])
+    await cause()
+    await rpc(rpcUrl, 'evm_mine')
+    t.ok(await eventually(async () => (await pendingTransfers(rpcUrl)).length >= 1, 30_000), `${round}: a funding transfer is pending`)
+    const since = [await metric(a.url, 'svc_settlement_rounds_total'), await metric(b.url, 'svc_settlement_rounds_total')]
+    const settled = await eventually(async () => {
+      if ((await pendingTransfers(rpcUrl)).length >= 2) return true
+      for (const [i, r] of [a, b].entries()) {
+        if ((await metric(r.url, 'svc_settlement_funder')) === 0 && (await metric(r.url, 'svc_settlement_rounds_total')) >= since[i]! + 2) return true
+      }
+      return false
+    }, 30_000)
+    t.ok(settled, `${round}: the other replica had its chance to fund`)
+    t.same(await pendingTransfers(rpcUrl), [chain.providers[0]!.address], `${round}: one transfer for the first provider, from one replica`)
+    t.same([await metric(a.url, 'svc_settlement_funder'), await metric(b.url, 'svc_settlement_funder')].sort(), [0, 1], `${round}: exactly one process holds the funding lock`)
+    await rpc(rpcUrl, 'evm_setAutomine', [true])
+    await rpc(rpcUrl, 'evm_mine')
+    t.ok(await eventually(async () => (await routesAll(a.url)) && (await routesAll(b.url)), 30_000), `${round}: both replicas route every provider`)
+  }
   const payer = chainAccount(PAYER_INDEX)
   const wallet = createWalletClient({ account: payer, transport: http(rpcUrl) })
-  await wallet.writeContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'addLedger', args: [''], value: parseEther('20'), chain: null })
-  await rpc(rpcUrl, 'evm_mine')
-  t.ok(await eventually(async () => (await pendingTransfers(rpcUrl)).length >= 1, 30_000), 'a funding transfer is pending')
-  const since = [await metric(a.url, 'svc_settlement_rounds_total'), await metric(b.url, 'svc_settlement_rounds_total')]
-  // Either a second transfer joins it, or the replica that does not fund finishes two more rounds (it has read
-  // the funded ledger and the still missing sub-account, and left them to the funder).
-  const settled = await eventually(async () => {
-    if ((await pendingTransfers(rpcUrl)).length >= 2) return true
-    for (const [i, r] of [a, b].entries()) {
-      if ((await metric(r.url, 'svc_settlement_funder')) === 0 && (await metric(r.url, 'svc_settlement_rounds_total')) >= since[i]! + 2) return true
-    }
-    return false
-  }, 30_000)
-  t.ok(settled, 'the other replica had its chance to fund')
-  t.same(await pendingTransfers(rpcUrl), [chain.providers[0]!.address], 'one transfer for the first provider, from one replica')
-  t.same([await metric(a.url, 'svc_settlement_funder'), await metric(b.url, 'svc_settlement_funder')].sort(), [0, 1], 'exactly one process holds the funding lock')
-
-  await rpc(rpcUrl, 'evm_setAutomine', [true])
-  await rpc(rpcUrl, 'evm_mine')
-  t.ok(await eventually(async () => (await routesAll(a.url)) && (await routesAll(b.url)), 30_000), 'both replicas route every provider')
-
   const client = createPublicClient({ transport: http(rpcUrl) })
-  const transfers = new Map<string, number>()
-  const latest = await client.getBlockNumber()
-  for (let n = 0n; n <= latest; n++) {
-    const block = await client.getBlock({ blockNumber: n, includeTransactions: true })
-    for (const tx of block.transactions) {
-      if (tx.to?.toLowerCase() !== chain.contract.ledger.toLowerCase()) continue
-      const provider = fundedBy(tx.input)
-      if (provider !== null) transfers.set(provider, (transfers.get(provider) ?? 0) + 1)
+  const subAccount = (p: (typeof chain.providers)[0]) =>
+    client.readContract({ address: chain.contract.address, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, p.account.address] })
+  /** transferFund transactions mined so far, per provider. */
+  const transfers = async () => {
+    const out = new Map<string, number>()
+    const latest = await client.getBlockNumber({ cacheTime: 0 })
+    for (let n = 0n; n <= latest; n++) {
+      const block = await client.getBlock({ blockNumber: n, includeTransactions: true })
+      for (const tx of block.transactions) {
+        if (tx.to?.toLowerCase() !== chain.contract.ledger.toLowerCase()) continue
+        const provider = fundedBy(tx.input)
+        if (provider !== null) out.set(provider, (out.get(provider) ?? 0) + 1)
+      }
     }
+    return out
   }
+
+  // Round 1: the ledger is opened; every sub-account is missing.
+  await oneFunds('first funding', () =>
+    wallet.writeContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'addLedger', args: [''], value: parseEther('20'), chain: null }),
+  )
+  let mined = await transfers()
   for (const p of chain.providers) {
-    t.equal(transfers.get(p.address), 1, `${p.address}: one transferFund on chain`)
-    const account = await client.readContract({ address: chain.contract.address, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, p.account.address] })
-    t.equal(account.balance, 2n * G, `${p.address} funded once, to target`)
+    t.equal(mined.get(p.address), 1, `${p.address}: one transferFund on chain`)
+    t.equal((await subAccount(p)).balance, 2n * G, `${p.address} funded once, to target`)
   }
-  const ledger = await client.readContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'getLedger', args: [payer.address] })
-  t.equal(ledger.availableBalance, 20n * G - BigInt(FLEET.length) * 2n * G, 'the ledger paid each sub-account once')
+  const ledger = () => client.readContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'getLedger', args: [payer.address] })
+  t.equal((await ledger()).availableBalance, 20n * G - BigInt(FLEET.length) * 2n * G, 'the ledger paid each sub-account once')
+
+  // Round 2: every sub-account asked back at once (nothing free in any): each is topped up again, once.
+  await oneFunds('top-up', () =>
+    wallet.writeContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'retrieveFund', args: [chain.providers.map((p) => p.account.address), SERVICE_NAME], chain: null }),
+  )
+  mined = await transfers()
+  for (const p of chain.providers) {
+    t.equal(mined.get(p.address), 2, `${p.address}: one more transferFund, for the second round`)
+    const a = await subAccount(p)
+    t.equal(a.balance - a.pendingRefund, 2n * G, `${p.address}: free at target again`)
+  }
 })
