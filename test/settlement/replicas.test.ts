@@ -12,7 +12,7 @@ import { chainAccount, SERVICE_NAME } from '../../src/demo/local-chain.js'
 import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
 import { payerKeyFile, PAYER_INDEX, startChain, type ChainProvider } from '../helpers/chain-stack.js'
 import { startPostgres } from '../helpers/postgres.js'
-import { startFleet } from '../helpers/replicas.js'
+import { chat, provision, startFleet } from '../helpers/replicas.js'
 import { eventually } from '../helpers/wait.js'
 
 const G = 10n ** 18n
@@ -141,4 +141,12 @@ t.test('two router processes never both fund a sub-account', async (t) => {
     const a = await subAccount(p)
     t.equal(a.balance - a.pendingRefund, 2n * G, `${p.address}: free at target again`)
   }
+
+  // Both sign with the one payer key: each process's tokens are accepted by the providers' brokers.
+  const { sk } = provision(fleet, '0x' + 'ab'.repeat(20))
+  for (const r of [a, b]) {
+    const answer = await chat(r.url, sk, { model: 'qwen' })
+    t.equal(answer.status, 200, `replica ${r.index} is answered by a paid provider`)
+  }
+  t.equal(chain.providers.reduce((n, p) => n + p.sim!.stats.unpaid, 0), 0, 'no broker refused a token')
 })
