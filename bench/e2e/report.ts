@@ -122,6 +122,8 @@ const COLORS: Readonly<Record<TargetId, string>> = {
   'router-normal': '#8cd17d',
   floor: '#b07aa1',
   'floor-billed': '#ff9da7',
+  'floor-billed-full': '#d4a6c8',
+  'floor-billed-pg': '#9c755f',
   'router-logged': '#f28e2b',
   'router-quiet': '#76b7b2',
   'router-pg': '#edc948',
