@@ -15,6 +15,7 @@ import { addedLatencySvg } from './svg.js'
 import type { MessagesRun } from './messages.js'
 import type { MultipartRun } from './multipart.js'
 import type { ChargeRate, ReplicasRun } from './replicas.js'
+import type { RttRun } from './replicas-rtt.js'
 import { STAGES, type Stage } from './stages.js'
 import { SIM_SETTINGS, TARGET_IDS, TARGET_NAMES, type TargetId } from './targets.js'
 import { PORTKEY_HONO_OVERRIDE } from './proxies.js'
@@ -35,8 +36,10 @@ export interface Plan {
   readonly connections: number
   readonly ttftConcurrency: number
   readonly streams: number
-  /** Rounds of the latency and open-loop workloads (best round per target kept). */
+  /** Rounds of the open-loop workloads (best round per target kept). */
   readonly rounds: number
+  /** Interleaved rounds of the latency and first-event workloads, every one kept (issue 45); absent before. */
+  readonly medianRounds?: number
 }
 
 export interface TargetInfo {
@@ -65,6 +68,8 @@ export interface RunData {
   readonly results: Readonly<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>>
   /** The bare flush of one WAL frame on the run's disk (fsync-probe.ts). */
   readonly fsync: Distribution
+  /** A charge's write flushed by an fdatasync on the thread pool (fsync-probe.ts): the durable commit's reference; absent in runs before issue 45. */
+  readonly fsyncPool?: Distribution
   /** CPU time by stage of svc-router and of the floor (stages.ts); null when not run. */
   readonly stages: StageRun | null
   /** /v1/messages native and translated beside chat (messages.ts); absent when not run. */
@@ -75,6 +80,8 @@ export interface RunData {
   readonly replicas?: ReplicasRun
   /** Why the replica workloads and `router-pg` were skipped (no PostgreSQL or redis-server binaries, …). */
   readonly replicasSkipped?: string
+  /** One replica 0 and 1 ms from PostgreSQL and Redis (replicas-rtt.ts); absent when not run. */
+  readonly rtt?: RttRun
 }
 
 /** The targets the stage breakdown profiles, in the order of its columns. */
