@@ -26,10 +26,12 @@
  */
 import { PgJournal, SqliteJournal, type Journal } from './floor-journal.js'
 import { STATUS_CODES } from 'node:http'
+import { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
 import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from '../../src/server/uws-build.js'
 
 const CHAT_PATH = '/v1/chat/completions'
+const UPLOAD_PATH = '/v1/audio/transcriptions'
 const MAX_BODY = 4 * 1024 * 1024
 
 const args = process.argv.slice(2)
@@ -444,9 +446,46 @@ function relay(res: HttpResponse, req: HttpRequest): void {
   })
 }
 
+/**
+ * An upload (multipart transcriptions, issue 45's multipart reference): the body streamed upstream as it comes,
+ * never read as a form nor held whole, with its content type and length; a client faster than the provider is
+ * paused while undici's stream is full. Never billed: the reference is the relay's CPU per MiB.
+ */
+function relayUpload(res: HttpResponse, req: HttpRequest): void {
+  const r = new Relay(res)
+  let aborted = false
+  let paused = false
+  const body = new Readable({
+    read() {
+      if (!paused || aborted) return
+      paused = false
+      res.resume()
+    },
+  })
+  res.onAborted(() => {
+    aborted = true
+    r.clientAborted()
+    body.destroy()
+  })
+  const headers = ['content-type', req.getHeader('content-type')]
+  const length = req.getHeader('content-length')
+  if (length !== '') headers.push('content-length', length)
+  res.onData((chunk, isLast) => {
+    // uWS neuters `chunk` once this callback returns: copy it.
+    const more = body.push(Buffer.from(new Uint8Array(chunk)))
+    if (isLast) body.push(null)
+    else if (!more && !paused) {
+      paused = true
+      res.pause()
+    }
+  })
+  pool.dispatch({ origin, path: UPLOAD_PATH, method: 'POST', headers, body }, r)
+}
+
 const uWS = uwsBuild().uws
 const app = uWS.App()
 app.post(CHAT_PATH, relay)
+app.post(UPLOAD_PATH, relayUpload)
 app.any('/*', (res) => {
   res.cork(() => res.writeStatus('404 Not Found').writeHeader('content-type', 'text/plain').end('not found\n'))
 })

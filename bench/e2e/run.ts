@@ -456,7 +456,7 @@ async function main(): Promise<void> {
   // Multipart uploads (transcriptions) direct and through a router of its own, and that router's RSS (multipart.ts).
   const multipart =
     onlyWorkloads === null || onlyWorkloads.includes('multipart')
-      ? await measureMultipart({ root, sims, workDir, quick, progress }).catch((err: unknown) => {
+      ? await measureMultipart({ root, sims, workDir, quick, smoke, progress }).catch((err: unknown) => {
           progress(`multipart failed: ${(err as Error).message}`)
           return null
         })
