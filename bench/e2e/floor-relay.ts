@@ -26,8 +26,10 @@
  */
 import { PgJournal, SqliteJournal, type Journal } from './floor-journal.js'
 import { STATUS_CODES } from 'node:http'
-import { Readable } from 'node:stream'
-import { Pool, type Dispatcher } from 'undici'
+import type { Socket } from 'node:net'
+import type { Readable } from 'node:stream'
+import { buildConnector, Pool, type Dispatcher } from 'undici'
+import { release, uploadChunks, watchWrites } from '../../src/upstream/chunk-pool.js'
 import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from '../../src/server/uws-build.js'
 
 const CHAT_PATH = '/v1/chat/completions'
@@ -52,6 +54,7 @@ const sync: 'normal' | 'full' = syncArg
 const origin = new URL(upstreamArg).origin
 const port = portArg === undefined ? 0 : Number(portArg)
 
+const connector = buildConnector({ timeout: 10_000 })
 // The same pool shape as svc-router's (src/upstream/pools.ts) with the run's 1,024 connections.
 const pool = new Pool(origin, {
   connections: 1024,
@@ -60,7 +63,12 @@ const pool = new Pool(origin, {
   keepAliveMaxTimeout: 600_000,
   headersTimeout: 120_000,
   bodyTimeout: 60_000,
-  connect: { timeout: 10_000 },
+  // Each socket holds a pooled upload chunk until it has written it (chunk-pool.ts), as svc-router's do.
+  connect: (options, callback) =>
+    connector(options, (err, socket) => {
+      if (err === null && socket !== null) watchWrites(socket as Socket)
+      ;(callback as (err: Error | null, socket: unknown) => void)(err, socket)
+    }),
 })
 
 const statusLines = new Map<number, string>()
@@ -446,40 +454,129 @@ function relay(res: HttpResponse, req: HttpRequest): void {
   })
 }
 
+/** Bytes of an upload the relay holds before it pauses the client (as svc-router's upload memory, 4 MiB by default). */
+const UPLOAD_HIGH_WATER = 4 * 1024 * 1024
+
+/**
+ * An upload's body as undici reads it: the client's chunks, copied into pooled memory (svc-router's chunk pool:
+ * a fresh Buffer per chunk would cost a full collection every 64 MiB of them), queued as they come, the client
+ * paused while more than UPLOAD_HIGH_WATER bytes wait and resumed once undici has taken them. A chunk's memory
+ * is reused once undici asked for the next one and its socket has written it (watchWrites on the pool's sockets).
+ */
+class UploadBody implements AsyncIterator<Buffer> {
+  readonly #res: HttpResponse
+  readonly #chunks: Buffer[] = []
+  #head = 0
+  #queued = 0
+  #ended = false
+  #paused = false
+  #aborted = false
+  /** The chunk handed to undici last, held until it asks for the next one or stops. */
+  #out: Buffer | null = null
+  #waiting: ((r: IteratorResult<Buffer>) => void) | null = null
+  #failWaiting: ((err: Error) => void) | null = null
+
+  constructor(res: HttpResponse) {
+    this.#res = res
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this
+  }
+
+  /** A chunk lent by uWS (copied here), and whether it is the last. */
+  push(lent: ArrayBuffer, last: boolean): void {
+    if (this.#aborted) return
+    if (lent.byteLength > 0) {
+      const chunk = uploadChunks.copy(new Uint8Array(lent))
+      this.#chunks.push(chunk)
+      this.#queued += chunk.length
+    }
+    if (last) this.#ended = true
+    else if (this.#queued > UPLOAD_HIGH_WATER && !this.#paused) {
+      this.#paused = true
+      this.#res.pause()
+    }
+    if (this.#waiting !== null) this.#answer()
+  }
+
+  abort(): void {
+    this.#aborted = true
+    this.#drop()
+    const fail = this.#failWaiting
+    this.#waiting = this.#failWaiting = null
+    fail?.(new Error('client disconnected'))
+  }
+
+  next(): Promise<IteratorResult<Buffer>> {
+    this.#handedOn()
+    if (this.#aborted) return Promise.reject(new Error('client disconnected'))
+    return new Promise((resolve, reject) => {
+      this.#waiting = resolve
+      this.#failWaiting = reject
+      this.#answer()
+    })
+  }
+
+  return(): Promise<IteratorResult<Buffer>> {
+    this.#handedOn()
+    this.#drop()
+    return Promise.resolve({ value: undefined, done: true })
+  }
+
+  #answer(): void {
+    const resolve = this.#waiting!
+    if (this.#head < this.#chunks.length) {
+      const chunk = this.#chunks[this.#head]!
+      this.#chunks[this.#head++] = EMPTY
+      if (this.#head === this.#chunks.length) this.#chunks.length = this.#head = 0
+      this.#queued -= chunk.length
+      if (this.#paused && !this.#aborted && this.#queued <= UPLOAD_HIGH_WATER / 2) {
+        this.#paused = false
+        this.#res.resume()
+      }
+      this.#out = chunk
+      this.#waiting = this.#failWaiting = null
+      return resolve({ value: chunk, done: false })
+    }
+    if (this.#ended) {
+      this.#waiting = this.#failWaiting = null
+      resolve({ value: undefined, done: true })
+    }
+  }
+
+  #handedOn(): void {
+    if (this.#out === null) return
+    release(this.#out)
+    this.#out = null
+  }
+
+  #drop(): void {
+    for (let i = this.#head; i < this.#chunks.length; i++) release(this.#chunks[i]!)
+    this.#chunks.length = this.#head = 0
+  }
+}
+const EMPTY = Buffer.alloc(0)
+
 /**
  * An upload (multipart transcriptions, issue 45's multipart reference): the body streamed upstream as it comes,
- * never read as a form nor held whole, with its content type and length; a client faster than the provider is
- * paused while undici's stream is full. Never billed: the reference is the relay's CPU per MiB.
+ * never read as a form nor held whole, with its content type and length. Never billed: the reference is the
+ * relay's CPU per MiB.
  */
 function relayUpload(res: HttpResponse, req: HttpRequest): void {
   const r = new Relay(res)
-  let aborted = false
-  let paused = false
-  const body = new Readable({
-    read() {
-      if (!paused || aborted) return
-      paused = false
-      res.resume()
-    },
-  })
+  const body = new UploadBody(res)
   res.onAborted(() => {
-    aborted = true
+    body.abort()
     r.clientAborted()
-    body.destroy()
   })
   const headers = ['content-type', req.getHeader('content-type')]
   const length = req.getHeader('content-length')
   if (length !== '') headers.push('content-length', length)
-  res.onData((chunk, isLast) => {
-    // uWS neuters `chunk` once this callback returns: copy it.
-    const more = body.push(Buffer.from(new Uint8Array(chunk)))
-    if (isLast) body.push(null)
-    else if (!more && !paused) {
-      paused = true
-      res.pause()
-    }
-  })
-  pool.dispatch({ origin, path: UPLOAD_PATH, method: 'POST', headers, body }, r)
+  // uWS neuters `chunk` once the callback returns: push copies it.
+  res.onData((chunk, isLast) => body.push(chunk, isLast))
+  // undici takes an async iterable as a body (its type names only the stream kinds).
+  pool.dispatch({ origin, path: UPLOAD_PATH, method: 'POST', headers, body: body as unknown as Readable }, r)
 }
 
 const uWS = uwsBuild().uws
