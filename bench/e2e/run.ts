@@ -112,7 +112,7 @@ const ROUNDS = quick ? 1 : 2
  * Issue 45: the 1-connection latency and the first event are judged as the median of this many interleaved
  * runs (every target, then every target again, …), each target's every run kept.
  */
-const MEDIAN_ROUNDS = smoke ? 1 : quick ? 3 : 5
+const MEDIAN_ROUNDS = smoke ? 2 : quick ? 3 : 5
 const CONNECTIONS = smoke ? 8 : 64
 /** fdatasync calls of the bare-flush references, per measurement. */
 const FSYNC_COUNT = smoke ? 50 : quick ? 500 : 2_000
