@@ -553,15 +553,17 @@ function methodSection(v: View): string[] {
       : [
           `- **${TARGET_NAMES.floor}** (bench/e2e/floor-relay.ts), in every workload but the 500 streams, beside the reference of the targets (the billed floor, next): the smallest relay on svc-router's own stack, uWebSockets.js in front and one undici \`Pool\` (1,024 keep-alive connections) behind, one process per simulator. It copies the request body out of uWS, dispatches it with the content type (on undici's first handler interface, as svc-router's attempt handler), and streams the answer back chunk by chunk as it arrives (corked writes; an answer with a Content-Length keeps it), with backpressure both ways (a slow client pauses the upstream read, a client that leaves aborts it). It does no routing, auth, rate limiting, trace or billing and logs nothing: its added latency is what Node, uWS and undici cost by themselves, and svc-router's added latency above it is svc-router's own work.`,
           `- **${TARGET_NAMES['floor-billed']}** (floor-relay.ts \`--bill\`), where requests are billed (every workload but the 500 streams): the floor plus only the work the spec and DESIGN.md require of every answer, each piece the cheapest way, and less than svc-router must do: the key looked up in a \`Map\` (no hashing), the request body parsed for its model, a hold on the account's balance, the answer parsed for its usage (a stream: asked for with \`stream_options.include_usage\`, read from the event that carries it, the provider's \`[DONE]\` held back), the cost priced in integer atto-USD, one row appended to a SQLite journal (WAL, \`synchronous=NORMAL\`, a unique request id, one transaction per turn of the loop) before the last byte, and the \`x_svc_trace\` spliced in (a stream: a trace event and \`[DONE]\`). No routing, rate limit, key policy, failover, telemetry, error envelopes or checks of the provider's events. Its WAL is checkpointed by SQLite itself inside a commit, on the event loop, with the checkpoint's fsyncs (svc-router moved those to a thread of its own): a reference for medians and CPU, not for tails.`,
-          `- **${TARGET_NAMES['router-normal']}**: the same svc-router with \`store.synchronous: normal\` (charges committed to the WAL without the flush), in the latency and throughput workloads: \`full\` minus \`normal\` is what durability costs, compared with a bare fdatasync of one WAL frame measured on the same disk in the same run (bench/e2e/fsync-probe.ts: overwrite 4,120 bytes, fdatasync, 2,000 times, before and after the workloads, the lower p50 kept).`,
+          `- **${TARGET_NAMES['floor-billed-full']}** (\`floor-billed-full\`, floor-relay.ts \`--bill … --sync full\`): the same, with its journal's WAL flushed by an fdatasync on libuv's thread pool after each commit and before the answers it covers are released, group-committed (the transactions committed while a flush runs share the next one): the same durability as svc-router's default \`full\`, the cheapest correct way (floor-journal.ts). \`full\` is judged against it, \`normal\` against \`floor-billed\`.`,
+          `- **${TARGET_NAMES['floor-billed-pg']}** (\`floor-billed-pg\`, floor-relay.ts \`--bill-pg\`): the same, appending its journal rows to a database of its own on the PostgreSQL the replicas use (same server, same machine), one INSERT of the batch per transaction (a prepared statement over unnested arrays), \`synchronous_commit on\`, one batch in flight: the reference of the replica rows (section 7).`,
+          `- **${TARGET_NAMES['router-normal']}**: the same svc-router with \`store.synchronous: normal\` (charges committed to the WAL without the flush), in the latency and throughput workloads: \`full\` minus \`normal\` is what durability costs, judged against a thread-pool fdatasync of a charge's write measured on the same disk in the same run (bench/e2e/fsync-probe.ts: two WAL frames, 8,240 bytes, written on the loop, then \`fdatasync\` on the thread pool, timed to its callback, 2,000 times in a full run, before and after the workloads, the lower p50 kept); a bare synchronous fdatasync of one frame is measured beside it.`,
         ]),
     '- Request: `POST /v1/chat/completions` `{"model":…,"messages":[{"role":"user","content":"hi"}]}` (+ `"stream":true`), with `Authorization: Bearer …`.',
     `- Before any workload each target is warmed up, unmeasured: ${p.warm.ms / 1000} s of JSON requests on 16 connections and ${p.warm.streams} streams (JIT compilation would otherwise land in the first workload).`,
-    `- Latency: ${int(p.latency.count)} requests one after another on one connection after ${p.latency.warmup} warm-up requests. Throughput: ${p.connections} connections in a closed loop for ${p.throughput.durationMs / 1000} s after ${p.throughput.warmupMs / 1000} s of warm-up; only requests that start and end inside the window count.`,
+    `- Latency: ${int(p.latency.count)} requests one after another on one connection after ${int(p.latency.warmup)} warm-up requests, in ${p.medianRounds ?? p.rounds} interleaved rounds (every target, then every target again); its rows in the Targets are judged by the median over the rounds of each round's ratio (added p50 over the reference's added p50 in the same round), and the tables below show each target's round with the lowest p99. The first event is judged the same way over as many rounds of the streams workload. Throughput: ${p.connections} connections in a closed loop for ${p.throughput.durationMs / 1000} s after ${p.throughput.warmupMs / 1000} s of warm-up; only requests that start and end inside the window count.`,
     `- Open loop: a request every 1/rate s for ${p.open.durationMs / 1000} s whatever the answers do, latency counted from the *scheduled* start (coordinated omission would otherwise hide the tail); requests still open ${p.open.drainMs / 1000} s after the last send are counted as unfinished and enter the percentiles with the time they had waited so far. The generator's own lateness is reported as send lag.`,
     `- Streams: ${p.ttft.count} streamed requests, ${p.ttftConcurrency} at a time; time to first token = from sending to the first chunk that carries a content delta; first event = from sending to the first chunk of the answer's body; gaps = time between consecutive chunks after it. Concurrent streams: ${p.streams} started at once; a stream counts when it is 200, has content and ends with \`data: [DONE]\`.`,
     ...(p.rounds > 1
-      ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the latency, open-loop and TTFT workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported. A target that saturates (unfinished requests) or fails runs once.`]
+      ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the open-loop workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported (a target that saturates or fails runs once); the latency and TTFT workloads run ${p.medianRounds ?? p.rounds} times, every round kept.`]
       : []),
     '- Added latency of a proxy = its percentile − direct\'s percentile in the same run. Percentiles are exact (every sample kept and sorted, nearest rank). RSS = VmRSS from /proc of the process and its children (nginx: master + worker), sampled every 100 ms; the peak per workload is reported. CPU per request = the proxy\'s utime + stime over the workload (10 ms ticks) ÷ requests sent, warm-up included.',
     `- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router, svc-router normal, the ${TARGET_NAMES.floor}, the ${TARGET_NAMES['floor-billed']}; each where it runs). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.`,
@@ -834,23 +836,59 @@ export function partialMarkdown(data: RunData): string {
   ].join('\n')
 }
 
+/** One replica 0 and 1 ms from PostgreSQL and Redis (replicas-rtt.ts), and what the proxy itself held. */
+function rttTable(v: View): string[] {
+  const rtt = v.data.rtt
+  if (rtt === undefined || rtt.sides.length === 0) return []
+  const rows = rtt.sides.map((side) => {
+    const added = side.latency.map((r, i) => (r.load?.latency?.p50 ?? Number.NaN) - (side.direct[i]?.load?.latency?.p50 ?? Number.NaN))
+    const m = side.throughput
+    const cpu = m.usage === null || m.load === null || m.load.sent === 0 ? Number.NaN : m.usage.cpuMs / m.load.sent
+    return [
+      `${ms(side.rttMs)} round trip`,
+      `${ms(rttAdded(side))} (${added.map((x) => ms(x)).join(', ')})`,
+      m.load === null ? `failed: ${m.error ?? '?'}` : int(m.load.rps),
+      errorsCell(m.load),
+      ms(cpu),
+      side.held === null ? 'none (relayed at once)' : `${ms(side.held.p50)} / ${ms(side.held.p99)} / ${ms(side.held.max)}`,
+    ]
+  })
+  return [
+    `A fleet's network (issue 45, bench/e2e/replicas-rtt.ts): one replica each, on a database and a Redis database of its own, reaching both through the bench's own TCP proxy (bench/e2e/delay-proxy.ts; this kernel has no netem), which holds every chunk a fixed time each way, timed by a thread of its own (Atomics.wait: Node's timers have 1 ms granularity) and set early by its own measured wake-up latency. At 0 ms the same proxy relays at once, so the two differ only by the wait. ${rtt.rounds} interleaved rounds, each: direct, then the replica's latency at 1 connection (added p50: the median of the rounds, each round's in brackets), then its throughput at ${rtt.connections} connections (the best round). Goal: at 1 ms the added p50 grows by no more than one round trip over 0 ms, and throughput does not fall.`,
+    '',
+    ...table(['', 'added p50, 1 connection (median; each round)', `req/s, ${rtt.connections} connections`, 'errors', 'router CPU per request', 'proxy held each chunk p50 / p99 / max'], rows),
+    '',
+  ]
+}
+
 function replicasSection(v: View): string[] {
   const r = v.data.replicas
   const head = ['## 7. Replicas: PostgreSQL + Redis', '']
-  if (r === undefined) return v.data.replicasSkipped === undefined ? [] : [...head, `Not measured: ${v.data.replicasSkipped}.`, '']
+  if (r === undefined) {
+    const rtt = rttTable(v)
+    if (rtt.length > 0) return [...head, ...rtt]
+    return v.data.replicasSkipped === undefined ? [] : [...head, `Not measured: ${v.data.replicasSkipped}.`, '']
+  }
   const out = [
     ...head,
     `svc-router as replicas (README "Several replicas"): \`store.kind: postgres\` and Redis, on ${r.versions.postgres} and ${r.versions.redis} started by the run on 127.0.0.1 as the tests start them (test/helpers/postgres.ts, redis.ts): a fresh cluster with \`fsync\` and \`synchronous_commit\` on, \`shared_buffers\` 32 MB, on the same disk as the SQLite file; Redis persists nothing. Each router setup has a database of its own on that server and a Redis database of its own; the replicas config is the default (heartbeat 500 ms, pool of 10 connections per replica). A charge on PostgreSQL is durable when its transaction's commit returned (the WAL flushed), as SQLite's \`full\` is. **The machine's 2 cores are shared by the load generator, the simulator, PostgreSQL, Redis and the replicas**: a second replica has no core of its own, so 2 replicas cannot double the throughput here; what the row shows is that the shared store and Redis do not take it down.`,
     '',
   ]
   if (v.measured('router-pg') || v.data.results.latency?.['router-pg'] !== undefined) {
-    const rows = (['router', 'router-pg'] as const).map((t) => {
+    const rows = (['router', 'router-pg', 'floor-billed-pg'] as const).flatMap((t) => {
+      if (v.data.results.latency?.[t] === undefined && t !== 'router-pg') return []
       const fail = v.failure('latency', t)
-      if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '']
-      const added = v.added('latency', t, 'p50')
-      return [TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), ms(added), ms(v.added('latency', t, 'p99')), formatRatio(added, v.added('latency', 'router', 'p50')), ms(v.cpuPerRequest('latency', t))]
+      if (fail !== null) return [[TARGET_NAMES[t], fail, '', '', '', '', '']]
+      const added = v.medianAdded('latency', t)
+      const each = v.roundAddedAll('latency', t).map((x) => ms(x)).join(', ')
+      return [[TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), `${ms(added)} (${each})`, ms(v.added('latency', t, 'p99')), formatRatio(added, v.medianAdded('latency', 'floor-billed-pg')), ms(v.cpuPerRequest('latency', t))]]
     })
-    out.push(`Latency at 1 connection (section 1's workload, the same rounds; target: added p50 ≤ 1.5× the SQLite router's):`, '', ...table(['', 'p50', 'p99', 'added p50', 'added p99', 'added p50 vs SQLite', 'router CPU per request'], rows), '')
+    out.push(
+      `Latency at 1 connection (section 1's workload, the same rounds; target: one replica's added p50 ≤ 1.3× the ${TARGET_NAMES['floor-billed-pg']}'s, by the median of the rounds; p50 and p99 of the round with the lowest p99, added p50 the median with each round's in brackets):`,
+      '',
+      ...table(['', 'p50', 'p99', 'added p50 (median; each round)', 'added p99', 'added p50 vs floor-billed-pg', 'CPU per request'], rows),
+      '',
+    )
   }
   const tp = r.throughput
   if (tp !== undefined) {
@@ -861,6 +899,7 @@ function replicasSection(v: View): string[] {
       return [label, int(m.load.rps), formatRatio(m.load.rps, one), ms(m.load.latency?.p50 ?? Number.NaN), ms(m.load.latency?.p99 ?? Number.NaN), errorsCell(m.load), ms(cpu), mb(m.usage?.peakRssMb ?? null)]
     }
     const rows = [row('1 replica (`serve`)', tp.one), row('2 replicas behind one port (`serve --workers 2`)', tp.two)]
+    if (tp.floorPg !== undefined) rows.push(row(`${TARGET_NAMES['floor-billed-pg']} (the reference; CPU: the relay's)`, tp.floorPg))
     const sqlite = v.data.results.throughput?.router
     if (sqlite !== undefined) rows.push(row(`${TARGET_NAMES.router}, SQLite (section 2)`, sqlite))
     out.push(
@@ -870,6 +909,7 @@ function replicasSection(v: View): string[] {
       '',
     )
   }
+  out.push(...rttTable(v))
   const charges = r.charges
   if (charges !== undefined && charges.length > 0) {
     const d = (x: Distribution | null, p: 'p50' | 'p99' | 'max', digits: number): string => (x === null ? 'n/a' : x[p].toFixed(digits))

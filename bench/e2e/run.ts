@@ -1,17 +1,26 @@
 /**
- * `npm run bench:e2e [-- --quick]`: one run, one machine, four ways to the same simulated provider (direct,
- * nginx, Portkey, svc-router), the same workloads for each, interleaved per workload so every comparison is
- * made minutes apart at most. Two more targets run wherever requests are billed (all but the 500 streams): the
- * floor (a bare uWS + undici relay, floor-relay.ts), what svc-router's stack costs before svc-router does
- * anything, and the billed floor (`floor-billed`, the same relay with `--bill`), the reference of the targets
- * (issue 30). Load comes from a separate process (load.ts). The `stages` phase profiles svc-router, the billed
- * floor and the floor for CPU and, in a run of each of its own, for bytes allocated (heap-sampling.ts). Writes
- * BENCHMARKS.md (keeping the micro-benchmark section) and bench/e2e/added-latency.svg. About 6 minutes, plus
- * about 2 for the replicas; --quick about 1½; --report-only renders both again from the last run's raw results
- * (bench/e2e/.work/last-run.json); --only=<workloads> and --targets=<targets> (comma lists of ids) measure a
- * part, write nothing and print the tables of what they measured. Replicas (replicas.ts): the `router-pg` target in the
- * latency workload, and the workloads `replicas` and `charges`, e.g.
- * `--only=latency,replicas,charges --targets=router,router-pg`; skipped with a line when PostgreSQL or
+ * `npm run bench:e2e [-- --quick | --smoke] [-- --rows=<ids>]`: one run, one machine, four ways to the same
+ * simulated provider (direct, nginx, Portkey, svc-router), the same workloads for each, interleaved per workload
+ * so every comparison is made minutes apart at most. The references of the targets (issue 45, criteria.ts) run
+ * wherever requests are billed (all but the 500 streams): the floor (a bare uWS + undici relay, floor-relay.ts),
+ * what svc-router's stack costs before svc-router does anything, and the billed floor in the durability of what
+ * it is set against: `floor-billed` (journal on the OS, as `normal`), `floor-billed-full` (flushed by a
+ * thread-pool fdatasync, as `full`) and `floor-billed-pg` (the replicas' PostgreSQL). The latency and first-event
+ * workloads run 5 interleaved rounds, each after 3,000 warm-up requests per target, every round kept: those rows
+ * are judged by the median. Load comes from a separate process (load.ts). The `stages` phase profiles
+ * svc-router, the billed floor and the floor for CPU and, in a run of each of its own, for bytes allocated
+ * (heap-sampling.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and
+ * bench/e2e/added-latency.svg.
+ *
+ * A full run takes about 20 minutes on the 2-core machine (the five latency rounds about 6 of them, replicas and
+ * rtt about 4); --quick about 5; --smoke (the harness's test: a few requests of everything) about 3, and writes
+ * nothing. --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json).
+ * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part, write nothing and print the
+ * tables of what they measured; --rows=<row ids of criteria.ts> does the same for what those Targets rows need,
+ * e.g. `--rows=durable` (svc-router `full` and `normal` in the latency rounds) or `--rows=replica-throughput`.
+ * Replicas (replicas.ts, replicas-rtt.ts): the `router-pg` and `floor-billed-pg` targets in the latency
+ * workload, and the workloads `replicas`, `charges` and `rtt`, e.g.
+ * `--only=latency,replicas,rtt --targets=router-pg,floor-billed-pg`; skipped with a line when PostgreSQL or
  * redis-server is missing.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -81,6 +90,7 @@ const PLAN = smoke
       ttft: { count: 4, warmup: 1, maxMs: 4_000 },
       concurrent: { maxMs: 10_000 },
       stages: { warmup: 50, count: 100 },
+      rtt: { warmup: 20, count: 50, maxMs: 3_000 },
     }
   : quick
   ? {
@@ -91,6 +101,7 @@ const PLAN = smoke
       ttft: { count: 40, warmup: 4, maxMs: 4_000 },
       concurrent: { maxMs: 15_000 },
       stages: { warmup: 500, count: 1_000 },
+      rtt: { warmup: 500, count: 1_000, maxMs: 5_000 },
     }
   : {
       warm: { ms: 3_000, streams: 40 },
@@ -101,6 +112,8 @@ const PLAN = smoke
       ttft: { count: 200, warmup: 10, maxMs: 30_000 },
       concurrent: { maxMs: 30_000 },
       stages: { warmup: 1_000, count: 5_000 },
+      // A replica's request takes 1–3 ms here: fewer of them than the latency workload's keep the rounds short.
+      rtt: { warmup: 1_000, count: 3_000, maxMs: 15_000 },
     }
 /**
  * The machine is shared: a burst of outside load during one target's turn would decide a comparison of tails.
@@ -113,6 +126,8 @@ const ROUNDS = quick ? 1 : 2
  * runs (every target, then every target again, …), each target's every run kept.
  */
 const MEDIAN_ROUNDS = smoke ? 2 : quick ? 3 : 5
+/** Rounds of the rtt workload (two replicas, latency and throughput each), judged by the median as well. */
+const RTT_ROUNDS = smoke ? 1 : 3
 const CONNECTIONS = smoke ? 8 : 64
 /** fdatasync calls of the bare-flush references, per measurement. */
 const FSYNC_COUNT = smoke ? 50 : quick ? 500 : 2_000
@@ -499,7 +514,7 @@ async function main(): Promise<void> {
     const stores = await replicaStores(progress)
     if (typeof stores === 'string') progress(`skipping rtt: ${stores}`)
     else {
-      rtt = await measureRtt({ root, sims, workDir, stores, connections: CONNECTIONS, throughput: PLAN.throughput, latency: PLAN.latency, rounds: MEDIAN_ROUNDS, progress, runLoad, warmUp }).catch((err: unknown) => {
+      rtt = await measureRtt({ root, sims, workDir, stores, connections: CONNECTIONS, throughput: PLAN.throughput, latency: PLAN.rtt, rounds: RTT_ROUNDS, progress, runLoad, warmUp }).catch((err: unknown) => {
         progress(`rtt failed: ${(err as Error).message.slice(0, 400)}`)
         return null
       })
