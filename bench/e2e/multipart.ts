@@ -88,6 +88,7 @@ export interface MultipartRun {
      */
     readonly floor?: MultipartResult
     readonly floorUsage?: Usage
+    readonly floorSimCpuMs?: number
   }
   /** Bytes of one upload in the request (the form around the file included). */
   readonly requestBytes?: number
@@ -363,7 +364,7 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
         router: routed!.r,
         routerUsage: routed!.router,
         simCpuMs: { direct: direct!.simCpuMs, router: routed!.simCpuMs },
-        ...(floored === null ? {} : { floor: floored.r, floorUsage: floored.router }),
+        ...(floored === null ? {} : { floor: floored.r, floorUsage: floored.router, floorSimCpuMs: floored.simCpuMs }),
       },
       memory,
       memoryDouble,

@@ -722,6 +722,8 @@ function multipartSection(v: View): string[] {
   if (mp === undefined) return []
   const tp = mp.throughput
   const perRequest = (cpuMs: number, r: MultipartRun['throughput']['direct']): string => ms(cpuMs / Math.max(1, r.sent))
+  const perMiB = (cpuMs: number, r: MultipartRun['throughput']['direct']): string =>
+    mp.requestBytes === undefined ? 'n/a' : ms(cpuMs / Math.max(1e-9, (r.sent * mp.requestBytes) / 2 ** 20))
   const row = (label: string, r: MultipartRun['throughput']['direct'], simCpuMs: number, cpu: string): string[] => [
     label,
     r.rps.toFixed(1),
@@ -738,16 +740,17 @@ function multipartSection(v: View): string[] {
   return [
     '## 5c. Multipart uploads (speech-to-text)',
     '',
-    `A svc-router of its own (bench/e2e/multipart.ts) with one speech-to-text model on the fast simulator and \`upstream.replay_buffer_bytes\` ${mp.replayBufferMiB} MiB. \`POST /v1/audio/transcriptions\`, \`model\` then a WAV file; every answer is checked (200, and the seconds of audio the provider counted equal those sent).`,
+    `A svc-router of its own (bench/e2e/multipart.ts) with one speech-to-text model on the fast simulator; an upload keeps its first ${mp.uploadMemoryMiB ?? 4} MiB in memory (\`server.upload_memory_bytes\`, the default) and the rest in its spool file (src/upstream/upload-spool.ts) for a failover. \`POST /v1/audio/transcriptions\`, \`model\` then a WAV file; every answer is checked (200, and the seconds of audio the provider counted equal those sent).`,
     '',
-    `Throughput: ${mp.concurrency} clients in a closed loop for ${mp.durationMs / 1000} s, each sending a ${mp.fileMiB} MiB WAV (within the replay buffer); MiB/s of request body${mp.rounds > 1 ? `; direct and svc-router in turn, ${mp.rounds} rounds, each one's best round kept` : ''}.`,
+    `Throughput: ${mp.concurrency} clients in a closed loop for ${mp.durationMs / 1000} s, each sending a ${mp.fileMiB} MiB WAV; MiB/s of request body; direct, svc-router and the ${TARGET_NAMES.floor} (floor-relay.ts: the body streamed upstream as it comes, in pooled chunks, never read as a form) in turn${mp.rounds > 1 ? `, ${mp.rounds} rounds, each one's best round kept` : ''}. The target is the relay's CPU per MiB relayed (its CPU time over the run ÷ the MiB of every request sent), svc-router's against the floor relay's.`,
     '',
-    ...table(['', 'req/s', 'upload', 'vs direct', 'p50', 'p99', 'errors', 'simulator CPU per request', 'router CPU per request'], [
-      row('direct', tp.direct, tp.simCpuMs.direct, '—'),
-      row('svc-router', tp.router, tp.simCpuMs.router, perRequest(tp.routerUsage.cpuMs, tp.router)),
+    ...table(['', 'req/s', 'upload', 'vs direct', 'p50', 'p99', 'errors', 'simulator CPU per request', 'relay CPU per request', 'relay CPU per MiB'], [
+      [...row('direct', tp.direct, tp.simCpuMs.direct, '—'), '—'],
+      [...row('svc-router', tp.router, tp.simCpuMs.router, perRequest(tp.routerUsage.cpuMs, tp.router)), perMiB(tp.routerUsage.cpuMs, tp.router)],
+      ...(tp.floor === undefined || tp.floorUsage === undefined ? [] : [[...row(TARGET_NAMES.floor, tp.floor, tp.floorSimCpuMs ?? Number.NaN, perRequest(tp.floorUsage.cpuMs, tp.floor)), perMiB(tp.floorUsage.cpuMs, tp.floor)]]),
     ]),
     '',
-    'The generator, the simulator (which parses every upload whole) and the router share the 2 cores, as in section 2: direct already keeps them busy, so the router\'s CPU per request is taken from the other two and the CPU columns say where the throughput went. CPU per request counts warm-up requests too.',
+    'The generator, the simulator (which parses every upload whole) and the relay share the 2 cores, as in section 2: direct already keeps them busy, so the relay\'s CPU per request is taken from the other two and the CPU columns say where the throughput went. CPU per request and per MiB count warm-up requests too.',
     '',
     `Memory (measured before the throughput runs): ${mp.uploads} uploads of ${mp.uploadMiB} MiB started at once through the router (each client streams one reused 1 MiB chunk), the router's VmRSS sampled every 20 ms.`,
     '',
@@ -756,7 +759,7 @@ function multipartSection(v: View): string[] {
       ['router RSS idle (after a warm-up of two small uploads) → peak', `${m.idleRssMb.toFixed(0)} MiB → ${m.peakRssMb.toFixed(0)} MiB`],
       ['growth (peak − idle)', `${growth.toFixed(0)} MiB`],
       [`vs ${mp.uploads} × the upload (${mp.uploads * mp.uploadMiB} MiB)`, formatRatio(growth, mp.uploads * mp.uploadMiB)],
-      [`vs ${mp.uploads} × the replay buffer (${mp.uploads * mp.replayBufferMiB} MiB)`, formatRatio(growth, mp.uploads * mp.replayBufferMiB)],
+      [`vs ${mp.uploads} × what an upload keeps in memory (${mp.uploads * (mp.uploadMemoryMiB ?? mp.replayBufferMiB)} MiB)`, formatRatio(growth, mp.uploads * (mp.uploadMemoryMiB ?? mp.replayBufferMiB))],
       ...(mp.memoryDouble === undefined
         ? []
         : [
@@ -845,12 +848,12 @@ function rttTable(v: View): string[] {
     const m = side.throughput
     const cpu = m.usage === null || m.load === null || m.load.sent === 0 ? Number.NaN : m.usage.cpuMs / m.load.sent
     return [
-      `${ms(side.rttMs)} round trip`,
+      `${side.rttMs === 0 ? '0 ms' : ms(side.rttMs)} round trip`,
       `${ms(rttAdded(side))} (${added.map((x) => ms(x)).join(', ')})`,
       m.load === null ? `failed: ${m.error ?? '?'}` : int(m.load.rps),
       errorsCell(m.load),
       ms(cpu),
-      side.held === null ? 'none (relayed at once)' : `${ms(side.held.p50)} / ${ms(side.held.p99)} / ${ms(side.held.max)}`,
+      side.held === null || side.rttMs === 0 ? 'none (relayed at once)' : `${ms(side.held.p50)} / ${ms(side.held.p99)} / ${ms(side.held.max)}`,
     ]
   })
   return [
