@@ -81,6 +81,8 @@ export interface RunData {
   readonly replicas?: ReplicasRun
   /** Why the replica workloads and `router-pg` were skipped (no PostgreSQL or redis-server binaries, …). */
   readonly replicasSkipped?: string
+  /** `--rows`: the Targets rows a partial run was asked for (criteria.ts ids); the table lists only those. */
+  readonly rows?: readonly string[]
   /** One replica 0 and 1 ms from PostgreSQL and Redis (replicas-rtt.ts); absent when not run. */
   readonly rtt?: RttRun
 }
@@ -366,6 +368,12 @@ function targetsSection(v: View): string[] {
   // Decision 6: the moonshots, against the billed floor at `full`.
   row('moonshot-throughput', rps('router'), rps('floor-billed-full'), perS, besideCell(rps('router'), rps))
   medianRow('moonshot-p50', 'latency', 'router', 'floor-billed-full', 'latency', besideCell(added50('router'), added50))
+  // `--rows`: only the rows asked for.
+  const asked = v.data.rows
+  if (asked !== undefined) {
+    const labels = new Set(asked.map((id) => criterion(id).label))
+    for (let i = rows.length - 1; i >= 0; i--) if (!labels.has(rows[i]![0]!)) rows.splice(i, 1)
+  }
   const billedP50 = added50(B)
   const rt = rps('router')
   const reference: string[][] = []

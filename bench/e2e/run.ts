@@ -561,6 +561,7 @@ async function main(): Promise<void> {
     ...(replicas === null ? {} : { replicas }),
     ...(replicasSkipped === null ? {} : { replicasSkipped }),
     ...(rtt === null ? {} : { rtt }),
+    ...(rowIds === null ? {} : { rows: rowIds }),
   }
   if (partial) {
     // The tables of what ran are printed, to be read or pasted (rows of what did not run say so).
