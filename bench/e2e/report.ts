@@ -123,7 +123,7 @@ const END = '<!-- micro:end -->'
 const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed']
 /** Targets that run in some workloads only (run.ts): a table lists them where they have a result. */
-const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'router-normal', 'router-logged', 'router-quiet', 'router-pg']
+const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'floor-billed-full', 'floor-billed-pg', 'router-normal', 'router-logged', 'router-quiet', 'router-pg']
 const COLORS: Readonly<Record<TargetId, string>> = {
   direct: '#999999',
   nginx: '#4e79a7',
