@@ -34,6 +34,8 @@ export interface Plan {
   readonly concurrent: { readonly maxMs: number }
   /** The profiled latency run of the stage breakdown. */
   readonly stages: { readonly warmup: number; readonly count: number }
+  /** The latency runs of the rtt workload (replicas-rtt.ts); absent before issue 45. */
+  readonly rtt?: { readonly warmup: number; readonly count: number; readonly maxMs: number }
   readonly connections: number
   readonly ttftConcurrency: number
   readonly streams: number

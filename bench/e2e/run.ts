@@ -12,9 +12,10 @@
  * (heap-sampling.ts). Writes BENCHMARKS.md (keeping the micro-benchmark section) and
  * bench/e2e/added-latency.svg.
  *
- * A full run takes about 20 minutes on the 2-core machine (the five latency rounds about 6 of them, replicas and
- * rtt about 4); --quick about 5; --smoke (the harness's test: a few requests of everything) about 3, and writes
- * nothing. --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json).
+ * A full run should take about 20 minutes on the 2-core machine (estimated from its phases: the five latency
+ * rounds about 6 of them, replicas and rtt about 4); --quick took 7½ minutes (every phase, 3 latency rounds, on
+ * a loaded machine, 2026-11-28); --smoke (the harness's test: a few requests of everything) 2–3 minutes, and
+ * writes nothing. --report-only renders both again from the last run's raw results (bench/e2e/.work/last-run.json).
  * --only=<workloads> and --targets=<targets> (comma lists of ids) measure a part, write nothing and print the
  * tables of what they measured; --rows=<row ids of criteria.ts> does the same for what those Targets rows need,
  * e.g. `--rows=durable` (svc-router `full` and `normal` in the latency rounds) or `--rows=replica-throughput`.
