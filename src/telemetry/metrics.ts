@@ -9,7 +9,7 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { ProviderEntry } from '../routing/offers.js'
 import { loadedUwsBuild } from '../server/uws-build.js'
 import type { RoutingTable } from '../routing/table.js'
-import type { AttemptEvent, LedgerCommitEvent, RegistryRefreshEvent, RequestEndEvent, SettleEvent, TeeVerifyEvent } from './events.js'
+import type { AttemptEvent, LedgerCommitEvent, RegistryRefreshEvent, RequestEndEvent, SettleEvent, TeeVerifyEvent, ThrottleEvent } from './events.js'
 import { type CounterCell, CounterCells, type HistogramCell, level, SeriesHistogram } from './series.js'
 
 /** Ledger commits are fsyncs: finer at the low end than request latencies. */
@@ -36,6 +36,8 @@ export interface MetricsSources {
   readonly ledgerQuarantined?: () => number
   /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
   readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint; readonly results: ReadonlyMap<string, number> }[]
+  /** The settlement rounds this process finished, and whether it holds the funding lock. */
+  readonly settlementProgress?: () => { readonly rounds: number; readonly funder: boolean }
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -92,6 +94,26 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       collect() {
         this.reset()
         for (const p of settlement()) for (const [status, n] of p.results) this.inc({ provider: p.address, status }, n)
+      },
+    })
+  }
+  const progress = sources.settlementProgress
+  if (progress !== undefined) {
+    new Counter({
+      name: 'svc_settlement_rounds_total',
+      help: 'Settlement rounds this process finished (reading the sub-accounts, funding when it is the funder, signing tokens).',
+      registers: [registry],
+      collect() {
+        this.reset()
+        this.inc(progress().rounds)
+      },
+    })
+    new Gauge({
+      name: 'svc_settlement_funder',
+      help: 'Whether this process funded the sub-accounts in its last round (1: it holds the funding lock; one replica at a time).',
+      registers: [registry],
+      collect() {
+        this.set(progress().funder ? 1 : 0)
       },
     })
   }
@@ -280,6 +302,23 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       teeCells.flush(this)
     },
   })
+  const throttleCells = new CounterCells()
+  new Counter({
+    name: 'svc_throttled_total',
+    help: 'Requests refused (429) by a throttle of their source address or of everyone, before any key was looked up: auth_failures (failed authentications), sign_in_source, sign_in_global.',
+    labelNames: ['throttle'] as const,
+    registers: [registry],
+    collect() {
+      throttleCells.flush(this)
+    },
+  })
+  const throttleIndex = new Map<string, CounterCell>()
+  const onThrottle = (m: unknown): void => {
+    const e = m as ThrottleEvent
+    let c = throttleIndex.get(e.throttle)
+    if (c === undefined) throttleIndex.set(e.throttle, (c = throttleCells.cell({ throttle: e.throttle })))
+    c.pending++
+  }
   // Rare events (a sweep every few seconds, a verification per asking request): a string key is cheap enough.
   const refreshIndex = new Map<string, CounterCell>()
   const onRefresh = (m: unknown): void => {
@@ -361,6 +400,7 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     ['svc-router:ledger:commit', onCommit],
     ['svc-router:registry:refresh', onRefresh],
     ['svc-router:tee:verify', onTee],
+    ['svc-router:throttle', onThrottle],
   ]
   for (const [name, fn] of subs) subscribe(name, fn)
 
