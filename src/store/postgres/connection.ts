@@ -231,6 +231,22 @@ export class PgConnection {
   }
 
   /**
+   * One statement that is a transaction of its own (autocommit: a function doing a transaction's work, like
+   * svc_charge_batch): committed, and flushed, when it answers. A deadlock victim is run again, as
+   * transaction() does; a connection lost before the answer leaves the outcome unknown (StoreUnavailableError).
+   */
+  async statement<R extends pg.QueryResultRow = pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.query<R>(config)
+      } catch (err) {
+        if (attempt < RETRIES && isRetryable(err)) continue
+        throw err
+      }
+    }
+  }
+
+  /**
    * Runs `fn` in a transaction (READ COMMITTED) and commits; rolls back and rethrows when it throws. A
    * transaction PostgreSQL aborted to break a deadlock is run again (up to RETRIES tries): `fn` must not keep
    * state across tries. A COMMIT that fails on a lost connection leaves its outcome unknown: the caller gets

@@ -8,6 +8,7 @@
  * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
  */
 
+import { CHARGE_BATCH_MIGRATION } from './charge-batch.js'
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
 import { SETTLEMENT_MIGRATION } from './settlement.js'
@@ -218,5 +219,10 @@ export const MIGRATIONS: readonly Migration[] = [
     // Beside the USD billed, what the answer owes a chain provider at its own prices (src/settlement/); NULL
     // for providers without chain prices and for deposits and credits. No default: adding it rewrites nothing.
     sql: `ALTER TABLE journal ADD COLUMN neuron NUMERIC(78,0) CHECK (neuron IS NULL OR (neuron >= 0 AND kind = 'charge'));`,
+  },
+  {
+    version: 8,
+    name: "a batch of charges in one statement; served kept per provider and replica",
+    sql: CHARGE_BATCH_MIGRATION,
   },
 ]
