@@ -228,12 +228,14 @@ export class LeasedRateLimiter implements RateGate {
     a.slots = 0
     const limit = limits.length > 0 ? limits[limits.length - 1]! : a.limit > 0 ? a.limit : this.#defaultLimit
     const want = n > 0 ? this.#o.leaseSize : 0
-    const replicas = Math.max(1, this.#o.replicas())
+    // A grant is at most half of this replica's share of what is left: leases shrink geometrically as the
+    // window fills, so what replicas hold unused when it is full (others' refusals) is a few admissions.
+    const divisor = 2 * Math.max(1, this.#o.replicas())
     const member = this.#holder + ':' + (this.#seq++).toString(36) + ':'
     let out: number[]
     try {
       this.calls++
-      out = await this.#client.svcRateLease(...this.#keys(account), this.#o.windowMs, this.#o.leaseMs, this.#holder, member, limit, want, replicas, 'take', ages.length, ...ages, ...limits)
+      out = await this.#client.svcRateLease(...this.#keys(account), this.#o.windowMs, this.#o.leaseMs, this.#holder, member, limit, want, divisor, 'take', ages.length, ...ages, ...limits)
     } catch {
       // Unanswered (down, or past the command timeout): each decided alone, in order.
       a.inflight = false
