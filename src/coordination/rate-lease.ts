@@ -10,9 +10,11 @@
  * - never more than L admitted in any window, except that a replica that dies, or stalls past its lease, with
  *   a lease half used forgets up to S admissions it had not reported: its lease expires in Redis after
  *   `leaseMs` (slots come back) and those admissions are not in the window;
- * - a request may be refused while other replicas hold leased slots unused: at most (R − 1) × S of them, for
- *   at most `leaseMs`. Leases shrink as the window fills (a grant is at most what is left over R), so near the
- *   limit requests go to Redis one call per turn, as without leases.
+ * - a request the window refuses only for slots other replicas hold unused waits once, at most `leaseMs`, for
+ *   the soonest of their leases to end, and is decided again (as a hold waits for budget others hold); it is
+ *   refused if they are still held then: at most (R − 1) × S of them. Leases shrink as the window fills (a
+ *   grant is at most half of a replica's share of what is left), so near the limit requests go to Redis one
+ *   call per turn, as without leases.
  * Redis down: each replica decides alone on its share, as SharedRateLimiter does.
  */
 import type { Redis } from 'ioredis'
@@ -25,7 +27,8 @@ import type { RedisLink } from './redis.js'
  * the holder's lease, decide the requests, grant a new one; 'peek': count only), then the number of used slots
  * reported, each as ms before now, then one limit per request to decide, in arrival order. Returns {server now,
  * count before the requests, requests admitted, slots granted, the score of the entry whose leaving lets the
- * window admit again (server now when empty), the soonest expiry of another holder's lease (-1: none)}.
+ * window admit again (server now when empty), the soonest expiry of another holder's lease (-1: none), the
+ * slots other holders' leases hold}.
  */
 const LEASE_SCRIPT = `
 local t = redis.call('TIME')
@@ -88,7 +91,7 @@ if #added > 0 or granted > 0 then
   redis.call('PEXPIRE', KEYS[1], window + leaseMs)
   redis.call('PEXPIRE', KEYS[2], window + leaseMs)
 end
-return {now, before, admitted, granted, score, soonest}
+return {now, before, admitted, granted, score, soonest, leased}
 `
 
 interface LeaseCommands {
@@ -115,6 +118,10 @@ class AccountLease {
   inflight = false
   limits: number[] = []
   settle: ((d: RateDecision) => void)[] = []
+  /** Whether each waiting request already waited once for other replicas' leases to end. */
+  waited: boolean[] = []
+  /** Requests waiting for other replicas' leases to end (not in `settle` meanwhile): the account is kept. */
+  deferred = 0
 }
 
 export interface LeasedRateLimiterOptions {
@@ -166,6 +173,7 @@ export class LeasedRateLimiter implements RateGate {
     if (a.slots > 0 && a.limit === limit && t < a.usableUntil && a.settle.length === 0) return this.#fromLease(a, t)
     const decided = new Promise<RateDecision>((resolve) => a.settle.push(resolve))
     a.limits.push(limit)
+    a.waited.push(false)
     this.#waiting.add(account)
     if (!this.#flushQueued) {
       this.#flushQueued = true
@@ -222,6 +230,7 @@ export class LeasedRateLimiter implements RateGate {
     a.inflight = true
     const limits = a.limits.splice(0, n)
     const settle = a.settle.splice(0, n)
+    const waited = a.waited.splice(0, n)
     const sentAt = performance.now()
     const ages = a.used.map((u) => Math.max(0, Math.round(sentAt - u)))
     a.used = []
@@ -246,9 +255,17 @@ export class LeasedRateLimiter implements RateGate {
     a.inflight = false
     const before = out[1]!
     const admitted = out[2]!
+    const othersLeased = out[6]!
+    let later: number[] | null = null
     for (let i = 0; i < settle.length; i++) {
       const allowed = i < admitted
       const held = before + Math.min(i + 1, admitted)
+      // Refused only for slots other replicas hold unused: it waits once for the soonest of their leases to
+      // end (at most leaseMs) and is decided again, as a hold waits for budget other replicas hold.
+      if (!allowed && !waited[i] && othersLeased > 0 && held - othersLeased < limits[i]!) {
+        ;(later ??= []).push(i)
+        continue
+      }
       const resetAt = this.#resetAt(out, limits[i]!, held)
       settle[i]!({
         allowed,
@@ -257,6 +274,18 @@ export class LeasedRateLimiter implements RateGate {
         resetAt,
         retryAfter: allowed ? 0 : Math.max(1, Math.ceil((resetAt - Date.now()) / 1000)),
       })
+    }
+    if (later !== null) {
+      const delay = Math.min(this.#o.leaseMs, Math.max(1, out[5]! - out[0]!)) + 5
+      const retry = later
+      a.deferred += retry.length
+      setTimeout(() => {
+        a.deferred -= retry.length
+        a.limits.unshift(...retry.map((i) => limits[i]!))
+        a.settle.unshift(...retry.map((i) => settle[i]!))
+        a.waited.unshift(...retry.map(() => true))
+        this.#next(account, a)
+      }, delay)
     }
     a.slots = out[3]!
     a.base = before + admitted
@@ -271,6 +300,7 @@ export class LeasedRateLimiter implements RateGate {
     const t = performance.now()
     while (a.settle.length > 0 && a.slots > 0 && a.limits[0] === a.limit && t < a.usableUntil) {
       a.limits.shift()
+      a.waited.shift()
       a.settle.shift()!(this.#fromLease(a, t))
     }
     if (a.settle.length > 0) {
@@ -297,7 +327,7 @@ export class LeasedRateLimiter implements RateGate {
   #sweep(): void {
     const t = performance.now()
     for (const [account, a] of this.#accounts) {
-      if (a.inflight || a.settle.length > 0 || t < a.usableUntil) continue
+      if (a.inflight || a.settle.length > 0 || a.deferred > 0 || t < a.usableUntil) continue
       if (a.slots > 0 || a.used.length > 0) void this.#send(account, a, 0)
       else this.#accounts.delete(account)
     }
