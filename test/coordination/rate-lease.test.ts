@@ -105,3 +105,22 @@ t.test("a replica that vanishes with a lease: the requests its slots would have 
   t.ok(refused.retryAfter >= 58 && refused.retryAfter <= 60, `the one refused after waiting: Retry-After ${refused.retryAfter} s, when the window's oldest leaves`)
   t.equal(await other!.link.client.zcard(prefix + '0xacc'), 20, 'the window: its 1 and the 19 of the other, each an entry, no lease left')
 })
+
+t.test('redis down with leases out: each replica admits its share alone, nothing hangs; back: leased again', async (t) => {
+  const redis = await startRedis(t)
+  if (!redis.controllable) return t.pass('skipped: an outside Redis cannot be stopped')
+  const rs = await replicas(t, redis.url, 3, 60, 4)
+  t.ok((await Promise.all(rs.map((r) => r.limiter.take('0xdown', Date.now())))).every((d) => d.allowed), 'each took a lease')
+  await redis.kill()
+  const down = await Promise.all(Array.from({ length: 90 }, (_, i) => rs[i % 3]!.limiter.take('0xdown', Date.now())))
+  // Until a client notices, its lease in memory may still admit; then each decides alone on ceil(60 / 3).
+  t.ok(down.filter((d) => d.allowed).length <= 60 + 3 * 4, 'at most the shares and what the leases held')
+  t.ok(rs.every((r) => r.limiter.fallbacks > 0), 'each replica decided alone')
+  await redis.start()
+  await Promise.all(rs.map((r) => r.link.ready(10_000)))
+  const before = rs.map((r) => r.limiter.fallbacks)
+  const up = await Promise.all(Array.from({ length: 90 }, (_, i) => rs[i % 3]!.limiter.take('0xup', Date.now())))
+  const admitted = up.filter((d) => d.allowed).length
+  t.ok(admitted <= 60 && admitted >= 60 - 2 * 4, `shared again (${admitted})`)
+  t.same(rs.map((r) => r.limiter.fallbacks), before, 'no fallback once Redis answers')
+})
