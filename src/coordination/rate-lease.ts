@@ -199,7 +199,7 @@ export class LeasedRateLimiter implements RateGate {
   /** Gives every lease back (at close). */
   async close(): Promise<void> {
     clearInterval(this.#sweeper)
-    await Promise.all([...this.#accounts].map(([account, a]) => (a.inflight ? null : this.#send(account, a, 0))))
+    await Promise.all([...this.#accounts].map(([account, a]) => (a.inflight || (a.slots === 0 && a.used.length === 0) ? null : this.#send(account, a, 0))))
   }
 
   #fromLease(a: AccountLease, t: number): RateDecision {
@@ -210,8 +210,9 @@ export class LeasedRateLimiter implements RateGate {
     return { allowed: true, limit: a.limit, remaining: Math.max(0, a.limit - held), resetAt: a.resetAt, retryAfter: 0 }
   }
 
+  /** The account's window and its leases, hash-tagged by account: one slot of a Redis Cluster, as a script needs. */
   #keys(account: string): [string, string] {
-    return [this.#o.prefix + account, this.#o.prefix + 'lease:' + account]
+    return [this.#o.prefix + '{' + account + '}', this.#o.prefix + 'lease:{' + account + '}']
   }
 
   #flush(): void {

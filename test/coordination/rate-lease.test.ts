@@ -58,7 +58,7 @@ t.test('three replicas never admit past the limit, and fall short by at most (re
   t.ok(decisions.every((d) => d.limit === 60))
   // Once every lease is back, the window holds exactly what was admitted, each at its time.
   await Promise.all(rs.map((r) => r.limiter.close()))
-  t.equal(await rs[0]!.link.client.zcard(prefix + '0xacc'), admitted, 'every admission is in the window once the leases are back')
+  t.equal(await rs[0]!.link.client.zcard(prefix + '{0xacc}'), admitted, 'every admission is in the window once the leases are back')
   t.equal(rs.reduce((n, r) => n + r.limiter.fallbacks, 0), 0, 'no decision fell back')
 })
 
@@ -83,8 +83,8 @@ t.test('a request on a warm lease sends Redis no command; the lease returned put
   // The eleventh needs a new lease: one call, which reports the ten and takes the next lease.
   t.equal((await limiter.take('0xwarm', Date.now())).remaining, 88)
   await limiter.close()
-  t.equal(await r!.link.client.zcard(prefix + '0xwarm'), 12, 'every admission is an entry of the window once the lease is back')
-  t.equal(await r!.link.client.hlen(prefix + 'lease:0xwarm'), 0, 'and no lease is left')
+  t.equal(await r!.link.client.zcard(prefix + '{0xwarm}'), 12, 'every admission is an entry of the window once the lease is back')
+  t.equal(await r!.link.client.hlen(prefix + 'lease:{0xwarm}'), 0, 'and no lease is left')
 })
 
 t.test("a replica that vanishes with a lease: the requests its slots would have admitted wait for the lease to expire, then get them", async (t) => {
@@ -92,7 +92,7 @@ t.test("a replica that vanishes with a lease: the requests its slots would have 
   const prefix = `svc:test:${Math.random()}:`
   const [gone, other] = await replicas(t, redis.url, 2, 20, 10, prefix)
   t.equal((await gone!.limiter.take('0xacc', Date.now())).allowed, true)
-  t.equal(await gone!.link.client.hlen(prefix + 'lease:0xacc'), 1, 'it holds a lease')
+  t.equal(await gone!.link.client.hlen(prefix + 'lease:{0xacc}'), 1, 'it holds a lease')
   // It dies: no return, no report. It took 1 and leased 4 (half of its share of the 19 left, 2 replicas).
   gone!.link.client.disconnect()
   const started = performance.now()
@@ -103,7 +103,7 @@ t.test("a replica that vanishes with a lease: the requests its slots would have 
   t.same(order.slice(0, 15), Array.from({ length: 15 }, (_, i) => i), 'the 15 the window had room for at once were not held back')
   const refused = decisions[19]!
   t.ok(refused.retryAfter >= 58 && refused.retryAfter <= 60, `the one refused after waiting: Retry-After ${refused.retryAfter} s, when the window's oldest leaves`)
-  t.equal(await other!.link.client.zcard(prefix + '0xacc'), 20, 'the window: its 1 and the 19 of the other, each an entry, no lease left')
+  t.equal(await other!.link.client.zcard(prefix + '{0xacc}'), 20, 'the window: its 1 and the 19 of the other, each an entry, no lease left')
 })
 
 t.test('redis down with leases out: each replica admits its share alone, nothing hangs; back: leased again', async (t) => {

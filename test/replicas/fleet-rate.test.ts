@@ -77,7 +77,7 @@ t.test('a leased rate window over three replica processes', async (t) => {
     fleet.cli('accounts', 'rate-limit', wallet, '20')
     await new Promise((r) => setTimeout(r, 500))
     t.equal((await chat(r0!.url, sk)).status, 200)
-    const leases = await link.client.hlen('svc:rate:lease:' + wallet)
+    const leases = await link.client.hlen('svc:rate:lease:{' + wallet + '}')
     t.equal(leases, 1, 'it took a lease with its request')
     // 1 admitted, and a lease of 3: half of its share (19 / 3 replicas) of what is left.
     await r0!.kill()
@@ -88,7 +88,7 @@ t.test('a leased rate window over three replica processes', async (t) => {
     const refused = results.filter((r) => r.status === 429)
     t.equal(refused.length, 1)
     t.ok(Number(refused[0]!.headers['retry-after']) > LEASE_MS / 1000, `Retry-After ${refused[0]!.headers['retry-after']}: the window's, its lease is gone`)
-    t.equal(await link.client.hlen('svc:rate:lease:' + wallet), 0, 'no lease of the killed replica is left')
+    t.equal(await link.client.hlen('svc:rate:lease:{' + wallet + '}'), 0, 'no lease of the killed replica is left')
     const more = await Promise.all(Array.from({ length: 5 }, () => chat(r2!.url, sk)))
     t.ok(more.every((r) => r.status === 429), 'and no more anywhere')
   })
