@@ -161,7 +161,9 @@ export class LeasedRateLimiter implements RateGate {
     this.#defaultLimit = defaultLimit
     this.#o = { windowMs: 60_000, prefix: 'svc:rate:', ...options }
     this.fallback = new RateLimiter(defaultLimit, this.#o.windowMs)
-    this.#sweeper = setInterval(() => this.#sweep(), Math.max(10, Math.floor(this.#o.leaseMs / 4)))
+    // A lease is returned within an eighth of its life after it stops admitting (usableUntil, three quarters):
+    // its report reaches Redis before the lease expires there, unless the process stalls.
+    this.#sweeper = setInterval(() => this.#sweep(), Math.max(5, Math.floor(this.#o.leaseMs / 8)))
     this.#sweeper.unref()
   }
 
