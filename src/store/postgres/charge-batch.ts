@@ -1,5 +1,5 @@
 /**
- * Migration 8: a batch of charges is one statement, `SELECT ... FROM svc_charge_batch(...)`, prepared once per
+ * Migration 9: a batch of charges is one statement, `SELECT ... FROM svc_charge_batch(...)`, prepared once per
  * connection (a pg named statement) and run in autocommit: its implicit transaction is the batch's, committed
  * (flushed: synchronous_commit on) before the answer leaves the server. Before, the same work was BEGIN, the
  * account locks, the lease payment, the append and COMMIT: five statements (four without leases) the server

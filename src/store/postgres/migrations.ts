@@ -11,7 +11,7 @@
 import { CHARGE_BATCH_MIGRATION } from './charge-batch.js'
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
-import { SETTLEMENT_MIGRATION } from './settlement.js'
+import { SETTLEMENT_LAST_BLOCK_MIGRATION, SETTLEMENT_MIGRATION } from './settlement.js'
 
 export interface Migration {
   readonly version: number
@@ -222,6 +222,11 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 8,
+    name: 'settlement books: the block the balance was read at',
+    sql: SETTLEMENT_LAST_BLOCK_MIGRATION,
+  },
+  {
+    version: 9,
     name: "a batch of charges in one statement; served kept per provider and replica",
     sql: CHARGE_BATCH_MIGRATION,
   },

@@ -1,5 +1,5 @@
 /** The settlement books on PostgreSQL (store/settlement.ts): NUMERIC neuron, added in the database, exactly. */
-import type { SettlementRow, SettlementStore } from '../settlement.js'
+import type { SettledRecord, SettlementRow, SettlementStore } from '../settlement.js'
 import type { PgConnection } from './connection.js'
 
 export const SETTLEMENT_MIGRATION = `
@@ -12,18 +12,21 @@ export const SETTLEMENT_MIGRATION = `
   );
 `
 
+/** The block the balance was read at, written with it (the events counted into settled end there). */
+export const SETTLEMENT_LAST_BLOCK_MIGRATION = `ALTER TABLE provider_settlement ADD COLUMN last_block bigint CHECK (last_block >= 0);`
+
 /**
  * A provider's served is provider_settlement.served (what replicas gone were served, and everything before
- * migration 8) plus each live replica's provider_served row, written by the charges themselves (charge-batch.ts).
+ * migration 9) plus each live replica's provider_served row, written by the charges themselves (charge-batch.ts).
  */
 const SETTLEMENT_SQL = {
   rows: `SELECT provider, (coalesce(s.served, 0) + coalesce(r.served, 0))::text AS served, coalesce(s.settled, 0)::text AS settled,
-      s.last_balance::text AS last_balance, coalesce(s.flagged, false) AS flagged
+      s.last_balance::text AS last_balance, s.last_block::text AS last_block, coalesce(s.flagged, false) AS flagged
     FROM provider_settlement s FULL JOIN (SELECT provider, sum(served) AS served FROM provider_served GROUP BY provider) r USING (provider)
     ORDER BY provider`,
   clearFlag: `UPDATE provider_settlement p SET flagged = false,
       settled = p.served + coalesce((SELECT sum(served) FROM provider_served r WHERE r.provider = p.provider), 0)
-    WHERE provider = $1`,
+    WHERE provider = $1 AND flagged`,
 } as const
 
 interface Row {
@@ -31,6 +34,7 @@ interface Row {
   served: string
   settled: string
   last_balance: string | null
+  last_block: string | null
   flagged: boolean
 }
 
@@ -43,14 +47,21 @@ export class PgSettlement implements SettlementStore {
 
   async rows(): Promise<SettlementRow[]> {
     const { rows } = await this.#conn.query<Row>(SETTLEMENT_SQL.rows)
-    return rows.map((r) => ({ provider: r.provider, served: BigInt(r.served), settled: BigInt(r.settled), lastBalance: r.last_balance === null ? null : BigInt(r.last_balance), flagged: r.flagged }))
+    return rows.map((r) => ({
+      provider: r.provider,
+      served: BigInt(r.served),
+      settled: BigInt(r.settled),
+      lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
+      lastBlock: r.last_block === null ? null : BigInt(r.last_block),
+      flagged: r.flagged,
+    }))
   }
 
-  async record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void> {
+  async record(provider: string, r: SettledRecord): Promise<void> {
     await this.#conn.query(
-      `INSERT INTO provider_settlement (provider, settled, last_balance, flagged) VALUES ($1, $2::numeric, $3::numeric, $4)
-       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, flagged = excluded.flagged`,
-      [provider, settled.toString(), lastBalance === null ? null : lastBalance.toString(), flagged],
+      `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, flagged) VALUES ($1, $2::numeric, $3::numeric, $4::bigint, $5)
+       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block, flagged = excluded.flagged`,
+      [provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.flagged],
     )
   }
 
