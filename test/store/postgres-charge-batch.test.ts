@@ -125,7 +125,7 @@ t.test("two replicas' batches for one chain provider do not wait on each other; 
   t.strictSame(rows.rows, [{ replica: 'r1', served: '120' }], "the departed replica's served row is folded")
   t.equal((await one.settlement.rows()).find((r) => r.provider === 'chain')?.served, 141n, 'and served is unchanged')
   // Flagged for settling more than it was served (200 > 141): clearing takes every replica's served as settled.
-  await one.settlement.record('chain', { settled: 200n, lastBalance: null, lastBlock: null, flagged: true })
+  await one.settlement.record('chain', { settled: 200n, lastBalance: null, lastBlock: null, lastPendingRefund: null, flagged: true })
   t.equal(await one.settlement.clearFlag('chain'), true)
   t.equal((await one.settlement.rows()).find((r) => r.provider === 'chain')?.settled, 141n, 'a cleared flag takes every replica\'s served as settled')
 })

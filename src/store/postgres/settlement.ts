@@ -13,7 +13,10 @@ export const SETTLEMENT_MIGRATION = `
 `
 
 /** The block the balance was read at, written with it (the events counted into settled end there). */
-export const SETTLEMENT_LAST_BLOCK_MIGRATION = `ALTER TABLE provider_settlement ADD COLUMN last_block bigint CHECK (last_block >= 0);`
+export const SETTLEMENT_LAST_BLOCK_MIGRATION = `
+  ALTER TABLE provider_settlement ADD COLUMN last_block bigint CHECK (last_block >= 0);
+  ALTER TABLE provider_settlement ADD COLUMN last_pending_refund NUMERIC(78,0) CHECK (last_pending_refund >= 0);
+`
 
 /**
  * A provider's served is provider_settlement.served (what replicas gone were served, and everything before
@@ -21,7 +24,8 @@ export const SETTLEMENT_LAST_BLOCK_MIGRATION = `ALTER TABLE provider_settlement 
  */
 const SETTLEMENT_SQL = {
   rows: `SELECT provider, (coalesce(s.served, 0) + coalesce(r.served, 0))::text AS served, coalesce(s.settled, 0)::text AS settled,
-      s.last_balance::text AS last_balance, s.last_block::text AS last_block, coalesce(s.flagged, false) AS flagged
+      s.last_balance::text AS last_balance, s.last_block::text AS last_block, s.last_pending_refund::text AS last_pending_refund,
+      coalesce(s.flagged, false) AS flagged
     FROM provider_settlement s FULL JOIN (SELECT provider, sum(served) AS served FROM provider_served GROUP BY provider) r USING (provider)
     ORDER BY provider`,
   clearFlag: `UPDATE provider_settlement p SET flagged = false,
@@ -35,6 +39,7 @@ interface Row {
   settled: string
   last_balance: string | null
   last_block: string | null
+  last_pending_refund: string | null
   flagged: boolean
 }
 
@@ -53,15 +58,17 @@ export class PgSettlement implements SettlementStore {
       settled: BigInt(r.settled),
       lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
       lastBlock: r.last_block === null ? null : BigInt(r.last_block),
+      lastPendingRefund: r.last_pending_refund === null ? null : BigInt(r.last_pending_refund),
       flagged: r.flagged,
     }))
   }
 
   async record(provider: string, r: SettledRecord): Promise<void> {
     await this.#conn.query(
-      `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, flagged) VALUES ($1, $2::numeric, $3::numeric, $4::bigint, $5)
-       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block, flagged = excluded.flagged`,
-      [provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.flagged],
+      `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, last_pending_refund, flagged) VALUES ($1, $2::numeric, $3::numeric, $4::bigint, $5::numeric, $6)
+       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block,
+         last_pending_refund = excluded.last_pending_refund, flagged = excluded.flagged`,
+      [provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.lastPendingRefund?.toString() ?? null, r.flagged],
     )
   }
 
