@@ -118,9 +118,16 @@ export class PgJournal implements Journal {
     this.#ready = (async () => {
       await client.connect()
       await client.query('SET synchronous_commit = on')
-      await client.query(`CREATE TABLE IF NOT EXISTS floor_journal (seq BIGSERIAL PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
-        model TEXT NOT NULL, amount NUMERIC NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-        created_at BIGINT NOT NULL)`)
+      try {
+        await client.query(`CREATE TABLE IF NOT EXISTS floor_journal (seq BIGSERIAL PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
+          model TEXT NOT NULL, amount NUMERIC NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+          created_at BIGINT NOT NULL)`)
+      } catch (err) {
+        // The floors of the three simulators share one database and start together: IF NOT EXISTS does not stop two
+        // CREATEs racing in PostgreSQL (one fails on pg_type's unique index, 23505, or 42P07). The other made it.
+        const code = (err as { code?: string }).code
+        if (code !== '23505' && code !== '42P07') throw err
+      }
     })()
   }
 
