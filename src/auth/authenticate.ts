@@ -17,6 +17,7 @@ import { BAD_TOKEN, digestMatches, digestToken, NO_TOKEN, parseAuthorization } f
 import type { Authenticator, Principal } from './principal.js'
 import { createSourceResolver } from './source-ip.js'
 import { limitErrors, type SourceLimit } from './source-limit.js'
+import { THROTTLED, throttled as throttledChannel } from '../telemetry/events.js'
 
 /** Who called an account or key endpoint. */
 export interface MgmtPrincipal {
@@ -93,7 +94,9 @@ export function createKeyAuthenticators(cache: KeyCache, store: Pick<KeyStore, '
     const at = now()
     if (!failures.refusing(at)) return null
     const wait = failures.retryAfter(sourceOf(head), at)
-    return wait === 0 ? null : throttled!(wait)
+    if (wait === 0) return null
+    if (throttledChannel.hasSubscribers) throttledChannel.publish(THROTTLED.authFailures)
+    return throttled!(wait)
   }
 
   /** Counts a failed authentication against the request's source; the answer stays what it is. */

@@ -37,6 +37,13 @@ export function openAiErrorOf(status: number, body: Buffer, requestId: string): 
     return openAiEnvelopeOf(status, body, requestId)
   }
   // A second request_id member would be a duplicate key, which JSON readers resolve differently: ours replaces it.
-  if (Object.hasOwn(value, 'request_id')) return JSON.stringify({ ...value, request_id: requestId })
+  if (Object.hasOwn(value, 'request_id')) {
+    try {
+      return JSON.stringify({ ...value, request_id: requestId })
+    } catch {
+      // Nested deeper than JSON.stringify's recursion goes (JSON.parse has no such limit): our envelope instead.
+      return openAiEnvelopeOf(status, body, requestId)
+    }
+  }
   return spliceTrace(body, ',"request_id":' + JSON.stringify(requestId)) ?? openAiEnvelopeOf(status, body, requestId)
 }

@@ -118,12 +118,15 @@ function toolLabel(t: Json, namespace?: string): string {
 
 /** The translation of a Responses request to chat, made once per request. */
 export interface ChatOfResponses {
-  readonly body: Buffer
+  /** The chat body without reasoning_effort and response_format (src/surfaces/chat-variants.ts adds them). */
+  readonly chat: Json
   readonly names: ToolNames
   /** What the provider does not get (built-in tools and their call items, members with no chat equivalent). */
   readonly notes: readonly string[]
   /** Set when the client forces a tool a chat provider does not have: such a candidate cannot serve it. */
   readonly refusal: string | null
+  readonly reasoningEffort: string | null
+  readonly responseFormat: Json | null
 }
 
 /** The response_format of a `text.format` (json_schema, json_object; text needs none). */
@@ -206,10 +209,8 @@ export function toChatCompletions(body: Json, items: readonly Json[]): ChatOfRes
     }
   }
   const format = responseFormat(body.text?.format)
-  if (format !== undefined) out.response_format = format
   const effort = body.reasoning?.effort
-  if (typeof effort === 'string') out.reasoning_effort = effort
-  return { body: Buffer.from(JSON.stringify(out)), names, notes, refusal }
+  return { chat: out, names, notes, refusal, reasoningEffort: typeof effort === 'string' ? effort : null, responseFormat: format ?? null }
 }
 
 /** Members of the client's body a native provider does not get: the router's own, and the state it resolved. */

@@ -217,7 +217,7 @@ const LimitsSchema = z.strictObject({
   auth_failures_per_minute: z.int().min(0).default(100),
   /** Requests to /v1/auth/* (console sign-in) a source may make in a minute; past it 429 with Retry-After. */
   sign_in_per_source_per_minute: z.int().positive().default(30),
-  /** Requests to /v1/auth/* from all sources together in a minute (bounds the CPU a sign-in flood takes). */
+  /** Nonces and sign-ins (/v1/auth/nonce, /verify) from all sources together in a minute (bounds the CPU a sign-in flood takes). */
   sign_in_per_minute: z.int().positive().default(600),
   /** Live console sessions at most; a sign-in past it gets 429 until one ends (each wallet keeps its 8 newest). */
   max_console_sessions: z.int().positive().default(10_000),

@@ -39,7 +39,7 @@ import type { RequestHead } from '../server/request-head.js'
 import { sendError, sendJson } from '../server/respond.js'
 import type { JobOutcome, JobRecord, Store } from '../store/store.js'
 import type { EngineSurface, SurfaceRequest } from '../surfaces/surface.js'
-import { publishRefused, requestEnd } from '../telemetry/events.js'
+import { publishRefused, requestEnd, requestStart } from '../telemetry/events.js'
 import { clientTrace, type ClientTrace } from '../telemetry/trace-context.js'
 import { Failover, type EngineContext } from '../upstream/failover.js'
 import { JobSink } from './job-sink.js'
@@ -100,8 +100,21 @@ interface Queued {
 
 /** The POST's own end for telemetry (an access log line, a metric): accepted, 202. The job's run is its own request. */
 function publishAccepted(head: RequestHead, surface: string, model: string): void {
-  if (!requestEnd.hasSubscribers) return
   const trace = clientTrace(head.traceparent, head.tracestate)
+  // An admitted end follows a start: subscribers that pair them (the in-flight gauge, tracing's span) saw the end
+  // alone, and the gauge fell below zero by one for every async job accepted.
+  if (requestStart.hasSubscribers) {
+    requestStart.publish({
+      requestId: head.requestId,
+      surface,
+      model,
+      stream: false,
+      startedAt: head.startedAt,
+      traceparent: trace.traceparent,
+      tracestate: trace.tracestate,
+    })
+  }
+  if (!requestEnd.hasSubscribers) return
   requestEnd.publish({
     requestId: head.requestId,
     admitted: true,

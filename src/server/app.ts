@@ -296,7 +296,8 @@ export function listen(host: string, port: number, routes: readonly Route[], opt
   for (const route of routes) {
     const params = paramCount(route.pattern)
     const verb = route.method === 'del' ? 'DELETE' : route.method.toUpperCase()
-    const key = route.pattern.replace(/:[^/]+/g, '*')
+    // A parameter (one segment) becomes ':'; a trailing '*' (the rest of the path, slashes included) stays.
+    const key = route.pattern.replace(/:[^/]+/g, ':')
     const render = route.renderError ?? renderError
     // HEAD is answered wherever GET is (RFC 9110 §9.3.2): the GET's handler, its head only.
     methodsByPath.set(key, [...(methodsByPath.get(key) ?? []), ...(verb === 'GET' ? [verb, 'HEAD'] : [verb])])
@@ -384,7 +385,10 @@ function methodsFor(methodsByPath: Map<string, string[]>, path: string): string[
   for (const [pattern, methods] of methodsByPath) {
     const a = pattern.split('/')
     // A parameter matches one non-empty segment, as uWS matches it: /v1/async/jobs/ is no route (404), not a 405.
-    if (a.length === b.length && a.every((seg, i) => (seg === '*' ? b[i] !== '' : seg === b[i]))) return methods
+    // A trailing wildcard matches a non-empty rest, slashes included: a model id such as org/name.
+    const rest = a[a.length - 1] === '*'
+    if (rest ? b.length < a.length || b.slice(a.length - 1).join('/') === '' : a.length !== b.length) continue
+    if (a.every((seg, i) => (seg === ':' ? b[i] !== '' : seg === '*' ? rest || b[i] !== '' : seg === b[i]))) return methods
   }
   return undefined
 }

@@ -33,6 +33,7 @@ import type { ConsoleOrigins } from '../auth/console-origins.js'
 import { DEFAULT_CHAIN_ID, verifySignIn, type SiweExpectations } from '../auth/siwe.js'
 import { createSourceResolver, type SourceHead } from '../auth/source-ip.js'
 import { GlobalLimit, limitErrors, MAX_TRACKED_SOURCES, SourceLimit } from '../auth/source-limit.js'
+import { THROTTLED, throttled } from '../telemetry/events.js'
 
 type Handler = (head: RequestHead, reply: Reply) => void
 
@@ -78,19 +79,29 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
   const fromSource = limitErrors((s) => `too many sign-in requests from this address: try again in ${s} s`, MINUTE_MS)
   const fromEveryone = limitErrors((s) => `too many sign-in requests: try again in ${s} s`, MINUTE_MS)
 
-  /** Counts the request; the 429 when its source or everyone is past the minute's limit. */
-  function limited(head: RequestHead): RouterError | null {
+  /**
+   * Counts the request; the 429 when its source is past the minute's limit, or (`everyoneToo`) everyone is.
+   * Everyone's minute bounds the CPU of sign-ins (a nonce, a signature check): a session check or a logout is a
+   * lookup in memory, and counting it there let a flood from many addresses sign out the console's users.
+   */
+  function limited(head: RequestHead, everyoneToo: boolean): RouterError | null {
     const now = Date.now()
     const wait = perSource.add(sourceOf(head), now)
-    if (wait > 0) return fromSource(wait)
+    if (wait > 0) {
+      if (throttled.hasSubscribers) throttled.publish(THROTTLED.signInSource)
+      return fromSource(wait)
+    }
+    if (!everyoneToo) return null
     const all = everyone.add(now)
-    return all > 0 ? fromEveryone(all) : null
+    if (all === 0) return null
+    if (throttled.hasSubscribers) throttled.publish(THROTTLED.signInGlobal)
+    return fromEveryone(all)
   }
 
-  /** `handler`, behind the limits. */
-  function counted(handler: Handler): Handler {
+  /** `handler`, behind the limits (`everyoneToo`: everyone's minute as well as its source's). */
+  function counted(handler: Handler, everyoneToo = true): Handler {
     return (head, reply) => {
-      const refused = limited(head)
+      const refused = limited(head, everyoneToo)
       if (refused !== null) {
         fail(head, reply, refused)
         return
@@ -171,7 +182,7 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
       if (session instanceof RouterError) return fail(head, reply, session)
       const json = { account: session.accountId, expires_at: iso(session.endsAt), idle_timeout_seconds: Math.floor(book.idleMs / 1000) }
       sendJson(reply, 200, JSON.stringify(json), headersOf(head))
-    }),
+    }, false),
     logout: counted(function logout(head, reply) {
       reply.readBody(
         VERIFY_BODY_LIMIT,
@@ -183,6 +194,6 @@ export function createAuthSession(deps: AuthSessionDeps): AuthSessionSurface {
         },
         (err) => fail(head, reply, err),
       )
-    }),
+    }, false),
   }
 }

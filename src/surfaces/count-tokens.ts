@@ -5,7 +5,9 @@
  * four bytes a token over the system prompt, messages and tools (what billing estimates a prompt by). The
  * `X-SVC-Token-Count` header says which (`provider` or `estimate`). Not billed; it needs an `sk-` key (x-api-key
  * or Bearer, as /v1/messages) and counts as a request of the account's rate limit, since it may reach a
- * provider. Errors are in Anthropic's envelope.
+ * provider. The routing headers are checked as on /v1/messages (a malformed one is the same 400) and two of them
+ * choose who counts: a pinned provider counts only if it is that one, and the trust mode is a floor. The others
+ * (sort, fallbacks, parameters, prices) have nothing to choose here. Errors are in Anthropic's envelope.
  */
 import type { Authenticator, Principal } from '../auth/principal.js'
 import { rateLimitHeaders, type RateDecision, type RateGate } from '../auth/rate-limit.js'
@@ -13,6 +15,7 @@ import { renderAnthropicError } from '../codecs/anthropic-wire.js'
 import { RouterError, toRouterError } from '../errors.js'
 import { log } from '../log.js'
 import type { Offer } from '../routing/offers.js'
+import { parseRoutingHeaders, RoutingPrefs } from '../routing/preferences.js'
 import type { RoutingTable } from '../routing/table.js'
 import type { Handler } from '../server/app.js'
 import type { Reply } from '../server/reply.js'
@@ -57,11 +60,16 @@ export function estimateInputTokens(body: Json): number {
   return Math.max(1, Math.ceil(bytes / 4))
 }
 
-/** The healthy Anthropic-native offers of the model that this key may use, in registry order. */
-function nativeOffers(offers: readonly Offer[], principal: Principal): Offer[] {
+/** The healthy Anthropic-native offers of the model that this key and the routing headers allow, in registry order. */
+function nativeOffers(offers: readonly Offer[], principal: Principal, prefs: RoutingPrefs): Offer[] {
   const now = performance.now()
+  const floor = Math.max(principal.tier, prefs.tier)
   const usable = offers.filter(
-    (o) => o.model.formats.includes('anthropic') && o.tier >= principal.tier && (principal.allowedProviders === null || principal.allowedProviders.has(o.provider.address)),
+    (o) =>
+      o.model.formats.includes('anthropic') &&
+      o.tier >= floor &&
+      (prefs.address === '' || o.provider.address.toLowerCase() === prefs.address) &&
+      (principal.allowedProviders === null || principal.allowedProviders.has(o.provider.address)),
   )
   return usable.filter((o) => o.provider.health.isHealthy(now))
 }
@@ -108,6 +116,9 @@ export function createCountTokens(deps: CountTokensDeps): Handler {
       return fail(reply, head, new RouterError('invalid_request', 'the request body must be a JSON object'), headers)
     }
     const b = body as Json
+    const prefs = new RoutingPrefs()
+    const badHeader = parseRoutingHeaders(head, prefs)
+    if (badHeader !== null) return fail(reply, head, badHeader, headers)
     if (typeof b.model !== 'string' || b.model === '') return fail(reply, head, new RouterError('invalid_request', 'model is required'), headers)
     if (!Array.isArray(b.messages) || b.messages.length === 0) {
       return fail(reply, head, new RouterError('invalid_request', 'messages is required (a non-empty array)'), headers)
@@ -118,7 +129,7 @@ export function createCountTokens(deps: CountTokensDeps): Handler {
     }
     const index = deps.table.model(model)
     if (index === undefined) return fail(reply, head, new RouterError('model_not_found', `model ${model} is not in the catalog`), headers)
-    const offer = nativeOffers(index.offers, principal)[0]
+    const offer = nativeOffers(index.offers, principal, prefs)[0]
     if (offer === undefined) return answer(reply, headers, estimateInputTokens(b), 'estimate')
     // The router's own `provider` object (deprecated routing preferences) is no field of Anthropic's.
     let forwarded = raw

@@ -19,6 +19,7 @@ import { DIMENSION_CHAT } from '../routing/select.js'
 import type { RequestHead } from '../server/request-head.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
+import { ChatVariants } from './chat-variants.js'
 import type { Surface, SurfaceRequest } from './surface.js'
 
 export interface MessagesRequest extends SurfaceRequest {
@@ -31,8 +32,8 @@ export interface MessagesRequest extends SurfaceRequest {
   readonly stops: readonly string[]
   /** The OpenAI chat translation, made on the first translated plan. */
   translated: ChatTranslation | null
-  /** Its bodies and trace notes by which of reasoning_effort (1) and response_format (2) the candidate gets. */
-  variants: Array<{ body: BufferBody; notes: readonly string[] } | undefined> | null
+  /** Its bodies and trace notes by which of reasoning_effort and response_format the candidate gets. */
+  variants: ChatVariants | null
 }
 
 const CHAT_HEADERS = ['content-type', 'application/json', 'accept', 'application/json, text/event-stream']
@@ -75,6 +76,7 @@ const PARAMS: ReadonlyArray<readonly [string, number]> = [
   ['tools', paramBit('tools')],
   ['tool_choice', paramBit('tool_choice')],
 ]
+
 const REASONING = paramBit('reasoning')
 const RESPONSE_FORMAT = paramBit('response_format')
 
@@ -182,30 +184,8 @@ export function parseMessages(json: JsonBody, head?: RequestHead): MessagesReque
 
 const EMPTY = new BufferBody(Buffer.alloc(0))
 
-/**
- * The chat body for `offer`: reasoning_effort and response_format only when it advertises them (with
- * require-parameters off a candidate that does not may still be tried; it is not sent what it does not take,
- * and the trace says so). At most four bodies per request, each made once.
- */
-function variantFor(req: MessagesRequest, tr: ChatTranslation, offer: Offer): { body: BufferBody; notes: readonly string[] } {
-  const effort = tr.reasoningEffort !== null && (offer.paramMask & REASONING) !== 0
-  const format = tr.responseFormat !== null && (offer.paramMask & RESPONSE_FORMAT) !== 0
-  const key = (effort ? 1 : 0) | (format ? 2 : 0)
-  const variants = (req.variants ??= [undefined, undefined, undefined, undefined])
-  const known = variants[key]
-  if (known !== undefined) return known
-  const chat = tr.chat
-  const notes = [...tr.notes]
-  if (effort) chat.reasoning_effort = tr.reasoningEffort
-  else if (tr.reasoningEffort !== null) notes.push(`reasoning (thinking / output_config.effort) was not sent: the provider does not advertise reasoning_effort`)
-  if (format) chat.response_format = tr.responseFormat
-  else if (tr.responseFormat !== null) notes.push('output_config.format was not sent: the provider does not advertise response_format')
-  const variant = { body: new BufferBody(Buffer.from(JSON.stringify(chat))), notes }
-  delete chat.reasoning_effort
-  delete chat.response_format
-  variants[key] = variant
-  return variant
-}
+/** What the notes call the two members a translated candidate may not get. */
+const UNSENT = { reasoning: 'reasoning (thinking / output_config.effort)', format: 'output_config.format' } as const
 
 function isNative(offer: Offer): boolean {
   return offer.model.formats.includes('anthropic')
@@ -231,7 +211,7 @@ export const messages: Surface<MessagesRequest> = {
     if (translated.refusal !== null) {
       return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: EMPTY, codec, refusal: invalid(translated.refusal) }
     }
-    const { body, notes } = variantFor(req, translated, offer)
+    const { body, notes } = (req.variants ??= new ChatVariants(translated, UNSENT)).for(offer)
     return notes.length === 0 ? { path: '/v1/chat/completions', headers: CHAT_HEADERS, body, codec } : { path: '/v1/chat/completions', headers: CHAT_HEADERS, body, codec, notes }
   },
   worstCase(req, offer) {

@@ -21,6 +21,7 @@ import { paramBit } from '../routing/params.js'
 import { DIMENSION_CHAT } from '../routing/select.js'
 import type { AttemptPlan } from '../upstream/plan.js'
 import { BufferBody } from '../upstream/request-body.js'
+import { ChatVariants } from './chat-variants.js'
 import type { SurfaceRequest } from './surface.js'
 
 type Json = Record<string, any>
@@ -43,8 +44,8 @@ export interface ResponsesRequest extends SurfaceRequest {
   promptBytes: number
   /** The account that asked (owner of what is stored), set before routing. */
   accountId: string
-  /** The chat translation (body, tool names, notes), made on the first translated candidate. */
-  chat: { body: BufferBody; names: ToolNames; notes: readonly string[] | undefined; refusal: RouterError | null } | null
+  /** The chat translation (its bodies by candidate, tool names), made on the first translated candidate. */
+  chat: { variants: ChatVariants; names: ToolNames; refusal: RouterError | null } | null
   native: BufferBody | null
   /** For a model that speaks only Anthropic's format: the chat translation, translated again. */
   anthropic: BufferBody | null
@@ -319,9 +320,15 @@ function isNative(offer: Offer): boolean {
   return offer.model.formats.includes('responses')
 }
 
+const EMPTY = new BufferBody(Buffer.alloc(0))
+
+/** What the notes call the two members a translated candidate may not get. */
+const UNSENT = { reasoning: 'reasoning.effort', format: 'text.format' } as const
+
 function chatOf(req: ResponsesRequest): NonNullable<ResponsesRequest['chat']> {
-  const { body, names, notes, refusal } = toChatCompletions(req.body, req.items)
-  return { body: new BufferBody(body), names, notes: notes.length === 0 ? undefined : notes, refusal: refusal === null ? null : invalid(refusal) }
+  const translation = toChatCompletions(req.body, req.items)
+  const refusal = translation.refusal === null ? null : invalid(translation.refusal)
+  return { variants: new ChatVariants(translation, UNSENT), names: translation.names, refusal }
 }
 
 /** How to try one candidate: natively, or translated to chat. */
@@ -336,17 +343,22 @@ export function planResponses(req: ResponsesRequest, offer: Offer): AttemptPlan 
     }
   }
   const chat = (req.chat ??= chatOf(req))
-  const { names, notes } = chat
+  const names = chat.names
   if (!offer.model.formats.includes('openai')) {
     // Anthropic only: the chat translation, translated on as the chat surface does for such a model.
-    req.anthropic ??= new BufferBody(toAnthropicMessages(JSON.parse(chat.body.bytes.toString('utf8'))))
+    req.anthropic ??= new BufferBody(toAnthropicMessages(chat.variants.whole()))
     const codec = req.stream ? new ResponsesViaAnthropicStreamCodec(req.meta, names) : new ResponsesViaAnthropicJsonCodec(req.meta, names)
     if (chat.refusal !== null) return { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, refusal: chat.refusal }
-    return { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, notes }
+    const tr = chat.variants.translation
+    // Anthropic's output format always carries a schema: JSON mode has no equivalent there (toAnthropicMessages).
+    const jsonMode = (tr.responseFormat as { type?: unknown } | null)?.type === 'json_object'
+    const notes = jsonMode ? [...tr.notes, 'text.format json_object has no Anthropic equivalent and was not sent'] : tr.notes
+    return notes.length === 0 ? { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec } : { path: '/v1/messages', headers: ANTHROPIC_HEADERS, body: req.anthropic, codec, notes }
   }
   const codec = req.stream ? new ResponsesTranslatedStreamCodec(req.meta, names) : new ResponsesTranslatedJsonCodec(req.meta, names)
-  if (chat.refusal !== null) return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: chat.body, codec, refusal: chat.refusal }
-  return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: chat.body, codec, notes }
+  if (chat.refusal !== null) return { path: '/v1/chat/completions', headers: CHAT_HEADERS, body: EMPTY, codec, refusal: chat.refusal }
+  const { body, notes } = chat.variants.for(offer)
+  return notes.length === 0 ? { path: '/v1/chat/completions', headers: CHAT_HEADERS, body, codec } : { path: '/v1/chat/completions', headers: CHAT_HEADERS, body, codec, notes }
 }
 
 /** The parts of the record that need no store (stored-responses.ts adds prepare and keep). */

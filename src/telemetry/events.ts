@@ -124,7 +124,20 @@ export interface TeeVerifyEvent {
   readonly sampled: boolean
 }
 
+/** A request refused by a throttle of its source (auth/source-limit.ts) or of everyone: a 429 before any key lookup. */
+export interface ThrottleEvent {
+  readonly throttle: 'auth_failures' | 'sign_in_source' | 'sign_in_global'
+}
+
+/** The events of the throttles, one object each (published as they are: nothing is allocated per refusal). */
+export const THROTTLED = {
+  authFailures: { throttle: 'auth_failures' } as ThrottleEvent,
+  signInSource: { throttle: 'sign_in_source' } as ThrottleEvent,
+  signInGlobal: { throttle: 'sign_in_global' } as ThrottleEvent,
+} as const
+
 export const registryRefresh = channel('svc-router:registry:refresh')
+export const throttled = channel('svc-router:throttle')
 export const teeVerify = channel('svc-router:tee:verify')
 export const requestBody = channel('svc-router:request:body')
 export const requestStart = channel('svc-router:request:start')

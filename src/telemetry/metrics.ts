@@ -9,7 +9,7 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { ProviderEntry } from '../routing/offers.js'
 import { loadedUwsBuild } from '../server/uws-build.js'
 import type { RoutingTable } from '../routing/table.js'
-import type { AttemptEvent, LedgerCommitEvent, RegistryRefreshEvent, RequestEndEvent, SettleEvent, TeeVerifyEvent } from './events.js'
+import type { AttemptEvent, LedgerCommitEvent, RegistryRefreshEvent, RequestEndEvent, SettleEvent, TeeVerifyEvent, ThrottleEvent } from './events.js'
 import { type CounterCell, CounterCells, type HistogramCell, level, SeriesHistogram } from './series.js'
 
 /** Ledger commits are fsyncs: finer at the low end than request latencies. */
@@ -280,6 +280,23 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       teeCells.flush(this)
     },
   })
+  const throttleCells = new CounterCells()
+  new Counter({
+    name: 'svc_throttled_total',
+    help: 'Requests refused (429) by a throttle of their source address or of everyone, before any key was looked up: auth_failures (failed authentications), sign_in_source, sign_in_global.',
+    labelNames: ['throttle'] as const,
+    registers: [registry],
+    collect() {
+      throttleCells.flush(this)
+    },
+  })
+  const throttleIndex = new Map<string, CounterCell>()
+  const onThrottle = (m: unknown): void => {
+    const e = m as ThrottleEvent
+    let c = throttleIndex.get(e.throttle)
+    if (c === undefined) throttleIndex.set(e.throttle, (c = throttleCells.cell({ throttle: e.throttle })))
+    c.pending++
+  }
   // Rare events (a sweep every few seconds, a verification per asking request): a string key is cheap enough.
   const refreshIndex = new Map<string, CounterCell>()
   const onRefresh = (m: unknown): void => {
@@ -361,6 +378,7 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     ['svc-router:ledger:commit', onCommit],
     ['svc-router:registry:refresh', onRefresh],
     ['svc-router:tee:verify', onTee],
+    ['svc-router:throttle', onThrottle],
   ]
   for (const [name, fn] of subs) subscribe(name, fn)
 

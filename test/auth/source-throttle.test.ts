@@ -24,6 +24,13 @@ function chatAs(stack: { url: string }, headers: Record<string, string>): Promis
   return call(stack, 'POST', '/v1/chat/completions', { headers, body: { model: MODEL, messages: [{ role: 'user', content: 'hi' }] } })
 }
 
+/** svc_throttled_total of one throttle on the router's /metrics, 0 when it has no line yet. */
+async function throttledCount(stack: { url: string }, throttle: string): Promise<number> {
+  const text = (await call(stack, 'GET', '/metrics', {})).text
+  const line = text.split('\n').find((l) => l.startsWith(`svc_throttled_total{throttle="${throttle}"} `))
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1))
+}
+
 function randomKey(): string {
   return `sk-${randomBytes(24).toString('base64url')}`
 }
@@ -54,6 +61,7 @@ t.test('a bad-key flood from one source: 429 with Retry-After for that source on
   const other = await chatAs(stack, from(B, stack.auth))
   t.equal(other.status, 200, `a valid key from another source is served (${other.text})`)
   t.ok(isError(await chatAs(stack, from(B, { authorization: `Bearer ${randomKey()}` })), 401, 'invalid_api_key'), 'and its bad key is a plain 401')
+  t.equal(await throttledCount(stack, 'auth_failures'), 202, '/metrics counts every refusal of the throttle')
 })
 
 t.test('without trusted_proxies the peer is the source: X-Forwarded-For cannot spread a flood over made-up sources', async (t) => {
@@ -98,6 +106,13 @@ t.test('a sign-in flood: 429 with Retry-After per source and for everyone, other
   for (let i = 0; i < 25; i++) spread.push(await nonce(`198.51.100.${i + 1}`))
   t.same(spread.slice(0, 19).map((a) => a.status), new Array(19).fill(200))
   t.ok(spread.slice(19).every(isThrottled), 'past the global limit every source waits')
+  const session = await call(stack, 'GET', '/v1/auth/session', { headers: from('198.51.100.200', sameOrigin(stack)) })
+  t.equal(session.status, 401, `a session check still gets its answer (no session), not 429 (${session.text})`)
+  const logout = await call(stack, 'POST', '/v1/auth/logout', { headers: from('198.51.100.201', sameOrigin(stack)), body: {} })
+  t.equal(logout.status, 200, 'and a logout: neither counts against everyone\'s minute')
+  t.equal(await throttledCount(stack, 'sign_in_source'), 101, "/metrics: source A's refusals")
+  t.equal(await throttledCount(stack, 'sign_in_global'), 6, "and everyone's")
+  t.equal(await throttledCount(stack, 'auth_failures'), 0, 'no failed authentication was throttled')
 })
 
 t.test('sign-ins create no account; sessions are capped in all and per wallet', async (t) => {

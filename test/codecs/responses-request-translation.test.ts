@@ -43,11 +43,9 @@ t.test('items as chat messages: one assistant turn per run of text and calls, ou
 })
 
 t.test('the chat body: fields mapped, streams ask for usage, tools without parameters get an empty schema', async (t) => {
-  const body = JSON.parse(
-    toChatCompletions({ model: 'm', stream: true, max_output_tokens: 9, top_p: 0.5, tools: [{ type: 'function', name: 'f' }], tool_choice: 'required', store: true, metadata: { a: 'b' } }, [
-      { role: 'user', content: 'x' },
-    ]).body.toString(),
-  )
+  const body = toChatCompletions({ model: 'm', stream: true, max_output_tokens: 9, top_p: 0.5, tools: [{ type: 'function', name: 'f' }], tool_choice: 'required', store: true, metadata: { a: 'b' } }, [
+    { role: 'user', content: 'x' },
+  ]).chat
   t.same(body, {
     model: 'm',
     messages: [{ role: 'user', content: 'x' }],
@@ -103,7 +101,7 @@ t.test("Codex's tools: namespace functions flattened, custom tools as one-string
     { type: 'custom_tool_call_output', call_id: 'c2', output: 'patched' },
     { type: 'web_search_call', id: 'ws_1', status: 'completed' },
   ])
-  const body = JSON.parse(chat.body.toString())
+  const body = chat.chat
   t.same(
     body.tools.map((x: any) => x.function.name),
     ['exec_command', 'multi_agent_v1__spawn_agent', 'multi_agent_v1__sketch', 'apply_patch'],
@@ -156,18 +154,18 @@ t.test('tool_choice: a forced built-in or missing tool is a refusal; required wi
   t.match(toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'function', name: 'nope' } }, []).refusal, /"nope"/)
   const auto = toChatCompletions({ model: 'm', tools: web, tool_choice: 'auto' }, [])
   t.equal(auto.refusal, null)
-  t.equal(JSON.parse(auto.body.toString()).tool_choice, undefined)
-  t.equal(JSON.parse(auto.body.toString()).tools, undefined)
+  t.equal(auto.chat.tool_choice, undefined)
+  t.equal(auto.chat.tools, undefined)
   const forced = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'function', name: 'spawn_agent', namespace: 'multi_agent_v1' } }, [])
-  t.same(JSON.parse(forced.body.toString()).tool_choice, { type: 'function', function: { name: 'multi_agent_v1__spawn_agent' } })
+  t.same(forced.chat.tool_choice, { type: 'function', function: { name: 'multi_agent_v1__spawn_agent' } })
   const patch = toChatCompletions({ model: 'm', tools: CODEX_TOOLS, tool_choice: { type: 'custom', name: 'apply_patch' } }, [])
-  t.same(JSON.parse(patch.body.toString()).tool_choice, { type: 'function', function: { name: 'apply_patch' } })
+  t.same(patch.chat.tool_choice, { type: 'function', function: { name: 'apply_patch' } })
 })
 
 t.test('names OpenAI refuses are renamed and mapped back, in a namespace or not', async (t) => {
   const long = 'a_function_name_that_is_well_past_the_sixty_four_characters_openai_allows'
   const chat = toChatCompletions({ model: 'm', tools: [{ type: 'function', name: long }, { type: 'namespace', name: 'mcp.server', tools: [{ type: 'function', name: 'read' }] }] }, [])
-  const sent = JSON.parse(chat.body.toString()).tools.map((x: any) => x.function.name)
+  const sent = chat.chat.tools.map((x: any) => x.function.name)
   for (const name of sent) t.match(name, /^[a-zA-Z0-9_-]{1,64}$/)
   t.same(
     sent.map((n: string) => chat.names.get(n)),

@@ -527,3 +527,17 @@ t.test('fuzzed async bodies and job ids: every answer is a 202 or an enveloped e
   t.equal((await charges(stack)).length, jobs.length, 'one charge per job')
   t.equal(stack.router.ledger.reserved(stack.account), 0n, 'no hold left')
 })
+
+t.test('/metrics: an accepted job is no request left in flight, its POST and its run each counted once', async (t) => {
+  const stack = await startStack(t, mediaProviders())
+  for (let i = 0; i < 3; i++) {
+    const res = await submit(stack.url, stack.auth, { model: IMAGE_MODEL, prompt: 'x' })
+    t.equal(res.status, 202)
+    t.equal((await settle(t, stack.url, stack.auth, res.json.jobId)).json.status, 'completed')
+  }
+  const text = await (await request(stack.url + '/metrics')).body.text()
+  const sample = (name: string) => Number(text.split('\n').find((l) => l.startsWith(name + ' '))?.split(' ')[1])
+  t.equal(sample('svc_requests_in_flight'), 0, 'every start has its end (the gauge fell by one per accepted job)')
+  const accepted = text.split('\n').filter((l) => l.startsWith('svc_requests_total{') && l.includes('status="202"'))
+  t.equal(accepted.reduce((n, l) => n + Number(l.split(' ')[1]), 0), 3, 'three POSTs answered 202')
+})

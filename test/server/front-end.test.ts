@@ -93,6 +93,16 @@ t.test('front end', async (t) => {
     t.equal(wrong.headers.allow, 'GET, HEAD', 'HEAD is answered wherever GET is')
   })
 
+  t.test('a wrong method under a wildcard route is 405 for an id with slashes too; the bare prefix is 404', async (t) => {
+    for (const path of ['/v1/models/some-model', '/v1/models/org/name', '/v1/models/org/name/v2']) {
+      const res = await call(stack, path, { method: 'POST', body: '{}' })
+      t.equal(res.status, 405, path)
+      t.equal(res.headers.allow, 'GET, HEAD', path)
+    }
+    const bare = await call(stack, '/v1/models/', { method: 'POST', body: '{}' })
+    t.equal(bare.status, 404, 'no model id: no route')
+  })
+
   t.test('a known route with the wrong method is 405 with Allow', async (t) => {
     const res = await call(stack, '/v1/chat/completions', { method: 'GET' })
     t.equal(res.status, 405)

@@ -121,3 +121,38 @@ t.test('countTokens errors: no key, a management key, an unknown model, a bad bo
   t.equal(missing.statusCode, 401)
   t.match(await missing.body.json(), { type: 'error', error: { code: 'missing_authorization' } })
 })
+
+t.test('countTokens follows the pin and the trust mode; a malformed routing header is the 400 /v1/messages gives', async (t) => {
+  const counts: Record<string, number> = {}
+  const provider = (n: number) =>
+    fakeProvider(t, (_req, res) => {
+      counts[n] = (counts[n] ?? 0) + 1
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ input_tokens: n }))
+    })
+  const [one, two] = await Promise.all([provider(1111), provider(2222)])
+  const stack = await startStack(t, [
+    { address: addr('a'), url: one.url, trust_mode: 'standard', models: [{ id: OWN, formats: ['anthropic'] }] },
+    { address: addr('b'), url: two.url, trust_mode: 'verified', verifiability: 'TeeML', models: [{ id: OWN, formats: ['anthropic'] }] },
+  ])
+  const count = async (headers: Record<string, string>) => {
+    const res = await request(stack.url + '/v1/messages/count_tokens', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': stack.key, ...headers },
+      body: JSON.stringify({ ...PARAMS, model: OWN }),
+    })
+    return { status: res.statusCode, source: res.headers['x-svc-token-count'], body: (await res.body.json()) as any }
+  }
+  t.same((await count({})).body, { input_tokens: 1111 }, 'unpinned: the first native provider in registry order')
+  t.same((await count({ 'X-SVC-Provider-Address': addr('b').toUpperCase().replace('0X', '0x') })).body, { input_tokens: 2222 }, 'pinned: that provider counts')
+  t.same((await count({ 'X-SVC-Provider-Trust-Mode': 'verified' })).body, { input_tokens: 2222 }, 'a trust floor passes over the standard provider')
+  const none = await count({ 'X-SVC-Provider-Trust-Mode': 'private' })
+  t.equal(none.source, 'estimate', 'no provider of the tier: the estimate, and no provider asked')
+  t.same(counts, { 1111: 1, 2222: 2 })
+  const bad = await count({ 'X-SVC-Provider-Trust-Mode': 'gold' })
+  t.equal(bad.status, 400)
+  t.match(bad.body, { type: 'error', error: { type: 'invalid_request_error', code: 'invalid_trust_mode' } })
+  const badSort = await count({ 'X-SVC-Provider-Sort': 'cheap' })
+  t.equal(badSort.status, 400)
+  t.match(badSort.body, { type: 'error', error: { code: 'invalid_provider_header' } })
+})

@@ -214,7 +214,8 @@ t.test('max_output_tokens: the output bound for require-parameters and the reser
 })
 
 t.test('text.format, reasoning.effort, tool_choice and parallel_tool_calls reach a chat provider translated', async (t) => {
-  const stack = await stackOf(t, 'openai')
+  const advertised = ['response_format', 'reasoning_effort', 'tools', 'tool_choice', 'parallel_tool_calls']
+  const stack = await startStack(t, [{ address: O, models: [{ id: MODEL, formats: ['openai'], supported_parameters: advertised, price: { prompt: 0.5, completion: 1.5 } }] }])
   const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false }
   const res = await post(stack, {
     model: MODEL,
@@ -248,6 +249,25 @@ t.test('text.format, reasoning.effort, tool_choice and parallel_tool_calls reach
   t.same(body.text.format.name, 'thing')
   t.equal((await post(stack, { model: MODEL, input: 'x', text: { format: { type: 'json_object' } } })).status, 200)
   t.same(stack.sims.get(O)!.stats.lastBody.response_format, { type: 'json_object' })
+})
+
+t.test('reasoning.effort and text.format reach only a chat provider that advertises them; the trace says what was not sent', async (t) => {
+  const stack = await stackOf(t, 'openai')
+  const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false }
+  const res = await post(stack, { model: MODEL, input: 'x', reasoning: { effort: 'high' }, text: { format: { type: 'json_schema', name: 'thing', schema } } })
+  t.equal(res.status, 200)
+  const sent = stack.sims.get(O)!.stats.lastBody
+  t.equal(sent.reasoning_effort, undefined, 'no reasoning_effort for a provider that does not advertise it')
+  t.equal(sent.response_format, undefined, 'no response_format either')
+  t.same(res.json().x_svc_trace.notes, [
+    'reasoning.effort was not sent: the provider does not advertise reasoning_effort',
+    'text.format was not sent: the provider does not advertise response_format',
+  ])
+  const plain = await post(stack, { model: MODEL, input: 'x' })
+  t.equal(plain.json().x_svc_trace.notes, undefined, 'no notes when nothing was left out')
+  const strict = await post(stack, { model: MODEL, input: 'x', reasoning: { effort: 'high' } }, { ...stack.auth, 'X-SVC-Provider-Require-Parameters': 'true' })
+  t.equal(strict.status, 400, 'with require-parameters on, no candidate remains')
+  t.equal(strict.json().error.code, 'model_not_capable')
 })
 
 t.test('item_reference: a stored output item is resolved by id, for its account only', async (t) => {
@@ -287,6 +307,14 @@ t.test('an Anthropic-only provider answers through two translations (responses â
   t.equal(call.type, 'function_call')
   const done = await client.responses.create({ model: MODEL, previous_response_id: tool.id, input: [{ type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] })
   t.equal(done.output[0]!.type, 'message', 'the Anthropic simulator answers a tool result in text')
+  const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false }
+  const jsonMode = await post(stack, { model: MODEL, input: 'x', text: { format: { type: 'json_object' } } })
+  t.equal(jsonMode.status, 200)
+  t.same(jsonMode.json().x_svc_trace.notes, ['text.format json_object has no Anthropic equivalent and was not sent'])
+  t.equal(stack.sims.get(C)!.stats.lastBody.output_config, undefined)
+  const withSchema = await post(stack, { model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'thing', schema } } })
+  t.equal(withSchema.json().x_svc_trace.notes, undefined, 'a schema goes as output_config.format: nothing to note')
+  t.same(stack.sims.get(C)!.stats.lastBody.output_config, { format: { type: 'json_schema', schema } })
 })
 
 t.test('a chat provider that interleaves parallel tool calls: the client gets one whole item at a time', async (t) => {

@@ -424,3 +424,24 @@ t.test('a JSON answer that is not UTF-8 is a provider failure, never relayed', a
   t.same(JSON.parse(res.text).x_svc_trace.attempts, [{ provider: BAD, status: 200, error: 'invalid_json' }])
   t.equal(await charges(alone), 0, 'nothing billed')
 })
+
+t.test('a provider error body nested deeper than JSON.stringify goes, with its own request_id: our envelope, the router unharmed', async (t) => {
+  const depth = 5_000
+  const deep = '{"error":{"message":"bad input","type":"invalid_request_error"},"request_id":"theirs","z":' + '['.repeat(depth) + ']'.repeat(depth) + '}'
+  const stack = await stackWith(
+    t,
+    (_req, res) => {
+      res.writeHead(400, { 'content-type': 'application/json' })
+      res.end(deep)
+    },
+    true,
+  )
+  const res = await post(stack, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })
+  t.equal(res.status, 400, "the provider's status")
+  const body = JSON.parse(res.text)
+  t.equal(body.request_id, res.headers['x-request-id'], "the router's request id, never the provider's")
+  t.type(body.error.message, 'string')
+  t.equal(await charges(stack), 0, 'nothing billed')
+  const again = await post(stack, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })
+  t.equal(again.status, 400, 'the next request is answered the same way')
+})
