@@ -139,7 +139,7 @@ export const TELEMETRY = {
         chargesQueued: () => writer.queued,
         ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0,
         uploads,
-        ...(settlement != null && { settlement: () => settlement.states() }),
+        ...(settlement != null && { settlement: () => settlement.states(), settlementProgress: () => settlement.progress() }),
       }),
   },
   accessLog: { wanted: (c) => c.log.access_log, start: () => ({ close: startAccessLog() }) },

@@ -68,7 +68,7 @@ export async function chainCommand(argv: string[], io: OperatorIo): Promise<numb
     const books = new Map((await store.settlement.rows()).map((r) => [r.provider, r]))
     if (command === 'clear-flag') {
       const provider = address(args[0])
-      if (!(await store.settlement.clearFlag(provider))) throw new OperatorUsageError(`no settlement books for ${provider}`)
+      if (!(await store.settlement.clearFlag(provider))) throw new OperatorUsageError(`${provider} is not flagged (nothing to clear)`)
       io.out(`cleared the flag of ${provider}: it is funded and routed again at the router's next round\n`)
       return 0
     }

@@ -19,26 +19,33 @@ export function payerConfigured(s: PayerKeySettings): boolean {
 
 /** The payer account; throws a message that names where the key was looked for, never the key. */
 export function loadPayer(s: PayerKeySettings, env: NodeJS.ProcessEnv = process.env): LocalAccount {
+  if (!payerConfigured(s)) throw new Error('settlement: no payer key (key_file or key_env)')
+  return loadAccountKey(s.key_file, s.key_env, { file: 'settlement.key_file', env: 'settlement.key_env', key: 'settlement: the payer key' }, env)
+}
+
+/**
+ * An account's private key from `file` (owner-only: mode 0600 or 0400) or else the variable `envName`; `names`
+ * are what the messages call the two settings and the key (config keys, or a command's flags).
+ */
+export function loadAccountKey(file: string, envName: string, names: { file: string; env: string; key: string }, env: NodeJS.ProcessEnv = process.env): LocalAccount {
   let text: string
-  if (s.key_file !== '') {
+  if (file !== '') {
     let mode: number
     try {
-      mode = statSync(s.key_file).mode & 0o777
+      mode = statSync(file).mode & 0o777
     } catch (err) {
-      throw new Error(`settlement.key_file ${s.key_file}: ${(err as NodeJS.ErrnoException).code ?? 'unreadable'}`)
+      throw new Error(`${names.file} ${file}: ${(err as NodeJS.ErrnoException).code ?? 'unreadable'}`)
     }
     if ((mode & 0o077) !== 0) {
-      throw new Error(`settlement.key_file ${s.key_file} has mode ${mode.toString(8).padStart(4, '0')}: it must be readable by its owner only (chmod 600)`)
+      throw new Error(`${names.file} ${file} has mode ${mode.toString(8).padStart(4, '0')}: it must be readable by its owner only (chmod 600)`)
     }
-    text = readFileSync(s.key_file, 'utf8')
-  } else if (s.key_env !== '') {
-    const value = env[s.key_env]
-    if (value === undefined || value === '') throw new Error(`settlement.key_env: the variable ${s.key_env} is not set`)
-    text = value
+    text = readFileSync(file, 'utf8')
   } else {
-    throw new Error('settlement: no payer key (key_file or key_env)')
+    const value = env[envName]
+    if (value === undefined || value === '') throw new Error(`${names.env}: the variable ${envName} is not set`)
+    text = value
   }
   const hex = text.trim().replace(/^0x/i, '')
-  if (!/^[0-9a-fA-F]{64}$/.test(hex)) throw new Error(`settlement: the payer key ${s.key_file !== '' ? `in ${s.key_file}` : `in ${s.key_env}`} is not 32 bytes of hex`)
+  if (!/^[0-9a-fA-F]{64}$/.test(hex)) throw new Error(`${names.key} ${file !== '' ? `in ${file}` : `in ${envName}`} is not 32 bytes of hex`)
   return privateKeyToAccount(`0x${hex}`)
 }

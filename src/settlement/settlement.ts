@@ -9,6 +9,9 @@
  * its pending refund and what it served and has not settled, and a token is ready: `filter` keeps the others out
  * of the routing table, and `authorization` (read on the request path, from memory) has no token for them.
  *
+ * The parts: funding-round.ts (one provider's funding, acknowledgement, generation), token-book.ts (session
+ * tokens, renewal on a 401), reconciliation.ts (served against settled, the over-settle flag, the books).
+ *
  * Funding policy: every provider of the registry is funded, in registry order, up to `target`; a provider that
  * cannot be (ledger too low, a transaction failing) is left unrouted with its reason until a later round can.
  */
@@ -16,12 +19,15 @@ import { createPublicClient, http, type LocalAccount, type PublicClient } from '
 import { log } from '../log.js'
 import type { RegistryProvider, RegistrySnapshot } from '../registry/types.js'
 import { settled as settledChannel, type SettleEvent } from '../telemetry/events.js'
-import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI, format0g, parse0g, type PayerLedger, type SubAccount } from './abi.js'
-import type { FundingLock } from './funding-lock.js'
 import type { SettlementStore } from '../store/settlement.js'
-import { freeTokenId, RENEW_BEFORE_MS, signSessionToken, type SessionToken } from './session-token.js'
+import { format0g, parse0g, type PayerLedger, type SubAccount } from './abi.js'
+import { free, newEntry, unsettled, type Entry } from './entry.js'
+import type { FundingLock } from './funding-lock.js'
+import { FundingRound } from './funding-round.js'
+import { Reconciler } from './reconciliation.js'
 import { errorText, TxSender } from './sender.js'
-import { SettlementEvents, type SettlementResult, type SettlementStatus } from './settlement-events.js'
+import { SettlementEvents, type SettlementStatus } from './settlement-events.js'
+import { TokenBook } from './token-book.js'
 
 export interface SettlementSettings {
   readonly ledger: string
@@ -76,34 +82,14 @@ export interface Settlement extends ProviderPayer {
   unrouted(model: string): { address: string; reason: string }[]
   states(): ProviderState[]
   ledger(): PayerLedger | null
+  /** Rounds this process has finished, and whether it funded in the last (held the funding lock): /metrics. */
+  progress(): { readonly rounds: number; readonly funder: boolean }
   /** One round now (tests, and the CLI's status). */
   round(): Promise<void>
   stop(): Promise<void>
 }
 
-interface Entry {
-  readonly address: `0x${string}`
-  record: RegistryProvider
-  account: SubAccount | null
-  token: SessionToken | null
-  reason: string | null
-  served: bigint
-  settled: bigint
-  flagged: boolean
-  /** The balance last read, to see what the provider took since (null before the first read). */
-  lastBalance: bigint | null
-  /** The block that balance was read at, where the next window of settlement events starts (null: not read here). */
-  lastBlock: bigint | null
-  results: Map<SettlementStatus, number>
-  /** Served by this replica since the books were last read (the books hold it already: it is durable with each charge). */
-  metered: bigint
-  /** A renewal under way (401), shared by the requests that met it. */
-  renewing: Promise<boolean> | null
-}
-
 const NO_PROVIDERS: RegistrySnapshot['providers'] = []
-/** The longest window of blocks whose settlement events one read asks for (RPC nodes cap getLogs ranges). */
-const MAX_EVENT_BLOCKS = 5_000n
 
 export function createSettlement(settings: SettlementSettings, deps: SettlementDeps): Settlement {
   const parsed = [settings.sub_account.min_0g, settings.sub_account.target_0g, settings.over_settle_tolerance_0g].map(parse0g)
@@ -114,35 +100,27 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
   const client = createPublicClient({ transport: http(deps.rpcUrl, { timeout, retryCount: 0 }) }) as PublicClient
   const payer = deps.payer
   const sender = new TxSender(client, payer, deps.rpcUrl, undefined, timeout)
-  const events = new SettlementEvents(client, deps.serving, payer.address)
+  const reconciler = new Reconciler(client, deps.serving, payer, deps.books, new SettlementEvents(client, deps.serving, payer.address), tolerance)
+  // Not reconciled on a refusal: a round may be reading the same window (it would count the provider's takes twice).
+  const tokens = new TokenBook(payer, (e) => reconciler.readAccount(e, false), () => void round())
+  const funding = new FundingRound({ client, payer, sender, serving: deps.serving, reconciler, tokens, min, target, ledger: settings.ledger, serviceName: settings.service_name })
   const entries = new Map<string, Entry>()
   let providers: RegistrySnapshot['providers'] = NO_PROVIDERS
-  let ledgerAddress: `0x${string}` | null = settings.ledger === '' ? null : (settings.ledger as `0x${string}`)
-  let serviceName = settings.service_name
-  let payerLedger: PayerLedger | null = null
   let routableKey = ''
   let running: Promise<void> | null = null
   let again = false
   let stopped = false
   let timer: NodeJS.Timeout | null = null
-  /** Whether this replica funds in the round under way (only the funder reconciles and writes the books' settled side). */
-  let funding = false
+  let rounds = 0
 
   function entry(p: RegistryProvider): Entry {
     let e = entries.get(p.address)
     if (e === undefined) {
-      e = { address: p.address as `0x${string}`, record: p, account: null, token: null, reason: 'not funded yet', served: 0n, settled: 0n, flagged: false, lastBalance: null, lastBlock: null, results: new Map(), metered: 0n, renewing: null }
+      e = newEntry(p)
       entries.set(p.address, e)
     }
     e.record = p
     return e
-  }
-
-  function free(e: Entry): bigint {
-    const a = e.account
-    if (a === null) return 0n
-    const unsettled = e.served > e.settled ? e.served - e.settled : 0n
-    return a.balance - a.pendingRefund - unsettled
   }
 
   /** Sets why `e` is not routed (null: it is), logging each change once. */
@@ -153,194 +131,20 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
     e.reason = reason
   }
 
-  /**
-   * Reads `e`'s sub-account. The funding replica also reconciles what the provider took since the last read, from
-   * two sources over the same window of blocks: the fall of the balance, and the TEESettlementResult events of its
-   * settlements (settlement-events.ts). Each is a lower bound (a top-up in the window hides a settlement from the
-   * balance; events are not read across a restart), and both count the same takes: the window adds the larger,
-   * never their sum. The router takes funds back only from a flagged provider, whose settlements are not counted.
-   */
-  async function readAccount(e: Entry, reconcile = true): Promise<SubAccount | null> {
-    const block = funding && reconcile ? await client.getBlockNumber({ cacheTime: 0 }) : undefined
-    let account: SubAccount | null
-    try {
-      const a = await client.readContract({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, e.address], blockNumber: block })
-      account = { balance: a.balance, pendingRefund: a.pendingRefund, acknowledged: a.acknowledged, generation: a.generation, revokedBitmap: a.revokedBitmap, nonce: a.nonce }
-    } catch (err) {
-      if (!errorText(err).startsWith('AccountNotExists')) throw err
-      account = null
-    }
-    if (block === undefined) return account
-    let evented = 0n
-    // A window too long for one getLogs (the funder lock regained after a while), or events the node does not
-    // answer for, leave the balance's fall alone to count: a lower bound still, and the next window reads events.
-    if (e.lastBlock !== null && block > e.lastBlock && block - e.lastBlock <= MAX_EVENT_BLOCKS) {
-      const provider = e.address.toLowerCase()
-      try {
-        for (const r of await events.results(e.lastBlock + 1n, block)) {
-          if (r.provider !== provider) continue
-          evented += r.taken
-          noteResult(e, r)
-        }
-      } catch (err) {
-        evented = 0n
-        log.warn('settlement: reading settlement events failed; this window counts the balance only', { provider: e.address, err: errorText(err) })
-      }
-    }
-    const balance = account?.balance ?? 0n
-    const before = { settled: e.settled, lastBalance: e.lastBalance, flagged: e.flagged }
-    const fell = e.lastBalance !== null && balance < e.lastBalance ? e.lastBalance - balance : 0n
-    if (!e.flagged) e.settled += fell > evented ? fell : evented
-    e.lastBalance = balance
-    e.lastBlock = block
-    if (!e.flagged && e.settled > e.served + tolerance) {
-      e.flagged = true
-      log.error('settlement: provider settled more than it served; flagged, unfunded, refund requested', {
-        provider: e.address,
-        served_0g: format0g(e.served),
-        settled_0g: format0g(e.settled),
-      })
-    }
-    if (before.settled !== e.settled || before.lastBalance !== e.lastBalance || before.flagged !== e.flagged) {
-      await deps.books.record(e.address, e.settled, e.lastBalance, e.flagged)
-    }
-    return account
-  }
-
-  /** Counts a settlement's status (/metrics); one that did not take the whole fee is logged. */
-  function noteResult(e: Entry, r: SettlementResult): void {
-    e.results.set(r.status, (e.results.get(r.status) ?? 0) + 1)
-    if (r.status === 'success') return
-    const fields = { provider: e.address, status: r.status, fee_0g: format0g(r.totalFee), unsettled_0g: format0g(r.unsettled), tx: r.tx }
-    if (r.status === 'partial') log.warn('settlement: a provider settled only part of its fee (the sub-account fell short)', fields)
-    else log.warn('settlement: the contract refused a provider\'s settlement', fields)
-  }
-
-  /**
-   * The books (every replica's charges, the flags) into memory. What was served is written with each charge
-   * (store/settlement.ts), so a crash loses none of it; the meter only adds what was served since this read.
-   * A charge metered while the read is under way may be in both until the next read: served is over-counted
-   * for a moment (a top-up a little early), never under-counted (which could flag a provider falsely).
-   */
-  async function syncBooks(): Promise<void> {
-    for (const e of entries.values()) e.metered = 0n
-    const rows = new Map((await deps.books.rows()).map((r) => [r.provider, r]))
-    for (const e of entries.values()) {
-      const r = rows.get(e.address)
-      e.served = (r?.served ?? 0n) + e.metered
-      if (r === undefined) continue
-      e.settled = r.settled
-      e.lastBalance = r.lastBalance
-      if (e.flagged && !r.flagged) log.info('settlement: flag cleared by the operator', { provider: e.address })
-      e.flagged = r.flagged
-    }
-  }
-
-  /** Asks the flagged provider's sub-account back (retrieveFund: released to the ledger after the lock time). */
-  async function retrieve(e: Entry): Promise<void> {
-    if (e.account === null || e.account.balance === e.account.pendingRefund) return
-    await sender.send({ address: ledgerAddress!, abi: LEDGER_MANAGER_ABI, functionName: 'retrieveFund', args: [[e.address], serviceName] })
-    e.account = await readAccount(e)
-  }
-
-  async function readLedger(): Promise<PayerLedger | null> {
-    try {
-      const l = await client.readContract({ address: ledgerAddress!, abi: LEDGER_MANAGER_ABI, functionName: 'getLedger', args: [payer.address] })
-      return { availableBalance: l.availableBalance, totalBalance: l.totalBalance }
-    } catch (err) {
-      if (errorText(err).startsWith('LedgerNotExists')) return null
-      throw err
-    }
-  }
-
-  async function resolveNames(): Promise<void> {
-    ledgerAddress ??= await client.readContract({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'ledgerAddress' })
-    if (serviceName === '') {
-      const [version] = await client.readContract({ address: ledgerAddress, abi: LEDGER_MANAGER_ABI, functionName: 'getRecommendedService', args: ['inference'] })
-      serviceName = `inference-${version}`
-    }
-  }
-
-  /**
-   * The session token for `e`: kept while it has an hour left, its generation is the account's and its id is not
-   * revoked. False when no token can be made (every id revoked: a new generation is needed).
-   */
-  async function ensureToken(e: Entry, force: boolean): Promise<boolean> {
-    const a = e.account
-    if (a === null) return false
-    const t = e.token
-    const fresh = t !== null && BigInt(t.claims.generation) === a.generation && (a.revokedBitmap & (1n << BigInt(t.claims.tokenId))) === 0n
-    if (!force && fresh && t.claims.expiresAt - Date.now() > RENEW_BEFORE_MS) return true
-    const id = freeTokenId(a.revokedBitmap)
-    if (id < 0) {
-      e.token = null
-      return false
-    }
-    e.token = await signSessionToken(payer, e.address, a.generation, id)
-    return true
-  }
-
-  /** Funds, acknowledges and signs for one provider; returns why it is not routable, or null. */
-  async function settleOne(e: Entry, funder: boolean): Promise<string | null> {
-    e.account = await readAccount(e)
-    if (e.flagged) {
-      if (funder) await retrieve(e).catch((err: unknown) => log.warn('settlement: retrieving a flagged sub-account failed', { provider: e.address, err: errorText(err) }))
-      return 'flagged: it settled more than the router served (svc-router chain clear-flag)'
-    }
-    if (free(e) < min || e.account === null) {
-      if (!funder) return e.account === null ? 'no sub-account yet (another replica funds)' : 'sub-account below min (another replica funds)'
-      const need = target - free(e)
-      const available = payerLedger?.availableBalance ?? 0n
-      if (payerLedger === null) return 'the payer has no ledger (svc-router chain deposit)'
-      const cost = e.account === null ? need : need > e.account.pendingRefund ? need - e.account.pendingRefund : 0n
-      if (available < cost) return `the ledger holds ${format0g(available)} 0G, ${format0g(cost)} needed to fund it`
-      try {
-        await sender.send({ address: ledgerAddress!, abi: LEDGER_MANAGER_ABI, functionName: 'transferFund', args: [e.address, serviceName, need] })
-      } catch (err) {
-        return `funding failed: ${errorText(err)}`
-      }
-      log.info('settlement: sub-account funded', { provider: e.address, amount_0g: format0g(need) })
-      payerLedger = await readLedger()
-      e.account = await readAccount(e)
-      if (e.account === null || free(e) < min) return 'sub-account below min after funding'
-    }
-    if (!e.account.acknowledged) {
-      if (!funder) return 'signer not acknowledged (another replica funds)'
-      try {
-        await sender.send({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'acknowledgeTEESigner', args: [e.address, true] })
-      } catch (err) {
-        return `acknowledging failed: ${errorText(err)}`
-      }
-      e.account = await readAccount(e)
-      if (e.account === null || !e.account.acknowledged) return 'signer not acknowledged'
-    }
-    if (!(await ensureToken(e, false))) {
-      if (!funder) return 'every session token id is revoked (another replica funds)'
-      try {
-        await sender.send({ address: deps.serving, abi: SERVING_PAYMENT_ABI, functionName: 'revokeAllTokens', args: [e.address] })
-      } catch (err) {
-        return `starting a new token generation failed: ${errorText(err)}`
-      }
-      e.account = await readAccount(e)
-      if (!(await ensureToken(e, true))) return 'every session token id is revoked'
-    }
-    return null
-  }
-
   async function runRound(): Promise<void> {
-    await resolveNames()
+    await funding.resolveNames()
     const funder = await deps.lock.held()
-    funding = funder
-    payerLedger = await readLedger()
+    reconciler.funding = funder
+    await funding.refreshLedger()
     for (const p of providers) entry(p)
-    await syncBooks()
+    await reconciler.syncBooks(entries.values())
     const wanted = new Set<string>()
     for (const p of providers) {
       wanted.add(p.address)
       const e = entry(p)
       let reason: string | null
       try {
-        reason = await settleOne(e, funder)
+        reason = await funding.provider(e, funder)
       } catch (err) {
         reason = `the chain could not be read: ${errorText(err)}`
       }
@@ -359,6 +163,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       .catch((err: unknown) => log.error('settlement: a round failed', { err: errorText(err) }))
       .finally(() => {
         running = null
+        rounds++
         publishIfChanged()
         if (again && !stopped) {
           again = false
@@ -412,10 +217,7 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
       }
       return out
     },
-    authorization(address) {
-      const e = entries.get(address)
-      return e === undefined || e.reason !== null || e.token === null ? null : e.token.authorization
-    },
+    authorization: (address) => tokens.authorization(entries.get(address)),
     refused(address, status) {
       const e = entries.get(address)
       if (e === undefined) return Promise.resolve(false)
@@ -424,32 +226,13 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         void round()
         return Promise.resolve(false)
       }
-      e.renewing ??= (async () => {
-        try {
-          // Not reconciled here: a round may be reading the same window (it would count the provider's takes twice).
-          e.account = await readAccount(e, false)
-          if (e.account === null) return false
-          if (!(await ensureToken(e, true))) {
-            // A new generation needs a transaction: the next round sends it; this request moves on.
-            void round()
-            return false
-          }
-          log.info('settlement: session token renewed after the provider refused it', { provider: address, generation: e.account.generation.toString() })
-          return true
-        } catch (err) {
-          log.warn('settlement: renewing a refused token failed', { provider: address, err: errorText(err) })
-          return false
-        } finally {
-          setTimeout(() => (e.renewing = null), 0).unref()
-        }
-      })()
-      return e.renewing
+      return tokens.refused(e)
     },
     states() {
       return [...entries.values()].map((e) => ({
         address: e.address,
         account: e.account,
-        unsettled: e.served > e.settled ? e.served - e.settled : 0n,
+        unsettled: unsettled(e),
         served: e.served,
         settled: e.settled,
         flagged: e.flagged,
@@ -458,7 +241,8 @@ export function createSettlement(settings: SettlementSettings, deps: SettlementD
         results: e.results,
       }))
     },
-    ledger: () => payerLedger,
+    ledger: () => funding.payerLedger,
+    progress: () => ({ rounds, funder: reconciler.funding }),
     round,
     async stop() {
       stopped = true

@@ -12,14 +12,27 @@ export interface SettlementRow {
   readonly settled: bigint
   /** The sub-account balance last read (neuron), null before the first. */
   readonly lastBalance: bigint | null
+  /** The block that balance was read at: the settlement events counted are those up to it (null before the first). */
+  readonly lastBlock: bigint | null
   /** It settled more than it served: not routed, not funded, until the operator clears it. */
   readonly flagged: boolean
 }
 
+/** What the funding replica writes after reading a sub-account: one row, in one statement. */
+export type SettledRecord = Omit<SettlementRow, 'provider' | 'served'>
+
 export interface SettlementStore {
   rows(): Promise<SettlementRow[]>
-  /** The funding replica's view of what was settled, the balance it saw, and the flag. */
-  record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void>
-  /** Clears the flag and takes what was settled beyond what was served as accepted (settled = served); false when unknown. */
+  /**
+   * The funding replica's view of what was settled, with the balance and the block it read it at, and the flag.
+   * Written together: the next read (this process after a restart, or another replica) counts the events after
+   * `lastBlock` and the balance's fall from `lastBalance`, which is exactly what `settled` does not hold yet.
+   */
+  record(provider: string, r: SettledRecord): Promise<void>
+  /**
+   * Clears the flag and takes what was settled beyond what was served as accepted (settled = served); false when
+   * the provider is not flagged (an unflagged one's settled may be below served: raising it would forget what the
+   * provider is still owed, and flag it falsely at its next settlement).
+   */
   clearFlag(provider: string): Promise<boolean>
 }

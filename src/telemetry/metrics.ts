@@ -36,6 +36,8 @@ export interface MetricsSources {
   readonly ledgerQuarantined?: () => number
   /** Chain providers the router pays (src/settlement/): whether each is routable, and what it owes in neuron. */
   readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint; readonly results: ReadonlyMap<string, number> }[]
+  /** The settlement rounds this process finished, and whether it holds the funding lock. */
+  readonly settlementProgress?: () => { readonly rounds: number; readonly funder: boolean }
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -92,6 +94,26 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       collect() {
         this.reset()
         for (const p of settlement()) for (const [status, n] of p.results) this.inc({ provider: p.address, status }, n)
+      },
+    })
+  }
+  const progress = sources.settlementProgress
+  if (progress !== undefined) {
+    new Counter({
+      name: 'svc_settlement_rounds_total',
+      help: 'Settlement rounds this process finished (reading the sub-accounts, funding when it is the funder, signing tokens).',
+      registers: [registry],
+      collect() {
+        this.reset()
+        this.inc(progress().rounds)
+      },
+    })
+    new Gauge({
+      name: 'svc_settlement_funder',
+      help: 'Whether this process funded the sub-accounts in its last round (1: it holds the funding lock; one replica at a time).',
+      registers: [registry],
+      collect() {
+        this.set(progress().funder ? 1 : 0)
       },
     })
   }

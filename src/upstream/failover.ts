@@ -479,9 +479,10 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
   #complete(a: AttemptHandler, trace: Record<string, unknown>): void {
     const codec = a.plan.codec
     const out = codec.complete(trace)
+    // A success is the router's 200, as a stream's head is: a provider's 201 or 203 says nothing the client asked.
     if (codec.streaming) this.sink.end(out)
-    else this.sink.send(a.status, this.#answerHeaders(a), out)
-    this.#publishEnd(a.status, a, null)
+    else this.sink.send(200, this.#answerHeaders(a), out)
+    this.#publishEnd(200, a, null)
   }
 
   /** The chat id the provider signs its answer under: its ZG-Res-Key header, else the answer's own id. */

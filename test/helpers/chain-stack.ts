@@ -27,6 +27,8 @@ export interface ChainProvider {
   additionalInfo?: string
   /** A TEE provider: its simulator signs answers with a fresh key, registered as its teeSignerAddress. */
   tee?: boolean
+  /** Its TEE signer's key (default: a fresh one), e.g. of a simulator started elsewhere at `url`. */
+  teeKey?: `0x${string}`
   /** Whether the owner acknowledges its signer (default: true for a TEE provider). */
   acknowledged?: boolean
   sim?: SimulatorOptions
@@ -68,7 +70,7 @@ export async function startChain(t: TapLike, providers: ChainProvider[]): Promis
   const registered: RegisteredProvider[] = []
   async function register(p: ChainProvider): Promise<RegisteredProvider> {
     const account = chainAccount(p.account)
-    const teeKey = p.tee === true ? (`0x${randomBytes(32).toString('hex')}` as const) : null
+    const teeKey = p.tee === true ? (p.teeKey ?? (`0x${randomBytes(32).toString('hex')}` as const)) : null
     let sim: SimulatorHandle | null = null
     let url = p.url
     if (url === undefined) {

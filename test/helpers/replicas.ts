@@ -85,7 +85,7 @@ export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fle
     stringify({
       ...extra,
       server: { host: '127.0.0.1', port: 0, ...extra.server },
-      registry: { path: 'providers.yaml', watch: false },
+      registry: { path: 'providers.yaml', watch: false, ...extra.registry },
       store: { kind: 'postgres', url: options.pgUrl, ...extra.store },
       redis: { url: options.redisUrl ?? '' },
       replicas: { heartbeat_ms: 200, fence_ms: 1_000, dead_after_ms: 3_000, lease_linger_ms: 100, ...extra.replicas },

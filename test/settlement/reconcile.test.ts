@@ -104,6 +104,13 @@ async function rpc(url: string, method: string, params: unknown[] = []): Promise
   return body.result
 }
 
+/** An unlabelled sample of /metrics (-1 when absent). */
+async function plain(url: string, name: string): Promise<number> {
+  const text = await (await request(`${url}/metrics`)).body.text()
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `))
+  return line === undefined ? -1 : Number(line.slice(name.length + 1))
+}
+
 async function metric(url: string, name: string, provider: string, status: string): Promise<number> {
   const text = await (await request(`${url}/metrics`)).body.text()
   const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(`provider="${provider}"`) && l.includes(`status="${status}"`))
@@ -136,7 +143,8 @@ t.test('settled also from TEESettlementResult: a settlement a top-up hides from 
   t.equal((await subAccount(chain, p!.address)).balance, 2n * G, 'the balance is where it was')
   t.ok(await eventually(async () => (await books(p!.address))?.settled === owed), 'what it took is settled, from its event')
   t.ok(await eventually(async () => (await metric(stack.url, 'svc_settlement_results_total', p!.address, 'success')) === 1), '/metrics counts the success')
-  await new Promise((resolve) => setTimeout(resolve, 600))
+  const rounds = await plain(stack.url, 'svc_settlement_rounds_total')
+  t.ok(await eventually(async () => (await plain(stack.url, 'svc_settlement_rounds_total')) >= rounds + 3), 'three more rounds read the same blocks again')
   t.equal((await books(p!.address))?.settled, owed, 'counted once over the next rounds')
   t.equal((await books(p!.address))?.flagged, false, 'not flagged')
 

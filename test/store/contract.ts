@@ -446,10 +446,19 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     ])
     t.ok(out[0] instanceof StoreConflictError && out[1] instanceof RangeError && out[2] instanceof Error, 'a charge not billed...')
     t.strictSame(await served(), new Map([[P, 18446744073709551620n], [Q, 7n]]), '...is not served either')
-    await store.settlement.record(Q, 4n, 10n, false)
+    await store.settlement.record(Q, { settled: 4n, lastBalance: 10n, lastBlock: 9_007_199_254_740_993n, flagged: false })
     await store.ledger.recordCharge(charge(A, key.id, { provider: Q, neuron: 1n }))
     const q = (await store.settlement.rows()).find((r) => r.provider === Q)!
-    t.strictSame([q.served, q.settled, q.lastBalance, q.flagged], [8n, 4n, 10n, false], 'what was settled is kept beside it')
+    t.strictSame([q.served, q.settled, q.lastBalance, q.lastBlock, q.flagged], [8n, 4n, 10n, 9_007_199_254_740_993n, false], 'what was settled is kept beside it, with the block it was read at')
+    await store.settlement.record(Q, { settled: 5n, lastBalance: null, lastBlock: null, flagged: true })
+    const again = (await store.settlement.rows()).find((r) => r.provider === Q)!
+    t.strictSame([again.served, again.settled, again.lastBalance, again.lastBlock, again.flagged], [8n, 5n, null, null, true], 'rewritten together')
+    await store.settlement.record(P, { settled: 7n, lastBalance: 1n, lastBlock: 2n, flagged: false })
+    t.equal(await store.settlement.clearFlag(P), false, 'an unflagged provider has no flag to clear...')
+    t.equal((await store.settlement.rows()).find((r) => r.provider === P)?.settled, 7n, '...and what it is still owed is kept (settled not raised to served)')
+    t.equal(await store.settlement.clearFlag(Q), true, 'a flagged one is cleared')
+    const cleared = (await store.settlement.rows()).find((r) => r.provider === Q)!
+    t.strictSame([cleared.settled, cleared.flagged], [8n, false], 'what it took beyond what it served is accepted')
   })
 
   t.test('recordCharges: a duplicate, a bad charge or an unknown account fails alone, the rest is billed', async (t) => {

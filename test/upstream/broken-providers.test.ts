@@ -445,3 +445,20 @@ t.test('a provider error body nested deeper than JSON.stringify goes, with its o
   const again = await post(stack, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })
   t.equal(again.status, 400, 'the next request is answered the same way')
 })
+
+t.test("a provider's 201 or 203 with a whole answer is the router's 200: a success has one status", async (t) => {
+  for (const status of [201, 203]) {
+    const stack = await stackWith(
+      t,
+      (_req, res) => {
+        res.writeHead(status, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ id: 'chatcmpl-x', object: 'chat.completion', created: 1, model: MODEL, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } }))
+      },
+      true,
+    )
+    const res = await post(stack, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })
+    t.equal(res.status, 200, `${status}: answered 200`)
+    t.equal(JSON.parse(res.text).choices[0].message.content, 'ok')
+    t.equal(await charges(stack), 1, `${status}: billed once`)
+  }
+})

@@ -10,7 +10,7 @@
 
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
-import { SETTLEMENT_MIGRATION } from './settlement.js'
+import { SETTLEMENT_LAST_BLOCK_MIGRATION, SETTLEMENT_MIGRATION } from './settlement.js'
 
 export interface Migration {
   readonly version: number
@@ -218,5 +218,10 @@ export const MIGRATIONS: readonly Migration[] = [
     // Beside the USD billed, what the answer owes a chain provider at its own prices (src/settlement/); NULL
     // for providers without chain prices and for deposits and credits. No default: adding it rewrites nothing.
     sql: `ALTER TABLE journal ADD COLUMN neuron NUMERIC(78,0) CHECK (neuron IS NULL OR (neuron >= 0 AND kind = 'charge'));`,
+  },
+  {
+    version: 8,
+    name: 'settlement books: the block the balance was read at',
+    sql: SETTLEMENT_LAST_BLOCK_MIGRATION,
   },
 ]

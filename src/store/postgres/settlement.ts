@@ -1,5 +1,5 @@
 /** The settlement books on PostgreSQL (store/settlement.ts): NUMERIC neuron, added in the database, exactly. */
-import type { SettlementRow, SettlementStore } from '../settlement.js'
+import type { SettledRecord, SettlementRow, SettlementStore } from '../settlement.js'
 import type { PgConnection } from './connection.js'
 
 export const SETTLEMENT_MIGRATION = `
@@ -12,11 +12,15 @@ export const SETTLEMENT_MIGRATION = `
   );
 `
 
+/** The block the balance was read at, written with it (the events counted into settled end there). */
+export const SETTLEMENT_LAST_BLOCK_MIGRATION = `ALTER TABLE provider_settlement ADD COLUMN last_block bigint CHECK (last_block >= 0);`
+
 interface Row {
   provider: string
   served: string
   settled: string
   last_balance: string | null
+  last_block: string | null
   flagged: boolean
 }
 
@@ -28,20 +32,27 @@ export class PgSettlement implements SettlementStore {
   }
 
   async rows(): Promise<SettlementRow[]> {
-    const { rows } = await this.#conn.query<Row>('SELECT provider, served::text, settled::text, last_balance::text, flagged FROM provider_settlement ORDER BY provider')
-    return rows.map((r) => ({ provider: r.provider, served: BigInt(r.served), settled: BigInt(r.settled), lastBalance: r.last_balance === null ? null : BigInt(r.last_balance), flagged: r.flagged }))
+    const { rows } = await this.#conn.query<Row>('SELECT provider, served::text, settled::text, last_balance::text, last_block::text, flagged FROM provider_settlement ORDER BY provider')
+    return rows.map((r) => ({
+      provider: r.provider,
+      served: BigInt(r.served),
+      settled: BigInt(r.settled),
+      lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
+      lastBlock: r.last_block === null ? null : BigInt(r.last_block),
+      flagged: r.flagged,
+    }))
   }
 
-  async record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void> {
+  async record(provider: string, r: SettledRecord): Promise<void> {
     await this.#conn.query(
-      `INSERT INTO provider_settlement (provider, settled, last_balance, flagged) VALUES ($1, $2::numeric, $3::numeric, $4)
-       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, flagged = excluded.flagged`,
-      [provider, settled.toString(), lastBalance === null ? null : lastBalance.toString(), flagged],
+      `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, flagged) VALUES ($1, $2::numeric, $3::numeric, $4::bigint, $5)
+       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block, flagged = excluded.flagged`,
+      [provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.flagged],
     )
   }
 
   async clearFlag(provider: string): Promise<boolean> {
-    const { rowCount } = await this.#conn.query('UPDATE provider_settlement SET flagged = false, settled = served WHERE provider = $1', [provider])
+    const { rowCount } = await this.#conn.query('UPDATE provider_settlement SET flagged = false, settled = served WHERE provider = $1 AND flagged', [provider])
     return (rowCount ?? 0) > 0
   }
 }

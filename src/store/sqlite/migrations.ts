@@ -319,4 +319,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE journal ADD COLUMN neuron TEXT CHECK (neuron IS NULL OR (kind = 'charge' AND length(neuron) > 0 AND neuron NOT GLOB '*[^0-9]*'));
     `,
   },
+  {
+    version: 9,
+    name: 'settlement books: the block the balance was read at',
+    // Written with settled and last_balance (src/store/settlement.ts): after a restart the settlement events are
+    // read on from this block instead of the balance's fall alone counting.
+    sql: `
+      ALTER TABLE provider_settlement ADD COLUMN last_block TEXT CHECK (last_block IS NULL OR (length(last_block) > 0 AND last_block NOT GLOB '*[^0-9]*'));
+    `,
+  },
 ]

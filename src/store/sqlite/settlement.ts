@@ -1,5 +1,5 @@
 /** The settlement books on SQLite (store/settlement.ts): TEXT integers, added up with BigInt in one transaction. */
-import type { SettlementRow, SettlementStore } from '../settlement.js'
+import type { SettledRecord, SettlementRow, SettlementStore } from '../settlement.js'
 import type { SqliteConnection } from './connection.js'
 
 interface Row {
@@ -7,6 +7,7 @@ interface Row {
   served: string
   settled: string
   last_balance: string | null
+  last_block: string | null
   flagged: number
 }
 
@@ -21,21 +22,28 @@ export class SqliteSettlement implements SettlementStore {
     return this.#conn.db
       .prepare<[], Row>('SELECT * FROM provider_settlement ORDER BY provider')
       .all()
-      .map((r) => ({ provider: r.provider, served: BigInt(r.served), settled: BigInt(r.settled), lastBalance: r.last_balance === null ? null : BigInt(r.last_balance), flagged: r.flagged === 1 }))
+      .map((r) => ({
+        provider: r.provider,
+        served: BigInt(r.served),
+        settled: BigInt(r.settled),
+        lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
+        lastBlock: r.last_block === null ? null : BigInt(r.last_block),
+        flagged: r.flagged === 1,
+      }))
   }
 
-  async record(provider: string, settled: bigint, lastBalance: bigint | null, flagged: boolean): Promise<void> {
+  async record(provider: string, r: SettledRecord): Promise<void> {
     await this.#conn.writable()
     this.#conn.db
-      .prepare<[string, string, string | null, number]>(
-        `INSERT INTO provider_settlement (provider, settled, last_balance, flagged) VALUES (?, ?, ?, ?)
-         ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, flagged = excluded.flagged`,
+      .prepare<[string, string, string | null, string | null, number]>(
+        `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, flagged) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block, flagged = excluded.flagged`,
       )
-      .run(provider, settled.toString(), lastBalance === null ? null : lastBalance.toString(), flagged ? 1 : 0)
+      .run(provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.flagged ? 1 : 0)
   }
 
   async clearFlag(provider: string): Promise<boolean> {
     await this.#conn.writable()
-    return this.#conn.db.prepare<[string]>('UPDATE provider_settlement SET flagged = 0, settled = served WHERE provider = ?').run(provider).changes > 0
+    return this.#conn.db.prepare<[string]>('UPDATE provider_settlement SET flagged = 0, settled = served WHERE provider = ? AND flagged = 1').run(provider).changes > 0
   }
 }
