@@ -16,32 +16,45 @@
  * each piece done the cheapest way this stack allows, so that what svc-router adds above *it* is what could
  * still be saved: the key looked up in a Map (no hashing), the request body parsed to read its model, a hold on
  * the account's balance, the answer parsed for its usage, the cost priced in integer atto-USD, one row appended
- * to a SQLite journal (WAL, synchronous=NORMAL: on the OS before the last byte, group commit per turn of the
- * loop, a unique request id) and the `x_svc_trace` member spliced in front of the answer's closing brace. A
+ * to a journal before the last byte (floor-journal.ts: SQLite in WAL mode, group-committed once per turn of the
+ * loop, on the OS with `--sync normal`, the default, or flushed by a thread-pool fdatasync with `--sync full`;
+ * or with `--bill-pg <url>` PostgreSQL, one transaction per batch, synchronous_commit on) and the `x_svc_trace` member spliced in front of the answer's closing brace. A
  * stream asks the provider for its usage (`stream_options.include_usage`), is relayed a run of whole events at
  * a time with the provider's `[DONE]` held back, is billed from the usage event, and ends with a trace event and
  * `[DONE]` once the charge is committed. No routing, rate limit, key policy, failover, telemetry, error
  * envelopes or checks of the events: less than svc-router must do, so its cost is a lower bound.
  */
-import { Database } from '../../src/store/sqlite/driver.js'
+import { PgJournal, SqliteJournal, type Journal } from './floor-journal.js'
 import { STATUS_CODES } from 'node:http'
-import { Pool, type Dispatcher } from 'undici'
+import type { Socket } from 'node:net'
+import type { Readable } from 'node:stream'
+import { buildConnector, Pool, type Dispatcher } from 'undici'
+import { release, uploadChunks, watchWrites } from '../../src/upstream/chunk-pool.js'
 import { uwsBuild, type HttpRequest, type HttpResponse, type us_socket } from '../../src/server/uws-build.js'
 
 const CHAT_PATH = '/v1/chat/completions'
+const UPLOAD_PATH = '/v1/audio/transcriptions'
 const MAX_BODY = 4 * 1024 * 1024
 
 const args = process.argv.slice(2)
-const billAt = args.indexOf('--bill')
-const billPath = billAt === -1 ? null : (args.splice(billAt, 2)[1] ?? '')
+/** `--name value`, taken out of args; null when absent, '' when its value is missing. */
+function option(name: string): string | null {
+  const at = args.indexOf(name)
+  return at === -1 ? null : (args.splice(at, 2)[1] ?? '')
+}
+const billPath = option('--bill')
+const billPg = option('--bill-pg')
+const syncArg = option('--sync') ?? 'normal'
 const [upstreamArg, portArg] = args
-if (upstreamArg === undefined || billPath === '') {
-  process.stderr.write('usage: node dist/bench/e2e/floor-relay.js <upstream-origin> [<port>] [--bill <sqlite file>]\n')
+if (upstreamArg === undefined || billPath === '' || billPg === '' || (billPath !== null && billPg !== null) || (syncArg !== 'normal' && syncArg !== 'full')) {
+  process.stderr.write('usage: node dist/bench/e2e/floor-relay.js <upstream-origin> [<port>] [--bill <sqlite file> [--sync normal|full] | --bill-pg <postgres url>]\n')
   process.exit(2)
 }
+const sync: 'normal' | 'full' = syncArg
 const origin = new URL(upstreamArg).origin
 const port = portArg === undefined ? 0 : Number(portArg)
 
+const connector = buildConnector({ timeout: 10_000 })
 // The same pool shape as svc-router's (src/upstream/pools.ts) with the run's 1,024 connections.
 const pool = new Pool(origin, {
   connections: 1024,
@@ -50,7 +63,12 @@ const pool = new Pool(origin, {
   keepAliveMaxTimeout: 600_000,
   headersTimeout: 120_000,
   bodyTimeout: 60_000,
-  connect: { timeout: 10_000 },
+  // Each socket holds a pooled upload chunk until it has written it (chunk-pool.ts), as svc-router's do.
+  connect: (options, callback) =>
+    connector(options, (err, socket) => {
+      if (err === null && socket !== null) watchWrites(socket as Socket)
+      ;(callback as (err: Error | null, socket: unknown) => void)(err, socket)
+    }),
 })
 
 const statusLines = new Map<number, string>()
@@ -94,61 +112,12 @@ function usd(atto: bigint): string {
   return `${atto / ATTO}.${(atto % ATTO).toString().padStart(18, '0')}`
 }
 
-/**
- * The journal: one row per charge, appended in one transaction per turn of the loop (the charges settled in the
- * same turn share it), each answer released once its row is on the OS (synchronous=NORMAL, WAL).
- */
-class Journal {
-  readonly #append: (rows: readonly Charge[]) => void
-  #queue: Charge[] = []
-
-  constructor(path: string) {
-    const db = new Database(path)
-    db.pragma('journal_mode = WAL')
-    db.pragma('synchronous = NORMAL')
-    db.exec(`CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
-      model TEXT NOT NULL, amount TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-      created_at INTEGER NOT NULL) STRICT`)
-    const insert = db.prepare<[string, string, string, number, number, number]>(
-      'INSERT INTO journal (request_id, model, amount, prompt_tokens, completion_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?)',
-    )
-    this.#append = db.transaction((rows: readonly Charge[]) => {
-      const now = Date.now()
-      for (const c of rows) insert.run(c.bill.requestId, c.bill.model, c.cost.toString(), c.prompt, c.completion, now)
-    })
-  }
-
-  enqueue(charge: Charge): void {
-    if (this.#queue.push(charge) === 1) setImmediate(this.#flush)
-  }
-
-  readonly #flush = (): void => {
-    const rows = this.#queue
-    this.#queue = []
-    let failure: Error | null = null
-    try {
-      this.#append(rows)
-    } catch (err) {
-      failure = err as Error
-    }
-    for (const c of rows) c.committed(failure)
-  }
-}
-
 interface Usage {
   readonly prompt_tokens?: unknown
   readonly completion_tokens?: unknown
 }
 
-interface Charge {
-  readonly bill: Bill
-  readonly cost: bigint
-  readonly prompt: number
-  readonly completion: number
-  committed(failure: Error | null): void
-}
-
-const journal = billPath === null ? null : new Journal(billPath)
+const journal: Journal | null = billPg !== null ? new PgJournal(billPg) : billPath === null ? null : new SqliteJournal(billPath, sync)
 const INCLUDE_USAGE = Buffer.from(',"stream_options":{"include_usage":true}')
 
 /** One client request relayed upstream: the undici handler, holding the uWS response it answers on. */
@@ -369,7 +338,8 @@ class Relay implements Dispatcher.DispatchHandler {
     this.#release()
     bill.account.balance -= input + output
     journal!.enqueue({
-      bill,
+      requestId: bill.requestId,
+      model: bill.model,
       cost: input + output,
       prompt: prompt as number,
       completion: completion as number,
@@ -484,20 +454,155 @@ function relay(res: HttpResponse, req: HttpRequest): void {
   })
 }
 
+/** Bytes of an upload the relay holds before it pauses the client (as svc-router's upload memory, 4 MiB by default). */
+const UPLOAD_HIGH_WATER = 4 * 1024 * 1024
+
+/**
+ * An upload's body as undici reads it: the client's chunks, copied into pooled memory (svc-router's chunk pool:
+ * a fresh Buffer per chunk would cost a full collection every 64 MiB of them), queued as they come, the client
+ * paused while more than UPLOAD_HIGH_WATER bytes wait and resumed once undici has taken them. A chunk's memory
+ * is reused once undici asked for the next one and its socket has written it (watchWrites on the pool's sockets).
+ */
+class UploadBody implements AsyncIterator<Buffer> {
+  readonly #res: HttpResponse
+  readonly #chunks: Buffer[] = []
+  #head = 0
+  #queued = 0
+  #ended = false
+  #paused = false
+  #aborted = false
+  /** The chunk handed to undici last, held until it asks for the next one or stops. */
+  #out: Buffer | null = null
+  #waiting: ((r: IteratorResult<Buffer>) => void) | null = null
+  #failWaiting: ((err: Error) => void) | null = null
+
+  constructor(res: HttpResponse) {
+    this.#res = res
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this
+  }
+
+  /** A chunk lent by uWS (copied here), and whether it is the last. */
+  push(lent: ArrayBuffer, last: boolean): void {
+    if (this.#aborted) return
+    if (lent.byteLength > 0) {
+      const chunk = uploadChunks.copy(new Uint8Array(lent))
+      this.#chunks.push(chunk)
+      this.#queued += chunk.length
+    }
+    if (last) this.#ended = true
+    else if (this.#queued > UPLOAD_HIGH_WATER && !this.#paused) {
+      this.#paused = true
+      this.#res.pause()
+    }
+    if (this.#waiting !== null) this.#answer()
+  }
+
+  abort(): void {
+    this.#aborted = true
+    this.#drop()
+    const fail = this.#failWaiting
+    this.#waiting = this.#failWaiting = null
+    fail?.(new Error('client disconnected'))
+  }
+
+  next(): Promise<IteratorResult<Buffer>> {
+    this.#handedOn()
+    if (this.#aborted) return Promise.reject(new Error('client disconnected'))
+    return new Promise((resolve, reject) => {
+      this.#waiting = resolve
+      this.#failWaiting = reject
+      this.#answer()
+    })
+  }
+
+  return(): Promise<IteratorResult<Buffer>> {
+    this.#handedOn()
+    this.#drop()
+    return Promise.resolve({ value: undefined, done: true })
+  }
+
+  #answer(): void {
+    const resolve = this.#waiting!
+    if (this.#head < this.#chunks.length) {
+      const chunk = this.#chunks[this.#head]!
+      this.#chunks[this.#head++] = EMPTY
+      if (this.#head === this.#chunks.length) this.#chunks.length = this.#head = 0
+      this.#queued -= chunk.length
+      if (this.#paused && !this.#aborted && this.#queued <= UPLOAD_HIGH_WATER / 2) {
+        this.#paused = false
+        this.#res.resume()
+      }
+      this.#out = chunk
+      this.#waiting = this.#failWaiting = null
+      return resolve({ value: chunk, done: false })
+    }
+    if (this.#ended) {
+      this.#waiting = this.#failWaiting = null
+      resolve({ value: undefined, done: true })
+    }
+  }
+
+  #handedOn(): void {
+    if (this.#out === null) return
+    release(this.#out)
+    this.#out = null
+  }
+
+  #drop(): void {
+    for (let i = this.#head; i < this.#chunks.length; i++) release(this.#chunks[i]!)
+    this.#chunks.length = this.#head = 0
+  }
+}
+const EMPTY = Buffer.alloc(0)
+
+/**
+ * An upload (multipart transcriptions, issue 45's multipart reference): the body streamed upstream as it comes,
+ * never read as a form nor held whole, with its content type and length. Never billed: the reference is the
+ * relay's CPU per MiB.
+ */
+function relayUpload(res: HttpResponse, req: HttpRequest): void {
+  const r = new Relay(res)
+  const body = new UploadBody(res)
+  res.onAborted(() => {
+    body.abort()
+    r.clientAborted()
+  })
+  const headers = ['content-type', req.getHeader('content-type')]
+  const length = req.getHeader('content-length')
+  if (length !== '') headers.push('content-length', length)
+  // uWS neuters `chunk` once the callback returns: push copies it.
+  res.onData((chunk, isLast) => body.push(chunk, isLast))
+  // undici takes an async iterable as a body (its type names only the stream kinds).
+  pool.dispatch({ origin, path: UPLOAD_PATH, method: 'POST', headers, body: body as unknown as Readable }, r)
+}
+
 const uWS = uwsBuild().uws
 const app = uWS.App()
 app.post(CHAT_PATH, relay)
+app.post(UPLOAD_PATH, relayUpload)
 app.any('/*', (res) => {
   res.cork(() => res.writeStatus('404 Not Found').writeHeader('content-type', 'text/plain').end('not found\n'))
 })
-app.listen('127.0.0.1', port, (listenSocket) => {
-  if (listenSocket === false) {
-    process.stderr.write(`floor relay: cannot listen on 127.0.0.1:${port}\n`)
+function listen(): void {
+  app.listen('127.0.0.1', port, (listenSocket) => {
+    if (listenSocket === false) {
+      process.stderr.write(`floor relay: cannot listen on 127.0.0.1:${port}\n`)
+      process.exit(1)
+    }
+    const bound = uWS.us_socket_local_port(listenSocket as unknown as us_socket)
+    process.stdout.write(`floor relay listening on http://127.0.0.1:${bound}\n`)
+  })
+}
+// A journal in PostgreSQL is connected (and its table made) before the first request can be billed.
+if (journal instanceof PgJournal) {
+  journal.ready().then(listen, (err: unknown) => {
+    process.stderr.write(`floor relay: PostgreSQL journal: ${(err as Error).message}\n`)
     process.exit(1)
-  }
-  const bound = uWS.us_socket_local_port(listenSocket as unknown as us_socket)
-  process.stdout.write(`floor relay listening on http://127.0.0.1:${bound}\n`)
-})
+  })
+} else listen()
 
 // A clean exit on SIGTERM, so `node --cpu-prof` writes its profile (the stage breakdown of run.ts profiles the
 // relay as it profiles svc-router); the default action would kill the process before that.

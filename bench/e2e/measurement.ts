@@ -9,4 +9,14 @@ export interface Measurement {
   readonly usage: Usage | null
   /** How many rounds the target ran (this is the best of them by p99). */
   readonly rounds: number
+  /**
+   * Every round, in order, where the workload is judged by the median of its interleaved rounds (issue 45: the
+   * latency and first-event rows); absent elsewhere and in runs recorded before.
+   */
+  readonly runs?: readonly RoundRun[]
+}
+
+export interface RoundRun {
+  readonly load: LoadResult | null
+  readonly usage: Usage | null
 }

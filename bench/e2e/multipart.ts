@@ -2,15 +2,16 @@
  * The multipart workload of the e2e run (registered in run.ts; issue #12's benchmark): POST
  * /v1/audio/transcriptions with WAV uploads, through a svc-router of its own and direct to the same simulator.
  *
- * 1. Throughput: `concurrency` clients in a closed loop, each sending a WAV of FILE_MIB MiB (within the replay
- *    buffer, the common case: the router keeps a copy for a failover while it streams the upload through);
- *    req/s and MiB/s of request body, direct and through the router in turn (after the memory part), best of
- *    two rounds each in a full run.
+ * 1. Throughput: `concurrency` clients in a closed loop, each sending a WAV of FILE_MIB MiB (the router keeps
+ *    the upload for a failover in its upload spool, memory then a temporary file, while it streams it through);
+ *    req/s and MiB/s of request body, direct, through the router and through the floor relay (floor-relay.ts:
+ *    the body streamed through unread) in turn (after the memory part), best of two rounds each in a full run.
+ *    The router's and the floor's CPU time per MiB relayed is issue 45's multipart target.
  * 2. Memory (first, on a router warmed by two small uploads only): UPLOADS concurrent uploads of UPLOAD_MIB MiB
  *    each through the router, whose VmRSS is sampled every 20 ms (processes.ts); the growth over its idle RSS is
  *    set against UPLOADS × the upload (what holding the uploads would cost) and UPLOADS ×
- *    `upstream.replay_buffer_bytes` (REPLAY_MIB here, well under the upload, so the two bounds differ: past its
- *    buffer the router must stream, not hold).
+ *    `server.upload_memory_bytes` (UPLOAD_MEMORY_MIB, well under the upload, so the two bounds differ: past it
+ *    an upload waits in its spool file, not in memory).
  *
  * The client of each upload holds no upload (one reused 1 MiB chunk) and every answer is checked: 200 and the
  * audio's seconds as the provider counted them, so every byte reached it. As in load.ts the load runs in a
@@ -23,7 +24,7 @@ import { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
 import { runAsLoadProcess, treeRssKb, UsageMonitor, type Usage } from './processes.js'
 import { Samples, Tally, type Distribution } from './stats.js'
-import { PROVIDER_KEY, startOwnRouter, type SimSet } from './targets.js'
+import { floorTarget, PROVIDER_KEY, startOwnRouter, type SimSet, type Target } from './targets.js'
 
 const PATH = '/v1/audio/transcriptions'
 const MODEL = 'bench-stt'
@@ -34,8 +35,13 @@ const BYTES_PER_SECOND = 32_000
 const FILE_MIB = 3
 const UPLOAD_MIB = 25
 const UPLOADS = 10
-/** The router's `upstream.replay_buffer_bytes` in this workload (the default, 25 MiB, would equal the upload). */
+/**
+ * The router's `upstream.replay_buffer_bytes` in this workload: how far it scans a form for `model` before an
+ * attempt takes the upload. What an upload keeps in memory is `server.upload_memory_bytes` (UPLOAD_MEMORY_MIB,
+ * the default), the rest waiting in its spool file (src/upstream/upload-spool.ts).
+ */
 const REPLAY_MIB = 4
+const UPLOAD_MEMORY_MIB = 4
 
 /** Where to send: direct (the simulator's key) or through the router (its key). */
 interface Route {
@@ -76,7 +82,18 @@ export interface MultipartRun {
     readonly routerUsage: Usage
     /** The simulator's CPU time over each run: the share of the 2 cores the provider's own parsing takes. */
     readonly simCpuMs: { readonly direct: number; readonly router: number }
+    /**
+     * The floor relay (floor-relay.ts, the body streamed through unread) on the same uploads, and its CPU time:
+     * the reference of the CPU per MiB relayed (issue 45); absent in runs before it or when it did not start.
+     */
+    readonly floor?: MultipartResult
+    readonly floorUsage?: Usage
+    readonly floorSimCpuMs?: number
   }
+  /** Bytes of one upload in the request (the form around the file included). */
+  readonly requestBytes?: number
+  /** The router's `server.upload_memory_bytes` (the default), in MiB: what one upload may keep in memory. */
+  readonly uploadMemoryMiB?: number
   readonly memory: MemoryRound
   /** The same uploads twice as large, right after: what the upload size adds to the router's memory. */
   readonly memoryDouble?: MemoryRound
@@ -237,6 +254,8 @@ export interface MultipartOptions {
   readonly sims: SimSet
   readonly workDir: string
   readonly quick: boolean
+  /** A handful of small uploads: the harness's own test (run.ts --smoke). */
+  readonly smoke?: boolean
   readonly progress: (line: string) => void
 }
 
@@ -259,7 +278,11 @@ function line(r: MultipartResult): string {
 
 /** Starts the workload's router (replay buffer REPLAY_MIB), measures throughput both ways and the router's RSS, stops it. */
 export async function measureMultipart(o: MultipartOptions): Promise<MultipartRun> {
-  const plan = o.quick ? { concurrency: 8, warmupMs: 1_000, durationMs: 3_000, rounds: 1 } : { concurrency: 8, warmupMs: 2_000, durationMs: 10_000, rounds: 2 }
+  const plan = o.smoke === true
+    ? { concurrency: 2, warmupMs: 100, durationMs: 300, rounds: 1, uploadMiB: 1, uploads: 2 }
+    : o.quick
+      ? { concurrency: 8, warmupMs: 1_000, durationMs: 3_000, rounds: 1, uploadMiB: UPLOAD_MIB, uploads: UPLOADS }
+      : { concurrency: 8, warmupMs: 2_000, durationMs: 10_000, rounds: 2, uploadMiB: UPLOAD_MIB, uploads: UPLOADS }
   const fileBytes = FILE_MIB * MIB
   const sim = o.sims.fast
   const registry = ['providers:', '  - address: "0x' + 'd'.repeat(40) + '"', `    url: "${sim.url}"`, '    trust_mode: standard', '    models:', `      - { id: ${MODEL}, type: speech-to-text, price: { audio_second: 0.0001 } }`, ''].join('\n')
@@ -278,47 +301,71 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
       const idleRssMb = treeRssKb(router.child.pid) / 1024
       const rss = new UsageMonitor(router.child.pid)
       rss.start(20)
-      const load = await uploads(UPLOADS, uploadMiB * MIB)
+      const load = await uploads(plan.uploads, uploadMiB * MIB)
       const { peakRssMb } = rss.stop()
       o.progress(
-        `multipart: ${UPLOADS} concurrent ${uploadMiB} MiB uploads through svc-router: ${load.ok}/${UPLOADS} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; ${UPLOADS} × upload ${UPLOADS * uploadMiB} MiB, ${UPLOADS} × replay buffer ${UPLOADS * REPLAY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
+        `multipart: ${plan.uploads} concurrent ${uploadMiB} MiB uploads through svc-router: ${load.ok}/${plan.uploads} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; ${plan.uploads} × upload ${plan.uploads * uploadMiB} MiB, ${plan.uploads} × upload memory ${plan.uploads * UPLOAD_MEMORY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
       )
       return { uploadMiB, idleRssMb, peakRssMb, load }
     }
-    const memory = await round(UPLOAD_MIB)
+    const memory = await round(plan.uploadMiB)
     // Twice the upload size on the same router: if the router held uploads, its growth would double too.
     await new Promise((r) => setTimeout(r, 500))
-    const memoryDouble = await round(2 * UPLOAD_MIB)
+    const memoryDouble = await round(2 * plan.uploadMiB)
 
     // Throughput: direct and through the router in turn, `rounds` times on a shared machine, each one's best kept.
     type Turn = { r: MultipartResult; router: Usage; simCpuMs: number }
-    const throughput = async (label: string, route: Route, best: Turn | null): Promise<Turn> => {
-      const routerMonitor = new UsageMonitor(router.child.pid)
+    const throughput = async (label: string, route: Route, best: Turn | null, pid = router.child.pid): Promise<Turn> => {
+      const routerMonitor = new UsageMonitor(pid)
       const simMonitor = new UsageMonitor(sim.child.pid)
       routerMonitor.start()
       simMonitor.start()
       const r = await runLoad(o.root, { mode: 'throughput', route, fileBytes, concurrency: plan.concurrency, warmupMs: plan.warmupMs, durationMs: plan.durationMs }, plan.warmupMs + plan.durationMs + 60_000)
       const turn = { r, router: routerMonitor.stop(), simCpuMs: simMonitor.stop().cpuMs }
-      o.progress(`multipart: ${FILE_MIB} MiB transcriptions, ${plan.concurrency} clients, ${label}: ${line(r)}; CPU per request: simulator ${ms(turn.simCpuMs / r.sent)}, router ${ms(turn.router.cpuMs / r.sent)}`)
+      o.progress(`multipart: ${FILE_MIB} MiB transcriptions, ${plan.concurrency} clients, ${label}: ${line(r)}; CPU per request: simulator ${ms(turn.simCpuMs / r.sent)}, relay ${ms(turn.router.cpuMs / r.sent)}`)
       return best !== null && best.r.mibPerS >= r.mibPerS ? best : turn
+    }
+    // The floor relay on the same uploads (its `fast` relay, in front of the same simulator), in the same rounds.
+    let floor: Target | null = null
+    try {
+      floor = await floorTarget(o.root, o.sims)
+    } catch (err) {
+      o.progress(`multipart: the floor relay did not start: ${(err as Error).message.slice(0, 300)}`)
     }
     let direct: Turn | null = null
     let routed: Turn | null = null
-    for (let round = 1; round <= plan.rounds; round++) {
-      direct = await throughput(`direct (round ${round}/${plan.rounds})`, { origin: sim.url, authorization: `Bearer ${PROVIDER_KEY}` }, direct)
-      routed = await throughput(`svc-router (round ${round}/${plan.rounds})`, viaRouter, routed)
+    let floored: Turn | null = null
+    try {
+      for (let round = 1; round <= plan.rounds; round++) {
+        direct = await throughput(`direct (round ${round}/${plan.rounds})`, { origin: sim.url, authorization: `Bearer ${PROVIDER_KEY}` }, direct)
+        routed = await throughput(`svc-router (round ${round}/${plan.rounds})`, viaRouter, routed)
+        if (floor !== null) floored = await throughput(`the floor relay (round ${round}/${plan.rounds})`, { origin: floor.request('fast', false).origin, authorization: `Bearer ${PROVIDER_KEY}` }, floored, floor.pid!)
+      }
+    } finally {
+      await floor?.stop()
     }
     o.progress(`multipart: throughput through svc-router ${(routed!.r.mibPerS / direct!.r.mibPerS).toFixed(2)}× direct`)
+    const requestBytes = envelope(fileBytes).length
+    const perMiB = (t: Turn): number => t.router.cpuMs / ((t.r.sent * requestBytes) / MIB)
+    if (floored !== null) o.progress(`multipart: CPU per MiB relayed: svc-router ${ms(perMiB(routed!))}, the floor relay ${ms(perMiB(floored))}`)
 
     return {
       fileMiB: FILE_MIB,
       concurrency: plan.concurrency,
       durationMs: plan.durationMs,
       rounds: plan.rounds,
-      uploadMiB: UPLOAD_MIB,
-      uploads: UPLOADS,
+      uploadMiB: plan.uploadMiB,
+      uploads: plan.uploads,
       replayBufferMiB: REPLAY_MIB,
-      throughput: { direct: direct!.r, router: routed!.r, routerUsage: routed!.router, simCpuMs: { direct: direct!.simCpuMs, router: routed!.simCpuMs } },
+      uploadMemoryMiB: UPLOAD_MEMORY_MIB,
+      requestBytes,
+      throughput: {
+        direct: direct!.r,
+        router: routed!.r,
+        routerUsage: routed!.router,
+        simCpuMs: { direct: direct!.simCpuMs, router: routed!.simCpuMs },
+        ...(floored === null ? {} : { floor: floored.r, floorUsage: floored.router, floorSimCpuMs: floored.simCpuMs }),
+      },
       memory,
       memoryDouble,
     }

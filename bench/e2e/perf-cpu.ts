@@ -1,7 +1,8 @@
 /**
  * `node dist/bench/e2e/perf-cpu.js [--mode=throughput|latency|stream] [--targets=router,floor-billed] [--sync=full|normal]`
  * (targets: router, router-logged and router-quiet (telemetry on/off, as run.ts), router-pg (one replica on
- * PostgreSQL + Redis, section 7), floor, floor-billed):
+ * PostgreSQL + Redis, section 7), floor, floor-billed, floor-billed-full (its journal flushed, as `full`),
+ * floor-billed-pg (its journal on the replicas' PostgreSQL)):
  * where the main thread's CPU goes, per request, by CPU time only. The stage table of run.ts comes from
  * `node --cpu-prof`, which samples wall time: on 2 shared cores a thread that waits for a core is charged to what
  * it was running (an `fdatasync` submission showed 8-34 µs per request that way). This samples the target's main
@@ -121,7 +122,9 @@ async function main(): Promise<void> {
           ? await routerTarget(root, sims, workDir, id as RouterId, { synchronous: sync, nodeArgs: NODE_ARGS })
           : id === 'router-pg'
             ? await pgRouterTarget(root, sims, workDir, await pgStores(), NODE_ARGS)
-            : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : null, sim)
+            : id === 'floor-billed-pg'
+              ? await floorTarget(root, sims, NODE_ARGS, { pgUrl: await (await pgStores()).pg.newDatabase() }, sim)
+              : await floorTarget(root, sims, NODE_ARGS, id === 'floor-billed' ? workDir : id === 'floor-billed-full' ? { dir: workDir, sync: 'full' } : null, sim)
       try {
         profiles.push([id, await profile(target, workDir)])
       } finally {

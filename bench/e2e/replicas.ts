@@ -31,7 +31,7 @@ import type { LoadResult, LoadSpec } from './load.js'
 import { UsageMonitor } from './processes.js'
 import type { Measurement } from './measurement.js'
 import { Samples, type Distribution } from './stats.js'
-import { routerTarget, type SimSet, type Target } from './targets.js'
+import { floorTarget, routerTarget, TARGET_NAMES, type SimSet, type Target } from './targets.js'
 
 /** The workloads of this file, as `--only` names them (the latency one is the run's own `latency`). */
 export const REPLICA_WORKLOADS = ['replicas', 'charges'] as const
@@ -128,6 +128,11 @@ export interface ReplicasRun {
     readonly rounds: number
     readonly one: Measurement
     readonly two: Measurement
+    /**
+     * The reference of one replica (issue 45): the billed floor journaling to a database of its own on the same
+     * PostgreSQL (floor-journal.ts), in the same rounds; absent in runs before it or when it did not start.
+     */
+    readonly floorPg?: Measurement
   }
   readonly charges?: readonly ChargeRate[]
 }
@@ -170,11 +175,21 @@ async function replicaThroughput(o: ReplicasOptions): Promise<ReplicasRun['throu
       o.progress(`replicas: warming up ${workers} (not measured)`)
       await o.warmUp(t)
     }
-    const best: (Measurement | undefined)[] = [undefined, undefined]
+    o.progress(`replicas: starting the ${TARGET_NAMES['floor-billed-pg']} on a fresh database`)
+    try {
+      const floor = await floorTarget(o.root, o.sims, [], { pgUrl: await o.stores.pg.newDatabase() })
+      started.push(floor)
+      o.progress('replicas: warming up the billed floor on PostgreSQL (not measured)')
+      await o.warmUp(floor)
+    } catch (err) {
+      o.progress(`replicas: the billed floor on PostgreSQL did not start: ${(err as Error).message.slice(0, 300)}`)
+    }
+    const best: (Measurement | undefined)[] = started.map(() => undefined)
     for (let round = 1; round <= o.rounds; round++) {
       for (let i = 0; i < started.length; i++) {
         const t = started[i]!
-        const label = `replicas: throughput, ${o.connections} connections, ${i + 1} replica${i === 0 ? '' : 's'}${o.rounds > 1 ? ` (round ${round}/${o.rounds})` : ''}`
+        const who = i === 2 ? TARGET_NAMES['floor-billed-pg'] : `${i + 1} replica${i === 0 ? '' : 's'}`
+        const label = `replicas: throughput, ${o.connections} connections, ${who}${o.rounds > 1 ? ` (round ${round}/${o.rounds})` : ''}`
         o.progress(`${label} …`)
         const spec: LoadSpec = { mode: 'throughput', request: t.request('fast', false), connections: o.connections, ...o.throughput }
         const monitor = new UsageMonitor(t.pid!)
@@ -194,7 +209,7 @@ async function replicaThroughput(o: ReplicasOptions): Promise<ReplicasRun['throu
         await new Promise((r) => setTimeout(r, 300))
       }
     }
-    return { connections: o.connections, durationMs: o.throughput.durationMs, rounds: o.rounds, one: best[0]!, two: best[1]! }
+    return { connections: o.connections, durationMs: o.throughput.durationMs, rounds: o.rounds, one: best[0]!, two: best[1]!, ...(best[2] === undefined ? {} : { floorPg: best[2] }) }
   } finally {
     await Promise.all(started.map((t) => t.stop()))
   }

@@ -16,8 +16,10 @@ import { durableCommitSection } from './durable-commit.js'
 import type { MessagesRun } from './messages.js'
 import type { MultipartRun } from './multipart.js'
 import type { ChargeRate, ReplicasRun } from './replicas.js'
+import type { RttRun, RttSide } from './replicas-rtt.js'
 import { STAGES, type Stage } from './stages.js'
 import { SIM_SETTINGS, TARGET_IDS, TARGET_NAMES, type TargetId } from './targets.js'
+import { criterion, median, meets } from './criteria.js'
 import { PORTKEY_HONO_OVERRIDE } from './proxies.js'
 
 export type WorkloadId = 'latency' | 'throughput' | 'open1000' | 'open2000' | 'ttft' | 'streams'
@@ -33,11 +35,15 @@ export interface Plan {
   readonly concurrent: { readonly maxMs: number }
   /** The profiled latency run of the stage breakdown. */
   readonly stages: { readonly warmup: number; readonly count: number }
+  /** The latency runs of the rtt workload (replicas-rtt.ts); absent before issue 45. */
+  readonly rtt?: { readonly warmup: number; readonly count: number; readonly maxMs: number }
   readonly connections: number
   readonly ttftConcurrency: number
   readonly streams: number
-  /** Rounds of the latency and open-loop workloads (best round per target kept). */
+  /** Rounds of the open-loop workloads (best round per target kept). */
   readonly rounds: number
+  /** Interleaved rounds of the latency and first-event workloads, every one kept (issue 45); absent before. */
+  readonly medianRounds?: number
 }
 
 export interface TargetInfo {
@@ -66,6 +72,8 @@ export interface RunData {
   readonly results: Readonly<Record<WorkloadId, Partial<Record<TargetId, Measurement>>>>
   /** The bare flush of one WAL frame on the run's disk (fsync-probe.ts). */
   readonly fsync: Distribution
+  /** A charge's write flushed by an fdatasync on the thread pool (fsync-probe.ts): the durable commit's reference; absent in runs before issue 45. */
+  readonly fsyncPool?: Distribution
   /** CPU time by stage of svc-router and of the floor (stages.ts); null when not run. */
   readonly stages: StageRun | null
   /** /v1/messages native and translated beside chat (messages.ts); absent when not run. */
@@ -76,6 +84,10 @@ export interface RunData {
   readonly replicas?: ReplicasRun
   /** Why the replica workloads and `router-pg` were skipped (no PostgreSQL or redis-server binaries, …). */
   readonly replicasSkipped?: string
+  /** `--rows`: the Targets rows a partial run was asked for (criteria.ts ids); the table lists only those. */
+  readonly rows?: readonly string[]
+  /** One replica 0 and 1 ms from PostgreSQL and Redis (replicas-rtt.ts); absent when not run. */
+  readonly rtt?: RttRun
 }
 
 /** The targets the stage breakdown profiles, in the order of its columns. */
@@ -114,7 +126,7 @@ const END = '<!-- micro:end -->'
 const SVG_PATH = 'bench/e2e/added-latency.svg'
 const PROXIES: readonly TargetId[] = ['nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed']
 /** Targets that run in some workloads only (run.ts): a table lists them where they have a result. */
-const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'router-normal', 'router-logged', 'router-quiet', 'router-pg']
+const PARTIAL: readonly TargetId[] = ['floor', 'floor-billed', 'floor-billed-full', 'floor-billed-pg', 'router-normal', 'router-logged', 'router-quiet', 'router-pg']
 const COLORS: Readonly<Record<TargetId, string>> = {
   direct: '#999999',
   nginx: '#4e79a7',
@@ -123,6 +135,8 @@ const COLORS: Readonly<Record<TargetId, string>> = {
   'router-normal': '#8cd17d',
   floor: '#b07aa1',
   'floor-billed': '#ff9da7',
+  'floor-billed-full': '#d4a6c8',
+  'floor-billed-pg': '#9c755f',
   'router-logged': '#f28e2b',
   'router-quiet': '#76b7b2',
   'router-pg': '#edc948',
@@ -161,6 +175,34 @@ class View {
 
   rps(w: WorkloadId, t: TargetId): number {
     return this.load(w, t)?.rps ?? Number.NaN
+  }
+
+  /**
+   * Added p50 of target `t` in each interleaved round of workload `w` (its percentile − direct's in the same
+   * round): one value per round, from `runs` where the run kept them, else the one best round.
+   */
+  roundAddedAll(w: WorkloadId, t: TargetId, which: 'latency' | 'firstEvent' = 'latency'): number[] {
+    const mine = this.data.results[w]?.[t]
+    const direct = this.data.results[w]?.direct
+    if (mine === undefined || direct === undefined) return []
+    const a = mine.runs ?? [mine]
+    const d = direct.runs ?? [direct]
+    return a.map((r, i) => (r.load?.[which]?.p50 ?? Number.NaN) - (d[i]?.load?.[which]?.p50 ?? Number.NaN))
+  }
+
+  /** The median over the rounds of roundAddedAll. */
+  medianAdded(w: WorkloadId, t: TargetId, which: 'latency' | 'firstEvent' = 'latency'): number {
+    return median(this.roundAddedAll(w, t, which))
+  }
+
+  /** Round by round, `a`'s added p50 over `b`'s (NaN for a round where either is missing or not above zero). */
+  roundRatios(w: WorkloadId, a: TargetId, b: TargetId, which: 'latency' | 'firstEvent' = 'latency'): number[] {
+    const xs = this.roundAddedAll(w, a, which)
+    const ys = this.roundAddedAll(w, b, which)
+    return xs.map((x, i) => {
+      const y = ys[i] ?? Number.NaN
+      return x > 0 && y > 0 ? x / y : Number.NaN
+    })
   }
 
   /** What the run recorded about a target; undefined for one it predates (the floor in older runs). */
@@ -218,120 +260,78 @@ function targetsSection(v: View): string[] {
   const rows: string[][] = []
   const verdict = (ok: boolean | null): string => (ok === null ? 'not measured' : ok ? 'yes' : '**no**')
   const finite = (...xs: number[]): boolean => xs.every(Number.isFinite)
-  // An added value at or below zero means the baseline (direct) measured slower than the proxy in this run: the
-  // noise of a shared machine, not a proxy that costs nothing. No verdict is drawn from such a pair.
-  const ratioRow = (label: string, a: number, b: number, limit: number, what: string, beside = '—'): string[] =>
-    finite(a, b) && (a <= 0 || b <= 0)
-      ? [label, `${ms(a)} vs ${ms(b)}${what}: not comparable, the baseline measured slower than a proxy in this run`, 'undecided', beside]
-      : [label, `${ms(a)} vs ${ms(b)} = ${formatRatio(a, b)}${what}`, verdict(finite(a, b) ? a <= limit * b : null), beside]
   const B = 'floor-billed'
-  const conn = v.data.plan.connections
-  // Issue 30's table, in its order: every row a ratio to the billed floor measured in the same run.
+  /**
+   * One row: `a` against `b`, by the row's criterion. An added value at or below zero means the baseline (direct)
+   * measured slower than the proxy in this run: the noise of a shared machine, not a proxy that costs nothing;
+   * no verdict is drawn from such a pair.
+   */
+  const row = (id: string, a: number, b: number, text: (a: number, b: number) => string, beside = '—', runs = ''): void => {
+    const c = criterion(id)
+    const label = c.label
+    if (!finite(a, b)) return void rows.push([label, 'not measured in this run', 'not measured', beside])
+    if (a <= 0 || b <= 0) return void rows.push([label, `${text(a, b)}: not comparable, the baseline measured slower than a proxy in this run${runs}`, 'undecided', beside])
+    rows.push([label, `${text(a, b)} = ${formatRatio(a, b)}${runs}`, verdict(meets(c, a, b)), beside])
+  }
+  const pair = (a: number, b: number): string => `${ms(a)} vs ${ms(b)}`
+  const perS = (a: number, b: number): string => `${int(a)} vs ${int(b)} req/s`
+  /** A row judged by the median of the interleaved rounds' ratios (issue 45), each round's ratio listed. */
+  const medianRow = (id: string, w: WorkloadId, a: TargetId, b: TargetId, which: 'latency' | 'firstEvent' = 'latency', beside = '—'): void => {
+    const ratios = v.roundRatios(w, a, b, which)
+    const listed = ratios.length > 1 ? ` (median of the runs: ${ratios.map((r) => (Number.isFinite(r) ? `${r.toFixed(2)}×` : 'n/a')).join(', ')})` : ''
+    const c = criterion(id)
+    const aMed = v.medianAdded(w, a, which)
+    const bMed = v.medianAdded(w, b, which)
+    if (!finite(aMed, bMed)) return void rows.push([c.label, 'not measured in this run', 'not measured', beside])
+    const m = ratios.length > 0 ? median(ratios) : Number.NaN
+    const ratio = Number.isFinite(m) ? ` = ${m.toFixed(2)}×` : ''
+    rows.push([c.label, `${pair(aMed, bMed)} (medians of the added p50)${ratio}${listed}`, Number.isFinite(m) && m > 0 ? verdict(meets(c, m, 1)) : 'undecided', beside])
+  }
   const cpu = (t: TargetId): number => v.cpuPerRequest('throughput', t)
-  rows.push(ratioRow(`CPU per request, ${conn} connections (\`full\`) ≤ 1.3× the billed floor's`, cpu('router'), cpu(B), 1.3, '', besideCell(cpu('router'), cpu)))
-  // The billed floor commits as `normal` does (Method): what `full` adds over `normal` is the WAL's flush after
-  // every group commit, work the reference never does. Shown beside the two rows it decides.
-  const NORMAL_BESIDE = ' (information: the billed floor commits as `normal` does, with no flush; `full` − `normal` is the flush)'
-  const informationRow = (label: string, a: number, b: number, unit: 'µs' | 'req/s'): string[] => [
-    label,
-    `${unit === 'µs' ? ms(a) : `${int(a)}`} vs ${unit === 'µs' ? ms(b) : `${int(b)} req/s`} = ${formatRatio(a, b)}`,
-    'information',
-    '—',
-  ]
-  if (Number.isFinite(cpu('router-normal'))) {
-    rows.push(informationRow(`… CPU of svc-router with \`synchronous: normal\`${NORMAL_BESIDE}`, cpu('router-normal'), cpu(B), 'µs'))
-  }
   const rps = (t: TargetId): number => v.rps('throughput', t)
-  const rt = rps('router')
-  const fb = rps(B)
-  rows.push([
-    `throughput, ${conn} connections (\`full\`) ≥ 0.85× the billed floor`,
-    `${int(rt)} vs ${int(fb)} req/s = ${formatRatio(rt, fb)}`,
-    verdict(finite(rt, fb) ? rt >= 0.85 * fb : null),
-    besideCell(rt, rps),
-  ])
-  // The other store (issue 30: "measure both stores"): one replica on PostgreSQL at the same connections,
-  // measured in section 7's workload of the same run (its own phase, not interleaved with section 2).
-  const pgOne = v.data.replicas?.throughput?.one.load ?? null
-  if (pgOne !== null) {
-    rows.push([
-      `… the same on PostgreSQL + Redis (1 replica, section 7) ≥ 0.85× the billed floor`,
-      `${int(pgOne.rps)} vs ${int(fb)} req/s = ${formatRatio(pgOne.rps, fb)}${pgOne.errors > 0 ? `, ${pgOne.errors} errors` : ''}`,
-      verdict(finite(pgOne.rps, fb) ? pgOne.errors === 0 && pgOne.rps >= 0.85 * fb : null),
-      besideCell(pgOne.rps, rps),
-    ])
-  }
-  if (Number.isFinite(rps('router-normal'))) {
-    rows.push(informationRow(`… throughput of svc-router with \`synchronous: normal\`${NORMAL_BESIDE}`, rps('router-normal'), fb, 'req/s'))
-  }
-  const added50 = (t: TargetId): number => v.added('latency', t, 'p50')
-  const billedP50 = added50(B)
-  rows.push(ratioRow('added p50, 1 connection, `synchronous: normal` ≤ 1.15× the billed floor\'s', added50('router-normal'), billedP50, 1.15, '', besideCell(added50('router-normal'), added50)))
-  if (v.data.results.latency?.['router-pg']?.load != null) {
-    // PostgreSQL commits every charge durably (as `full`): the 1.15× is `normal`'s target, so this is information beside it.
-    const pg = added50('router-pg')
-    rows.push([
-      '… svc-router on PostgreSQL + Redis, same workload (information: its commit is durable, as `full`; section 7)',
-      `${ms(pg)} vs ${ms(billedP50)} = ${formatRatio(pg, billedP50)}`,
-      'information',
-      besideCell(pg, added50),
-    ])
-  }
+  const added50 = (t: TargetId): number => v.medianAdded('latency', t, 'latency')
+  // Decision 1: each commit mode against the billed floor with the same durability.
+  row('cpu-full', cpu('router'), cpu('floor-billed-full'), pair, besideCell(cpu('router'), cpu))
+  row('cpu-normal', cpu('router-normal'), cpu(B), pair)
+  row('throughput-full', rps('router'), rps('floor-billed-full'), perS, besideCell(rps('router'), rps))
+  row('throughput-normal', rps('router-normal'), rps(B), perS)
+  // Decision 2: one replica against the billed floor on the same PostgreSQL.
+  const tp = v.data.replicas?.throughput
+  const one = tp?.one.load ?? null
+  const floorPg = tp?.floorPg?.load ?? null
+  row('replica-throughput', one === null || one.errors > 0 ? Number.NaN : one.rps, floorPg?.rps ?? Number.NaN, perS)
+  medianRow('replica-p50', 'latency', 'router-pg', 'floor-billed-pg')
+  // Decision 3: the 1-connection latency and the first event, medians of the interleaved rounds.
+  medianRow('p50', 'latency', 'router-normal', B, 'latency', besideCell(added50('router-normal'), added50))
+  const byEvent = v.dist('ttft', 'router', 'firstEvent') !== null
+  medianRow('first-event', 'ttft', 'router', B, byEvent ? 'firstEvent' : 'latency')
+  // Decision 4: what `full` adds over `normal`, per round, against a thread-pool fdatasync of a charge's write.
+  const durable = median(v.roundAddedAll('latency', 'router').map((x, i) => x - (v.roundAddedAll('latency', 'router-normal')[i] ?? Number.NaN)))
+  const pool = v.data.fsyncPool
+  row('durable', durable, pool?.p50 ?? Number.NaN, (a, b) => `${ms(a)} vs ${ms(b)} (the thread-pool fdatasync's p50, this run; a bare synchronous one: ${ms(v.data.fsync.p50)})`)
+  // Decision 5: multipart by CPU per MiB relayed.
+  const mp = v.data.multipart
+  const perMiB = (usage: { cpuMs: number } | undefined, r: { sent: number } | undefined): number =>
+    mp?.requestBytes === undefined || usage === undefined || r === undefined || r.sent === 0 ? Number.NaN : usage.cpuMs / ((r.sent * mp.requestBytes) / 2 ** 20)
+  row('multipart', perMiB(mp?.throughput.routerUsage, mp?.throughput.router), perMiB(mp?.throughput.floorUsage, mp?.throughput.floor), (a, b) => `${ms(a)} vs ${ms(b)} per MiB (${mp?.fileMiB ?? '?'} MiB transcriptions, ${mp?.concurrency ?? '?'} clients)`)
   const added99 = (t: TargetId): number => v.added('open2000', t, 'p99')
   const unfinished = v.load('open2000', 'router')?.incomplete ?? 0
-  const billedUnfinished = v.load('open2000', B)?.incomplete ?? 0
-  const openWhat = (unfinished > 0 ? `, ${unfinished} unfinished` : '') + (billedUnfinished > 0 ? `, the billed floor ${billedUnfinished} unfinished` : '')
-  const openRow = ratioRow('added p99 at 2,000 req/s open loop ≤ 2× the billed floor\'s added p99', added99('router'), added99(B), 2, openWhat, besideCell(added99('router'), added99))
-  if (unfinished > 0) openRow[2] = '**no**'
-  rows.push(openRow)
-  // The path of the first token without the simulator's paced wait (section 4): runs before the first event was
-  // recorded fall back to the time to first token itself.
-  const byEvent = v.dist('ttft', 'router', 'firstEvent') !== null
-  const first = (t: TargetId): number => (byEvent ? v.added('ttft', t, 'p50', 'firstEvent') : v.added('ttft', t, 'p50', 'ttft'))
-  rows.push(
-    ratioRow(
-      `added first-event p50, ${v.data.plan.ttftConcurrency} concurrent paced streams (\`full\`) ≤ 1.2× the billed floor's`,
-      first('router'),
-      first(B),
-      1.2,
-      byEvent ? " (to the stream's first event: the first token's path without the simulator's timer, section 4)" : ' (time to first token: this run recorded no first event)',
-      besideCell(first('router'), first),
-    ),
-  )
-  const durable = added50('router') - added50('router-normal')
-  rows.push(ratioRow('durable commit at 1 connection: `full` − `normal` added p50 ≤ 1.5× a bare fsync', durable, v.data.fsync.p50, 1.5, ' (bare fdatasync of one WAL frame, this run)'))
-  const logged = added50('router-logged')
-  const quiet = added50('router-quiet')
-  rows.push([
-    'cost of telemetry (issue #13): added p50 with metrics and access log on ≤ 1.05× off',
-    `${ms(logged)} vs ${ms(quiet)} = ${formatRatio(logged, quiet)}`,
-    verdict(finite(logged, quiet) && quiet > 0 ? logged <= 1.05 * quiet : null),
-    '—',
-  ])
-  const mp = v.data.multipart
-  if (mp !== undefined) {
-    const r = mp.throughput.router.mibPerS
-    const d = mp.throughput.direct.mibPerS
-    rows.push([
-      `multipart throughput (${mp.fileMiB} MiB transcriptions, ${mp.concurrency} clients) ≥ 0.8× direct`,
-      `${r.toFixed(0)} vs ${d.toFixed(0)} MiB/s = ${formatRatio(r, d)}`,
-      verdict(finite(r, d) ? mp.throughput.router.errors === 0 && r >= 0.8 * d : null),
-      '—',
-    ])
-  }
+  row('open-p99', unfinished > 0 ? Number.POSITIVE_INFINITY : added99('router'), added99(B), pair, besideCell(added99('router'), added99))
+  medianRow('telemetry', 'latency', 'router-logged', 'router-quiet')
   const s = v.load('streams', 'router')
   const rss = v.rss('streams', 'router')
   rows.push([
-    `${v.data.plan.streams} concurrent streams < 150 MB RSS`,
-    s === null ? 'n/a' : `${s.ok}/${v.data.plan.streams} complete, peak RSS ${mb(rss)}`,
+    criterion('streams-rss').label,
+    s === null ? 'not measured in this run' : `${s.ok}/${v.data.plan.streams} complete, peak RSS ${mb(rss)}`,
     verdict(s === null || rss === null ? null : s.ok === v.data.plan.streams && rss < 150),
     besideCell(rss ?? Number.NaN, (t) => v.rss('streams', t) ?? Number.NaN),
   ])
   if (mp !== undefined) {
     const growth = mp.memory.peakRssMb - mp.memory.idleRssMb
-    const bound = mp.uploads * mp.replayBufferMiB
+    const perUpload = mp.uploadMemoryMiB ?? mp.replayBufferMiB
+    const bound = mp.uploads * perUpload
     rows.push([
-      `router RSS during ${mp.uploads} concurrent ${mp.uploadMiB} MiB uploads within the replay buffers (growth ≤ ${mp.uploads} × ${mp.replayBufferMiB} MiB)`,
+      `router RSS during ${mp.uploads} concurrent ${mp.uploadMiB} MiB uploads within what uploads keep in memory (growth ≤ ${mp.uploads} × ${perUpload} MiB, \`server.upload_memory_bytes\`)`,
       `${mp.memory.load.ok}/${mp.uploads} complete, +${growth.toFixed(0)} MiB over idle (uploads: ${mp.uploads * mp.uploadMiB} MiB)`,
       verdict(mp.memory.load.ok === mp.uploads ? growth <= bound : null),
       '—',
@@ -349,16 +349,36 @@ function targetsSection(v: View): string[] {
       ])
     }
   }
-  if (v.measured('router-pg')) {
-    rows.push(ratioRow('replicas (issue #28): added p50, 1 connection, on PostgreSQL + Redis ≤ 1.5× the SQLite router\'s', added50('router-pg'), added50('router'), 1.5, ' (section 7)'))
+  // The fleet's network (replicas-rtt.ts): 1 ms against 0 ms, through the same proxy.
+  const rtt = v.data.rtt
+  const at0 = rtt?.sides.find((x) => x.rttMs === 0)
+  const at1 = rtt?.sides.find((x) => x.rttMs > 0)
+  if (at0 !== undefined && at1 !== undefined) {
+    const a0 = rttAdded(at0)
+    const a1 = rttAdded(at1)
+    const c = criterion('rtt-p50')
+    const grew = a1 - a0
+    rows.push([
+      c.label,
+      finite(a0, a1) ? `${ms(a1)} − ${ms(a0)} = ${ms(grew)} (medians of the added p50) vs one round trip ${ms(at1.rttMs)}${at1.held === null ? '' : `; the proxy held chunks ${ms(at1.held.p50)} at p50 (p99 ${ms(at1.held.p99)}) for ${ms(at1.rttMs / 2)} set`}` : 'not measured in this run',
+      finite(a0, a1) ? verdict(grew <= c.limit * at1.rttMs) : 'not measured',
+      '—',
+    ])
+    row('rtt-throughput', at1.throughput.load?.rps ?? Number.NaN, at0.throughput.load?.rps ?? Number.NaN, perS)
+  } else {
+    rows.push([criterion('rtt-p50').label, 'not measured in this run', 'not measured', '—'], [criterion('rtt-throughput').label, 'not measured in this run', 'not measured', '—'])
   }
-  rows.push(ratioRow('moonshot: added p50 (`full`) within 1.1× the billed floor\'s', added50('router'), billedP50, 1.1, '', besideCell(added50('router'), added50)))
-  rows.push([
-    `moonshot: throughput, ${conn} connections (\`full\`), at or above the billed floor's (≥ 1.0×)`,
-    `${int(rt)} vs ${int(fb)} req/s = ${formatRatio(rt, fb)}`,
-    verdict(finite(rt, fb) ? rt >= fb : null),
-    besideCell(rt, rps),
-  ])
+  // Decision 6: the moonshots, against the billed floor at `full`.
+  row('moonshot-throughput', rps('router'), rps('floor-billed-full'), perS, besideCell(rps('router'), rps))
+  medianRow('moonshot-p50', 'latency', 'router', 'floor-billed-full', 'latency', besideCell(added50('router'), added50))
+  // `--rows`: only the rows asked for.
+  const asked = v.data.rows
+  if (asked !== undefined) {
+    const labels = new Set(asked.map((id) => criterion(id).label))
+    for (let i = rows.length - 1; i >= 0; i--) if (!labels.has(rows[i]![0]!)) rows.splice(i, 1)
+  }
+  const billedP50 = added50(B)
+  const rt = rps('router')
   const reference: string[][] = []
   const nginxP50 = added50('nginx')
   const floorP50 = added50('floor')
@@ -374,7 +394,7 @@ function targetsSection(v: View): string[] {
   return [
     '## Targets',
     '',
-    `Ratios within this run against the **${TARGET_NAMES[B]}** (\`floor-billed\`, Method): the floor relay plus only the work every billed answer must get, as issue 30 restates the performance targets. The bare floor relay, nginx and Portkey stay beside it: the last column gives svc-router's figure as a ratio to each of theirs (not targets), and every table below lists them all. A miss is explained under Notes and in the stage breakdown.`,
+    `Each target against its like-for-like reference, measured in the same run (issue 45; the rows and their limits are bench/e2e/criteria.ts). The references are the **${TARGET_NAMES[B]}** (\`floor-billed\`, Method: the floor relay plus only the work every billed answer must get) in three durabilities: \`floor-billed\` commits its journal to SQLite as svc-router's \`synchronous: normal\` does (on the OS), \`floor-billed-full\` flushes it with a thread-pool fdatasync before the last byte (group-committed), as svc-router's default \`full\` does, and \`floor-billed-pg\` appends it to the same PostgreSQL the replicas use (one transaction per batch, \`synchronous_commit on\`). So \`full\` is judged against \`floor-billed-full\`, \`normal\` against \`floor-billed\` and a replica against \`floor-billed-pg\`. The durable commit is judged against a thread-pool fdatasync of a charge's write, multipart against the floor relay's CPU per MiB on the same uploads. Rows marked *median* are judged by the median of ${v.data.plan.medianRounds ?? v.data.plan.rounds} interleaved runs (every target, then every target again), each after ${int(v.data.plan.latency.warmup)} warm-up requests per target; each run's ratio is listed. The bare floor relay, nginx and Portkey stay beside: the last column gives svc-router's figure as a ratio to each of theirs (not targets). A miss is explained under Notes and in the stage breakdown.`,
     '',
     ...table(['target', 'measured in this run', 'met', 'beside: svc-router vs the floor, nginx, Portkey'], rows),
     '',
@@ -390,6 +410,11 @@ function targetsSection(v: View): string[] {
  * What the floor with the required billing work (floor-relay.ts `--bill`) costs beside the floor and beside
  * svc-router: the step from the bare floor to the reference of the targets, before any implementation choice.
  */
+/** The median over the rounds of a replica's added p50 at 1 connection in the rtt workload (ms). */
+function rttAdded(side: RttSide): number {
+  return median(side.latency.map((r, i) => (r.load?.latency?.p50 ?? Number.NaN) - (side.direct[i]?.load?.latency?.p50 ?? Number.NaN)))
+}
+
 function requiredWorkSection(v: View): string[] {
   if (!v.measured('floor-billed')) return []
   const billed = TARGET_NAMES['floor-billed']
@@ -539,15 +564,17 @@ function methodSection(v: View): string[] {
       : [
           `- **${TARGET_NAMES.floor}** (bench/e2e/floor-relay.ts), in every workload but the 500 streams, beside the reference of the targets (the billed floor, next): the smallest relay on svc-router's own stack, uWebSockets.js in front and one undici \`Pool\` (1,024 keep-alive connections) behind, one process per simulator. It copies the request body out of uWS, dispatches it with the content type (on undici's first handler interface, as svc-router's attempt handler), and streams the answer back chunk by chunk as it arrives (corked writes; an answer with a Content-Length keeps it), with backpressure both ways (a slow client pauses the upstream read, a client that leaves aborts it). It does no routing, auth, rate limiting, trace or billing and logs nothing: its added latency is what Node, uWS and undici cost by themselves, and svc-router's added latency above it is svc-router's own work.`,
           `- **${TARGET_NAMES['floor-billed']}** (floor-relay.ts \`--bill\`), where requests are billed (every workload but the 500 streams): the floor plus only the work the spec and DESIGN.md require of every answer, each piece the cheapest way, and less than svc-router must do: the key looked up in a \`Map\` (no hashing), the request body parsed for its model, a hold on the account's balance, the answer parsed for its usage (a stream: asked for with \`stream_options.include_usage\`, read from the event that carries it, the provider's \`[DONE]\` held back), the cost priced in integer atto-USD, one row appended to a SQLite journal (WAL, \`synchronous=NORMAL\`, a unique request id, one transaction per turn of the loop) before the last byte, and the \`x_svc_trace\` spliced in (a stream: a trace event and \`[DONE]\`). No routing, rate limit, key policy, failover, telemetry, error envelopes or checks of the provider's events. Its WAL is checkpointed by SQLite itself inside a commit, on the event loop, with the checkpoint's fsyncs (svc-router moved those to a thread of its own): a reference for medians and CPU, not for tails.`,
-          `- **${TARGET_NAMES['router-normal']}**: the same svc-router with \`store.synchronous: normal\` (charges committed to the WAL without the flush), in the latency and throughput workloads: \`full\` minus \`normal\` is what durability costs, compared with a bare fdatasync of one WAL frame measured on the same disk in the same run (bench/e2e/fsync-probe.ts: overwrite 4,120 bytes, fdatasync, 2,000 times, before and after the workloads, the lower p50 kept).`,
+          `- **${TARGET_NAMES['floor-billed-full']}** (\`floor-billed-full\`, floor-relay.ts \`--bill … --sync full\`): the same, with its journal's WAL flushed by an fdatasync on libuv's thread pool after each commit and before the answers it covers are released, group-committed (the transactions committed while a flush runs share the next one): the same durability as svc-router's default \`full\`, the cheapest correct way (floor-journal.ts). \`full\` is judged against it, \`normal\` against \`floor-billed\`.`,
+          `- **${TARGET_NAMES['floor-billed-pg']}** (\`floor-billed-pg\`, floor-relay.ts \`--bill-pg\`): the same, appending its journal rows to a database of its own on the PostgreSQL the replicas use (same server, same machine), one INSERT of the batch per transaction (a prepared statement over unnested arrays), \`synchronous_commit on\`, one batch in flight: the reference of the replica rows (section 7).`,
+          `- **${TARGET_NAMES['router-normal']}**: the same svc-router with \`store.synchronous: normal\` (charges committed to the WAL without the flush), in the latency and throughput workloads: \`full\` minus \`normal\` is what durability costs, judged against a thread-pool fdatasync of a charge's write measured on the same disk in the same run (bench/e2e/fsync-probe.ts: two WAL frames, 8,240 bytes, written on the loop, then \`fdatasync\` on the thread pool, timed to its callback, 2,000 times in a full run, before and after the workloads, the lower p50 kept); a bare synchronous fdatasync of one frame is measured beside it.`,
         ]),
     '- Request: `POST /v1/chat/completions` `{"model":…,"messages":[{"role":"user","content":"hi"}]}` (+ `"stream":true`), with `Authorization: Bearer …`.',
     `- Before any workload each target is warmed up, unmeasured: ${p.warm.ms / 1000} s of JSON requests on 16 connections and ${p.warm.streams} streams (JIT compilation would otherwise land in the first workload).`,
-    `- Latency: ${int(p.latency.count)} requests one after another on one connection after ${p.latency.warmup} warm-up requests. Throughput: ${p.connections} connections in a closed loop for ${p.throughput.durationMs / 1000} s after ${p.throughput.warmupMs / 1000} s of warm-up; only requests that start and end inside the window count.`,
+    `- Latency: ${int(p.latency.count)} requests one after another on one connection after ${int(p.latency.warmup)} warm-up requests, in ${p.medianRounds ?? p.rounds} interleaved rounds (every target, then every target again); its rows in the Targets are judged by the median over the rounds of each round's ratio (added p50 over the reference's added p50 in the same round), and the tables below show each target's round with the lowest p99. The first event is judged the same way over as many rounds of the streams workload. Throughput: ${p.connections} connections in a closed loop for ${p.throughput.durationMs / 1000} s after ${p.throughput.warmupMs / 1000} s of warm-up; only requests that start and end inside the window count.`,
     `- Open loop: a request every 1/rate s for ${p.open.durationMs / 1000} s whatever the answers do, latency counted from the *scheduled* start (coordinated omission would otherwise hide the tail); requests still open ${p.open.drainMs / 1000} s after the last send are counted as unfinished and enter the percentiles with the time they had waited so far. The generator's own lateness is reported as send lag.`,
     `- Streams: ${p.ttft.count} streamed requests, ${p.ttftConcurrency} at a time; time to first token = from sending to the first chunk that carries a content delta; first event = from sending to the first chunk of the answer's body; gaps = time between consecutive chunks after it. Concurrent streams: ${p.streams} started at once; a stream counts when it is 200, has content and ends with \`data: [DONE]\`.`,
     ...(p.rounds > 1
-      ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the latency, open-loop and TTFT workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported. A target that saturates (unfinished requests) or fails runs once.`]
+      ? [`- The machine is shared, and one burst of outside load in one target's turn would decide a comparison of tails: the open-loop workloads run ${p.rounds} times, interleaved (every target, then every target again), and each target's round with the lowest p99 is reported (a target that saturates or fails runs once); the latency and TTFT workloads run ${p.medianRounds ?? p.rounds} times, every round kept.`]
       : []),
     '- Added latency of a proxy = its percentile − direct\'s percentile in the same run. Percentiles are exact (every sample kept and sorted, nearest rank). RSS = VmRSS from /proc of the process and its children (nginx: master + worker), sampled every 100 ms; the peak per workload is reported. CPU per request = the proxy\'s utime + stime over the workload (10 ms ticks) ÷ requests sent, warm-up included.',
     `- Workloads run one after another and, within a workload, the targets back to back (direct, nginx, Portkey, svc-router, svc-router normal, the ${TARGET_NAMES.floor}, the ${TARGET_NAMES['floor-billed']}; each where it runs). All processes share the same 2 cores: the generator, the simulator and the proxy compete for CPU, so absolute figures are lower than on a bigger machine; the ratios are what this file is for.`,
@@ -706,6 +733,8 @@ function multipartSection(v: View): string[] {
   if (mp === undefined) return []
   const tp = mp.throughput
   const perRequest = (cpuMs: number, r: MultipartRun['throughput']['direct']): string => ms(cpuMs / Math.max(1, r.sent))
+  const perMiB = (cpuMs: number, r: MultipartRun['throughput']['direct']): string =>
+    mp.requestBytes === undefined ? 'n/a' : ms(cpuMs / Math.max(1e-9, (r.sent * mp.requestBytes) / 2 ** 20))
   const row = (label: string, r: MultipartRun['throughput']['direct'], simCpuMs: number, cpu: string): string[] => [
     label,
     r.rps.toFixed(1),
@@ -722,16 +751,17 @@ function multipartSection(v: View): string[] {
   return [
     '## 5c. Multipart uploads (speech-to-text)',
     '',
-    `A svc-router of its own (bench/e2e/multipart.ts) with one speech-to-text model on the fast simulator and \`upstream.replay_buffer_bytes\` ${mp.replayBufferMiB} MiB. \`POST /v1/audio/transcriptions\`, \`model\` then a WAV file; every answer is checked (200, and the seconds of audio the provider counted equal those sent).`,
+    `A svc-router of its own (bench/e2e/multipart.ts) with one speech-to-text model on the fast simulator; an upload keeps its first ${mp.uploadMemoryMiB ?? 4} MiB in memory (\`server.upload_memory_bytes\`, the default) and the rest in its spool file (src/upstream/upload-spool.ts) for a failover. \`POST /v1/audio/transcriptions\`, \`model\` then a WAV file; every answer is checked (200, and the seconds of audio the provider counted equal those sent).`,
     '',
-    `Throughput: ${mp.concurrency} clients in a closed loop for ${mp.durationMs / 1000} s, each sending a ${mp.fileMiB} MiB WAV (within the replay buffer); MiB/s of request body${mp.rounds > 1 ? `; direct and svc-router in turn, ${mp.rounds} rounds, each one's best round kept` : ''}.`,
+    `Throughput: ${mp.concurrency} clients in a closed loop for ${mp.durationMs / 1000} s, each sending a ${mp.fileMiB} MiB WAV; MiB/s of request body; direct, svc-router and the ${TARGET_NAMES.floor} (floor-relay.ts: the body streamed upstream as it comes, in pooled chunks, never read as a form) in turn${mp.rounds > 1 ? `, ${mp.rounds} rounds, each one's best round kept` : ''}. The target is the relay's CPU per MiB relayed (its CPU time over the run ÷ the MiB of every request sent), svc-router's against the floor relay's.`,
     '',
-    ...table(['', 'req/s', 'upload', 'vs direct', 'p50', 'p99', 'errors', 'simulator CPU per request', 'router CPU per request'], [
-      row('direct', tp.direct, tp.simCpuMs.direct, '—'),
-      row('svc-router', tp.router, tp.simCpuMs.router, perRequest(tp.routerUsage.cpuMs, tp.router)),
+    ...table(['', 'req/s', 'upload', 'vs direct', 'p50', 'p99', 'errors', 'simulator CPU per request', 'relay CPU per request', 'relay CPU per MiB'], [
+      [...row('direct', tp.direct, tp.simCpuMs.direct, '—'), '—'],
+      [...row('svc-router', tp.router, tp.simCpuMs.router, perRequest(tp.routerUsage.cpuMs, tp.router)), perMiB(tp.routerUsage.cpuMs, tp.router)],
+      ...(tp.floor === undefined || tp.floorUsage === undefined ? [] : [[...row(TARGET_NAMES.floor, tp.floor, tp.floorSimCpuMs ?? Number.NaN, perRequest(tp.floorUsage.cpuMs, tp.floor)), perMiB(tp.floorUsage.cpuMs, tp.floor)]]),
     ]),
     '',
-    'The generator, the simulator (which parses every upload whole) and the router share the 2 cores, as in section 2: direct already keeps them busy, so the router\'s CPU per request is taken from the other two and the CPU columns say where the throughput went. CPU per request counts warm-up requests too.',
+    'The generator, the simulator (which parses every upload whole) and the relay share the 2 cores, as in section 2: direct already keeps them busy, so the relay\'s CPU per request is taken from the other two and the CPU columns say where the throughput went. CPU per request and per MiB count warm-up requests too.',
     '',
     `Memory (measured before the throughput runs): ${mp.uploads} uploads of ${mp.uploadMiB} MiB started at once through the router (each client streams one reused 1 MiB chunk), the router's VmRSS sampled every 20 ms.`,
     '',
@@ -740,7 +770,7 @@ function multipartSection(v: View): string[] {
       ['router RSS idle (after a warm-up of two small uploads) → peak', `${m.idleRssMb.toFixed(0)} MiB → ${m.peakRssMb.toFixed(0)} MiB`],
       ['growth (peak − idle)', `${growth.toFixed(0)} MiB`],
       [`vs ${mp.uploads} × the upload (${mp.uploads * mp.uploadMiB} MiB)`, formatRatio(growth, mp.uploads * mp.uploadMiB)],
-      [`vs ${mp.uploads} × the replay buffer (${mp.uploads * mp.replayBufferMiB} MiB)`, formatRatio(growth, mp.uploads * mp.replayBufferMiB)],
+      [`vs ${mp.uploads} × what an upload keeps in memory (${mp.uploads * (mp.uploadMemoryMiB ?? mp.replayBufferMiB)} MiB)`, formatRatio(growth, mp.uploads * (mp.uploadMemoryMiB ?? mp.replayBufferMiB))],
       ...(mp.memoryDouble === undefined
         ? []
         : [
@@ -820,23 +850,59 @@ export function partialMarkdown(data: RunData): string {
   ].join('\n')
 }
 
+/** One replica 0 and 1 ms from PostgreSQL and Redis (replicas-rtt.ts), and what the proxy itself held. */
+function rttTable(v: View): string[] {
+  const rtt = v.data.rtt
+  if (rtt === undefined || rtt.sides.length === 0) return []
+  const rows = rtt.sides.map((side) => {
+    const added = side.latency.map((r, i) => (r.load?.latency?.p50 ?? Number.NaN) - (side.direct[i]?.load?.latency?.p50 ?? Number.NaN))
+    const m = side.throughput
+    const cpu = m.usage === null || m.load === null || m.load.sent === 0 ? Number.NaN : m.usage.cpuMs / m.load.sent
+    return [
+      `${side.rttMs === 0 ? '0 ms' : ms(side.rttMs)} round trip`,
+      `${ms(rttAdded(side))} (${added.map((x) => ms(x)).join(', ')})`,
+      m.load === null ? `failed: ${m.error ?? '?'}` : int(m.load.rps),
+      errorsCell(m.load),
+      ms(cpu),
+      side.held === null || side.rttMs === 0 ? 'none (relayed at once)' : `${ms(side.held.p50)} / ${ms(side.held.p99)} / ${ms(side.held.max)}`,
+    ]
+  })
+  return [
+    `A fleet's network (issue 45, bench/e2e/replicas-rtt.ts): one replica each, on a database and a Redis database of its own, reaching both through the bench's own TCP proxy (bench/e2e/delay-proxy.ts; this kernel has no netem), which holds every chunk a fixed time each way, timed by a thread of its own (Atomics.wait: Node's timers have 1 ms granularity) and set early by its own measured wake-up latency. At 0 ms the same proxy relays at once, so the two differ only by the wait. ${rtt.rounds} interleaved rounds, each: direct, then the replica's latency at 1 connection (added p50: the median of the rounds, each round's in brackets), then its throughput at ${rtt.connections} connections (the best round). Goal: at 1 ms the added p50 grows by no more than one round trip over 0 ms, and throughput does not fall.`,
+    '',
+    ...table(['', 'added p50, 1 connection (median; each round)', `req/s, ${rtt.connections} connections`, 'errors', 'router CPU per request', 'proxy held each chunk p50 / p99 / max'], rows),
+    '',
+  ]
+}
+
 function replicasSection(v: View): string[] {
   const r = v.data.replicas
   const head = ['## 7. Replicas: PostgreSQL + Redis', '']
-  if (r === undefined) return v.data.replicasSkipped === undefined ? [] : [...head, `Not measured: ${v.data.replicasSkipped}.`, '']
+  if (r === undefined) {
+    const rtt = rttTable(v)
+    if (rtt.length > 0) return [...head, ...rtt]
+    return v.data.replicasSkipped === undefined ? [] : [...head, `Not measured: ${v.data.replicasSkipped}.`, '']
+  }
   const out = [
     ...head,
     `svc-router as replicas (README "Several replicas"): \`store.kind: postgres\` and Redis, on ${r.versions.postgres} and ${r.versions.redis} started by the run on 127.0.0.1 as the tests start them (test/helpers/postgres.ts, redis.ts): a fresh cluster with \`fsync\` and \`synchronous_commit\` on, \`shared_buffers\` 32 MB, on the same disk as the SQLite file; Redis persists nothing. Each router setup has a database of its own on that server and a Redis database of its own; the replicas config is the default (heartbeat 500 ms, pool of 10 connections per replica). A charge on PostgreSQL is durable when its transaction's commit returned (the WAL flushed), as SQLite's \`full\` is. **The machine's 2 cores are shared by the load generator, the simulator, PostgreSQL, Redis and the replicas**: a second replica has no core of its own, so 2 replicas cannot double the throughput here; what the row shows is that the shared store and Redis do not take it down.`,
     '',
   ]
   if (v.measured('router-pg') || v.data.results.latency?.['router-pg'] !== undefined) {
-    const rows = (['router', 'router-pg'] as const).map((t) => {
+    const rows = (['router', 'router-pg', 'floor-billed-pg'] as const).flatMap((t) => {
+      if (v.data.results.latency?.[t] === undefined && t !== 'router-pg') return []
       const fail = v.failure('latency', t)
-      if (fail !== null) return [TARGET_NAMES[t], fail, '', '', '', '', '']
-      const added = v.added('latency', t, 'p50')
-      return [TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), ms(added), ms(v.added('latency', t, 'p99')), formatRatio(added, v.added('latency', 'router', 'p50')), ms(v.cpuPerRequest('latency', t))]
+      if (fail !== null) return [[TARGET_NAMES[t], fail, '', '', '', '', '']]
+      const added = v.medianAdded('latency', t)
+      const each = v.roundAddedAll('latency', t).map((x) => ms(x)).join(', ')
+      return [[TARGET_NAMES[t], ms(v.pct('latency', t, 'p50')), ms(v.pct('latency', t, 'p99')), `${ms(added)} (${each})`, ms(v.added('latency', t, 'p99')), formatRatio(added, v.medianAdded('latency', 'floor-billed-pg')), ms(v.cpuPerRequest('latency', t))]]
     })
-    out.push(`Latency at 1 connection (section 1's workload, the same rounds; target: added p50 ≤ 1.5× the SQLite router's):`, '', ...table(['', 'p50', 'p99', 'added p50', 'added p99', 'added p50 vs SQLite', 'router CPU per request'], rows), '')
+    out.push(
+      `Latency at 1 connection (section 1's workload, the same rounds; target: one replica's added p50 ≤ 1.3× the ${TARGET_NAMES['floor-billed-pg']}'s, by the median of the rounds; p50 and p99 of the round with the lowest p99, added p50 the median with each round's in brackets):`,
+      '',
+      ...table(['', 'p50', 'p99', 'added p50 (median; each round)', 'added p99', 'added p50 vs floor-billed-pg', 'CPU per request'], rows),
+      '',
+    )
   }
   const tp = r.throughput
   if (tp !== undefined) {
@@ -847,6 +913,7 @@ function replicasSection(v: View): string[] {
       return [label, int(m.load.rps), formatRatio(m.load.rps, one), ms(m.load.latency?.p50 ?? Number.NaN), ms(m.load.latency?.p99 ?? Number.NaN), errorsCell(m.load), ms(cpu), mb(m.usage?.peakRssMb ?? null)]
     }
     const rows = [row('1 replica (`serve`)', tp.one), row('2 replicas behind one port (`serve --workers 2`)', tp.two)]
+    if (tp.floorPg !== undefined) rows.push(row(`${TARGET_NAMES['floor-billed-pg']} (the reference; CPU: the relay's)`, tp.floorPg))
     const sqlite = v.data.results.throughput?.router
     if (sqlite !== undefined) rows.push(row(`${TARGET_NAMES.router}, SQLite (section 2)`, sqlite))
     out.push(
@@ -856,6 +923,7 @@ function replicasSection(v: View): string[] {
       '',
     )
   }
+  out.push(...rttTable(v))
   const charges = r.charges
   if (charges !== undefined && charges.length > 0) {
     const d = (x: Distribution | null, p: 'p50' | 'p99' | 'max', digits: number): string => (x === null ? 'n/a' : x[p].toFixed(digits))

@@ -30,8 +30,22 @@ export interface Sim {
 
 export type SimSet = Readonly<Record<SimKind, Sim>>
 
-export type TargetId = 'direct' | 'nginx' | 'portkey' | 'router' | 'router-normal' | 'floor' | 'floor-billed' | 'router-logged' | 'router-quiet' | 'router-pg'
-export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed', 'router-logged', 'router-quiet', 'router-pg']
+export type TargetId =
+  | 'direct'
+  | 'nginx'
+  | 'portkey'
+  | 'router'
+  | 'router-normal'
+  | 'floor'
+  | 'floor-billed'
+  | 'floor-billed-full'
+  | 'router-logged'
+  | 'router-quiet'
+  | 'router-pg'
+  | 'floor-billed-pg'
+export const TARGET_IDS: readonly TargetId[] = ['direct', 'nginx', 'portkey', 'router', 'router-normal', 'floor', 'floor-billed', 'floor-billed-full', 'router-logged', 'router-quiet', 'router-pg', 'floor-billed-pg']
+/** The billed floors: the references of the targets (issue 45), by the durability of their journal. */
+export const BILLED_FLOORS: readonly TargetId[] = ['floor-billed', 'floor-billed-full', 'floor-billed-pg']
 /**
  * The svc-router targets: the default (`full`), `normal` commits, the two of the cost of telemetry (issue #13),
  * and a replica on PostgreSQL + Redis (issue #28, replicas.ts), an extra target of the latency workload only.
@@ -50,6 +64,8 @@ export const TARGET_NAMES: Readonly<Record<TargetId, string>> = {
   'router-normal': 'svc-router, synchronous normal',
   floor: 'uWS + undici relay',
   'floor-billed': 'uWS + undici relay + required billing work',
+  'floor-billed-full': 'uWS + undici relay + required billing work, flushed (`full`)',
+  'floor-billed-pg': 'uWS + undici relay + required billing work on PostgreSQL',
   'router-logged': 'svc-router, access log written + metrics',
   'router-quiet': 'svc-router, no access log, no metrics',
   'router-pg': 'svc-router on PostgreSQL + Redis',
@@ -281,19 +297,40 @@ export async function startOwnRouter(root: string, workDir: string, name: string
 }
 
 /**
+ * Where the billed floor journals its charges (floor-journal.ts): a SQLite file per relay in `dir`, committed
+ * as `normal` (on the OS) or `full` (flushed by a thread-pool fdatasync, group-committed), or PostgreSQL at
+ * `pgUrl` (one transaction per batch, synchronous_commit on). A string is a directory, `normal`.
+ */
+export type FloorJournal = string | { readonly dir: string; readonly sync: 'normal' | 'full' } | { readonly pgUrl: string }
+
+/** The target id of the floor with `journal` (the bare floor without one). */
+export function floorId(journal: FloorJournal | null): TargetId {
+  if (journal === null) return 'floor'
+  if (typeof journal === 'string') return 'floor-billed'
+  return 'pgUrl' in journal ? 'floor-billed-pg' : journal.sync === 'full' ? 'floor-billed-full' : 'floor-billed'
+}
+
+function billArgs(journal: FloorJournal | null, kind: SimKind): string[] {
+  if (journal === null) return []
+  if (typeof journal === 'string') return ['--bill', join(journal, `floor-journal-${kind}.db`)]
+  if ('pgUrl' in journal) return ['--bill-pg', journal.pgUrl]
+  return ['--bill', join(journal.dir, `floor-journal-${journal.sync}-${kind}.db`), '--sync', journal.sync]
+}
+
+/**
  * The floor: bench/e2e/floor-relay.ts, the smallest relay on svc-router's stack (uWebSockets.js in front, one
  * undici Pool of 1,024 connections behind), with no routing, auth, trace or billing. It relays to one origin,
  * so there is one process per simulator; the request is direct's, addressed to the relay of that simulator.
  * `pid` is the `fast` relay's (the one the request/response workloads use); `pids` has each simulator's, so the
  * CPU and RSS of a workload are read from the relay it went through. `nodeArgs` are node flags for one relay
- * only, the `argsKind` one (`fast` by default). With `journalDir` it is the floor with the required billing
- * work (floor-relay.ts `--bill`, target `floor-billed`), each relay's journal a SQLite file in that directory.
+ * only, the `argsKind` one (`fast` by default). With `journal` it is the floor with the required billing work
+ * (floor-relay.ts `--bill`, targets `floor-billed`, `floor-billed-full` and `floor-billed-pg`).
  */
 export async function floorTarget(
   root: string,
   sims: SimSet,
   nodeArgs: readonly string[] = [],
-  journalDir: string | null = null,
+  journal: FloorJournal | null = null,
   argsKind: SimKind = 'fast',
 ): Promise<Target> {
   const script = join(root, 'dist', 'bench', 'e2e', 'floor-relay.js')
@@ -301,8 +338,7 @@ export async function floorTarget(
     SIM_KINDS.map(async (kind) => {
       // Node flags (the stage breakdown's --cpu-prof) go to one relay only: the one the workload uses (`fast`, or
       // perf-cpu.ts's stream mode's `paced`).
-      const bill = journalDir === null ? [] : ['--bill', join(journalDir, `floor-journal-${kind}.db`)]
-      const args = [...(kind === argsKind ? nodeArgs : []), script, sims[kind].url, '0', ...bill]
+      const args = [...(kind === argsKind ? nodeArgs : []), script, sims[kind].url, '0', ...billArgs(journal, kind)]
       const { child, match } = await startChild(`floor relay (${kind})`, process.execPath, args, {
         cwd: root,
         ready: /floor relay listening on (http:\/\/[^\s]+)/,
@@ -319,7 +355,7 @@ export async function floorTarget(
   const byKind = Object.fromEntries(relays.map((r) => [r.kind, r])) as Record<SimKind, (typeof relays)[number]>
   const undici = (JSON.parse(readFileSync(join(root, 'node_modules', 'undici', 'package.json'), 'utf8')) as { version: string }).version
   return {
-    id: journalDir === null ? 'floor' : 'floor-billed',
+    id: floorId(journal),
     version: `${uwsVersion()} + undici ${undici}`,
     unavailable: null,
     pid: byKind.fast.child.pid,
@@ -343,7 +379,7 @@ export async function smokeCheck(target: Target): Promise<string | null> {
     if (res.status !== 200) return `HTTP ${res.status} on a chat completion: ${text.slice(0, 200)}`
     const body = JSON.parse(text) as { choices?: { message?: { content?: unknown } }[]; x_svc_trace?: unknown }
     if (typeof body.choices?.[0]?.message?.content !== 'string') return `no choices[0].message.content in ${text.slice(0, 200)}`
-    if ((target.id.startsWith('router') || target.id === 'floor-billed') && body.x_svc_trace === undefined) return 'answered without x_svc_trace'
+    if ((target.id.startsWith('router') || BILLED_FLOORS.includes(target.id)) && body.x_svc_trace === undefined) return 'answered without x_svc_trace'
 
     const sse = target.request('paced', true)
     const streamed = await fetch(sse.origin + sse.path, { method: 'POST', headers: sse.headers, body: sse.body, signal: AbortSignal.timeout(10_000) })
@@ -351,7 +387,7 @@ export async function smokeCheck(target: Target): Promise<string | null> {
     if (streamed.status !== 200) return `HTTP ${streamed.status} on a stream: ${events.slice(0, 200)}`
     if (!events.includes('"delta":{"content":"')) return `no content token in the stream: ${events.slice(0, 200)}`
     if (!events.trimEnd().endsWith('data: [DONE]')) return `the stream did not end with [DONE]: …${events.slice(-200)}`
-    if (target.id === 'floor-billed' && !events.includes('"x_svc_trace":')) return 'a stream without its trace event'
+    if (BILLED_FLOORS.includes(target.id) && !events.includes('"x_svc_trace":')) return 'a stream without its trace event'
     return null
   } catch (err) {
     return `request failed: ${(err as Error).message}`

@@ -18,6 +18,11 @@ export interface Entry {
   flagged: boolean
   /** The balance last read, to see what the provider took since (null before the first read). */
   lastBalance: bigint | null
+  /**
+   * The pending refund read with it: what leaves the balance through a refund (an operator's `chain retrieve`,
+   * processed) is no settlement. Kept in the books with the balance.
+   */
+  lastPendingRefund: bigint | null
   /** The block that balance was read at, where the next window of settlement events starts (null: never read). */
   lastBlock: bigint | null
   results: Map<SettlementStatus, number>
@@ -38,6 +43,7 @@ export function newEntry(p: RegistryProvider): Entry {
     settled: 0n,
     flagged: false,
     lastBalance: null,
+    lastPendingRefund: null,
     lastBlock: null,
     results: new Map(),
     metered: 0n,

@@ -58,10 +58,16 @@ export class Reconciler {
     if (block === undefined) return account
     const evented = await this.#taken(e, block)
     const balance = account?.balance ?? 0n
-    const before = { settled: e.settled, lastBalance: e.lastBalance, lastBlock: e.lastBlock, flagged: e.flagged }
-    const fell = e.lastBalance !== null && balance < e.lastBalance ? e.lastBalance - balance : 0n
+    const before = { settled: e.settled, lastBalance: e.lastBalance, lastPendingRefund: e.lastPendingRefund, lastBlock: e.lastBlock, flagged: e.flagged }
+    const pending = account?.pendingRefund ?? 0n
+    // A refund paid out takes the same amount from the balance and from the pending refund: not the provider's.
+    // (A settlement that cancels pending refunds also lowers both: then this is short of it, a lower bound still.)
+    const refunded = e.lastPendingRefund !== null && pending < e.lastPendingRefund ? e.lastPendingRefund - pending : 0n
+    const dropped = e.lastBalance !== null && balance < e.lastBalance ? e.lastBalance - balance : 0n
+    const fell = dropped > refunded ? dropped - refunded : 0n
     if (!e.flagged) e.settled += fell > evented ? fell : evented
     e.lastBalance = balance
+    e.lastPendingRefund = pending
     e.lastBlock = block
     if (!e.flagged && e.settled > e.served + this.#tolerance) {
       e.flagged = true
@@ -71,8 +77,14 @@ export class Reconciler {
         settled_0g: format0g(e.settled),
       })
     }
-    if (before.settled !== e.settled || before.lastBalance !== e.lastBalance || before.flagged !== e.flagged || before.lastBlock !== e.lastBlock) {
-      await this.#books.record(e.address, { settled: e.settled, lastBalance: e.lastBalance, lastBlock: e.lastBlock, flagged: e.flagged })
+    if (
+      before.settled !== e.settled ||
+      before.lastBalance !== e.lastBalance ||
+      before.lastPendingRefund !== e.lastPendingRefund ||
+      before.flagged !== e.flagged ||
+      before.lastBlock !== e.lastBlock
+    ) {
+      await this.#books.record(e.address, { settled: e.settled, lastBalance: e.lastBalance, lastPendingRefund: e.lastPendingRefund, lastBlock: e.lastBlock, flagged: e.flagged })
     }
     return account
   }
@@ -120,6 +132,7 @@ export class Reconciler {
       if (r === undefined) continue
       e.settled = r.settled
       e.lastBalance = r.lastBalance
+      e.lastPendingRefund = r.lastPendingRefund
       e.lastBlock = r.lastBlock
       if (e.flagged && !r.flagged) log.info('settlement: flag cleared by the operator', { provider: e.address })
       e.flagged = r.flagged

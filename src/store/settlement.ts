@@ -12,6 +12,8 @@ export interface SettlementRow {
   readonly settled: bigint
   /** The sub-account balance last read (neuron), null before the first. */
   readonly lastBalance: bigint | null
+  /** The pending refund read with that balance: what leaves both through a refund paid out is no settlement. */
+  readonly lastPendingRefund: bigint | null
   /** The block that balance was read at: the settlement events counted are those up to it (null before the first). */
   readonly lastBlock: bigint | null
   /** It settled more than it served: not routed, not funded, until the operator clears it. */

@@ -17,8 +17,10 @@ const SPECIFIERS = [/^\s*(?:import|export)\s[^'"]*?\sfrom\s*['"](\.{1,2}\/[^'"]+
 function sources(dir: string, into: string[] = []): string[] {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name)
-    if (entry.isDirectory()) sources(path, into)
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) into.push(path)
+    // Not the repository's sources: scratch (bench/e2e/.work holds the bench's Portkey install) and packages.
+    if (entry.isDirectory()) {
+      if (!entry.name.startsWith('.') && entry.name !== 'node_modules') sources(path, into)
+    } else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) into.push(path)
   }
   return into
 }

@@ -154,3 +154,37 @@ t.test('settled also from TEESettlementResult: a settlement a top-up hides from 
   t.ok(await eventually(async () => (await books(q!.address))?.settled === 2n * G), 'what it took (its whole balance) is settled once')
   t.ok(await eventually(async () => /flagged/.test((await row(stack.url, q!.address))?.unrouted_reason ?? '')), 'and it is flagged: it took more than it served')
 })
+
+t.test('a refund paid out of a sub-account is no settlement: the provider is not flagged for it', async (t) => {
+  // min 0: a sub-account asked back whole (free balance 0) is not topped up, so the refund is paid out.
+  const extra = { settlement: { key_file: payerKeyFile(t), interval_ms: 200, sub_account: { min_0g: '0', target_0g: '2' } }, tee: { sample_rate: 0 } }
+  const chain = await startChainStack(t, [DEAR], { extra, beforeRouter: (c) => fundLedger(c, '20') })
+  const { stack, providers: [p] } = chain
+  t.ok(await eventually(async () => (await subAccount(chain, p!.address)).balance === 2n * G), 'funded to target')
+  const wallet = createWalletClient({ account: chainAccount(PAYER_INDEX), transport: http(chain.chain.rpcUrl) })
+  const client = createPublicClient({ transport: http(chain.chain.rpcUrl) })
+  const retrieve = async () => {
+    const hash = await wallet.writeContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'retrieveFund', args: [[p!.account.address], SERVICE_NAME], chain: null })
+    await client.waitForTransactionReceipt({ hash })
+  }
+  /** Resolves once the router has read the sub-account twice more (its rounds counted on /metrics). */
+  const twoReads = async () => {
+    const since = await plain(stack.url, 'svc_settlement_rounds_total')
+    return eventually(async () => (await plain(stack.url, 'svc_settlement_rounds_total')) >= since + 2, 30_000)
+  }
+  // The operator asks it back (the payer's own transaction, as `svc-router chain retrieve` sends it).
+  await retrieve()
+  t.equal((await subAccount(chain, p!.address)).pendingRefund, 2n * G, 'the whole sub-account is pending refund')
+  t.ok(await twoReads(), 'the router read it pending')
+  // Past the lock time, asked again: the refund is paid out, and balance and pending refund fall by it together.
+  await rpc(chain.chain.rpcUrl, 'evm_increaseTime', [3_601])
+  await rpc(chain.chain.rpcUrl, 'evm_mine')
+  await retrieve()
+  const after = await subAccount(chain, p!.address)
+  t.same([after.balance, after.pendingRefund], [0n, 0n], 'paid back to the ledger')
+  t.ok(await twoReads(), 'the router read it paid out')
+  const books = (await stack.router.store.settlement.rows()).find((r) => r.provider === p!.address)
+  t.equal(books?.settled, 0n, 'nothing counted as settled')
+  t.equal(books?.flagged, false, 'not flagged')
+  t.notMatch((await row(stack.url, p!.address))?.unrouted_reason ?? '', /flagged/)
+})

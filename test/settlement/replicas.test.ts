@@ -93,7 +93,11 @@ t.test('two router processes never both fund a sub-account', async (t) => {
       return false
     }, 30_000)
     t.ok(settled, `${round}: the other replica had its chance to fund`)
-    t.same(await pendingTransfers(rpcUrl), [chain.providers[0]!.address], `${round}: one transfer for the first provider, from one replica`)
+    // One transfer, whichever provider's (the funder takes them one at a time; a retry after the test's own
+    // transaction took the payer's next nonce can put the second provider first).
+    const pending = await pendingTransfers(rpcUrl)
+    t.equal(pending.length, 1, `${round}: one transfer pending, from one replica (${pending.join(', ')})`)
+    t.ok(pending.every((p) => chain.providers.some((c) => c.address === p)), `${round}: for a provider of the registry`)
     t.same([await metric(a.url, 'svc_settlement_funder'), await metric(b.url, 'svc_settlement_funder')].sort(), [0, 1], `${round}: exactly one process holds the funding lock`)
     await rpc(rpcUrl, 'evm_setAutomine', [true])
     await rpc(rpcUrl, 'evm_mine')

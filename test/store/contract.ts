@@ -446,14 +446,18 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     ])
     t.ok(out[0] instanceof StoreConflictError && out[1] instanceof RangeError && out[2] instanceof Error, 'a charge not billed...')
     t.strictSame(await served(), new Map([[P, 18446744073709551620n], [Q, 7n]]), '...is not served either')
-    await store.settlement.record(Q, { settled: 4n, lastBalance: 10n, lastBlock: 9_007_199_254_740_993n, flagged: false })
+    await store.settlement.record(Q, { settled: 4n, lastBalance: 10n, lastPendingRefund: 100000000000000000000000000001n, lastBlock: 9_007_199_254_740_993n, flagged: false })
     await store.ledger.recordCharge(charge(A, key.id, { provider: Q, neuron: 1n }))
     const q = (await store.settlement.rows()).find((r) => r.provider === Q)!
-    t.strictSame([q.served, q.settled, q.lastBalance, q.lastBlock, q.flagged], [8n, 4n, 10n, 9_007_199_254_740_993n, false], 'what was settled is kept beside it, with the block it was read at')
-    await store.settlement.record(Q, { settled: 5n, lastBalance: null, lastBlock: null, flagged: true })
+    t.strictSame(
+      [q.served, q.settled, q.lastBalance, q.lastPendingRefund, q.lastBlock, q.flagged],
+      [8n, 4n, 10n, 100000000000000000000000000001n, 9_007_199_254_740_993n, false],
+      'what was settled is kept beside it, with the pending refund and the block it was read at',
+    )
+    await store.settlement.record(Q, { settled: 5n, lastBalance: null, lastPendingRefund: null, lastBlock: null, flagged: true })
     const again = (await store.settlement.rows()).find((r) => r.provider === Q)!
-    t.strictSame([again.served, again.settled, again.lastBalance, again.lastBlock, again.flagged], [8n, 5n, null, null, true], 'rewritten together')
-    await store.settlement.record(P, { settled: 7n, lastBalance: 1n, lastBlock: 2n, flagged: false })
+    t.strictSame([again.served, again.settled, again.lastBalance, again.lastPendingRefund, again.lastBlock, again.flagged], [8n, 5n, null, null, null, true], 'rewritten together')
+    await store.settlement.record(P, { settled: 7n, lastBalance: 1n, lastPendingRefund: 0n, lastBlock: 2n, flagged: false })
     t.equal(await store.settlement.clearFlag(P), false, 'an unflagged provider has no flag to clear...')
     t.equal((await store.settlement.rows()).find((r) => r.provider === P)?.settled, 7n, '...and what it is still owed is kept (settled not raised to served)')
     t.equal(await store.settlement.clearFlag(Q), true, 'a flagged one is cleared')

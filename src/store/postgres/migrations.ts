@@ -221,7 +221,7 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 8,
-    name: 'settlement books: the block the balance was read at',
+    name: 'settlement books: the block the balance was read at, and the pending refund read with it',
     sql: SETTLEMENT_LAST_BLOCK_MIGRATION,
   },
 ]

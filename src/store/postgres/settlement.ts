@@ -13,7 +13,10 @@ export const SETTLEMENT_MIGRATION = `
 `
 
 /** The block the balance was read at, written with it (the events counted into settled end there). */
-export const SETTLEMENT_LAST_BLOCK_MIGRATION = `ALTER TABLE provider_settlement ADD COLUMN last_block bigint CHECK (last_block >= 0);`
+export const SETTLEMENT_LAST_BLOCK_MIGRATION = `
+  ALTER TABLE provider_settlement ADD COLUMN last_block bigint CHECK (last_block >= 0);
+  ALTER TABLE provider_settlement ADD COLUMN last_pending_refund NUMERIC(78,0) CHECK (last_pending_refund >= 0);
+`
 
 interface Row {
   provider: string
@@ -21,6 +24,7 @@ interface Row {
   settled: string
   last_balance: string | null
   last_block: string | null
+  last_pending_refund: string | null
   flagged: boolean
 }
 
@@ -32,22 +36,24 @@ export class PgSettlement implements SettlementStore {
   }
 
   async rows(): Promise<SettlementRow[]> {
-    const { rows } = await this.#conn.query<Row>('SELECT provider, served::text, settled::text, last_balance::text, last_block::text, flagged FROM provider_settlement ORDER BY provider')
+    const { rows } = await this.#conn.query<Row>('SELECT provider, served::text, settled::text, last_balance::text, last_block::text, last_pending_refund::text, flagged FROM provider_settlement ORDER BY provider')
     return rows.map((r) => ({
       provider: r.provider,
       served: BigInt(r.served),
       settled: BigInt(r.settled),
       lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
       lastBlock: r.last_block === null ? null : BigInt(r.last_block),
+      lastPendingRefund: r.last_pending_refund === null ? null : BigInt(r.last_pending_refund),
       flagged: r.flagged,
     }))
   }
 
   async record(provider: string, r: SettledRecord): Promise<void> {
     await this.#conn.query(
-      `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, flagged) VALUES ($1, $2::numeric, $3::numeric, $4::bigint, $5)
-       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block, flagged = excluded.flagged`,
-      [provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.flagged],
+      `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, last_pending_refund, flagged) VALUES ($1, $2::numeric, $3::numeric, $4::bigint, $5::numeric, $6)
+       ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block,
+         last_pending_refund = excluded.last_pending_refund, flagged = excluded.flagged`,
+      [provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.lastPendingRefund?.toString() ?? null, r.flagged],
     )
   }
 

@@ -321,11 +321,13 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 9,
-    name: 'settlement books: the block the balance was read at',
+    name: 'settlement books: the block the balance was read at, and the pending refund read with it',
     // Written with settled and last_balance (src/store/settlement.ts): after a restart the settlement events are
     // read on from this block instead of the balance's fall alone counting.
     sql: `
       ALTER TABLE provider_settlement ADD COLUMN last_block TEXT CHECK (last_block IS NULL OR (length(last_block) > 0 AND last_block NOT GLOB '*[^0-9]*'));
+      ALTER TABLE provider_settlement ADD COLUMN last_pending_refund TEXT
+        CHECK (last_pending_refund IS NULL OR (length(last_pending_refund) > 0 AND last_pending_refund NOT GLOB '*[^0-9]*'));
     `,
   },
 ]

@@ -8,6 +8,7 @@ interface Row {
   settled: string
   last_balance: string | null
   last_block: string | null
+  last_pending_refund: string | null
   flagged: number
 }
 
@@ -28,6 +29,7 @@ export class SqliteSettlement implements SettlementStore {
         settled: BigInt(r.settled),
         lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
         lastBlock: r.last_block === null ? null : BigInt(r.last_block),
+        lastPendingRefund: r.last_pending_refund === null ? null : BigInt(r.last_pending_refund),
         flagged: r.flagged === 1,
       }))
   }
@@ -35,11 +37,12 @@ export class SqliteSettlement implements SettlementStore {
   async record(provider: string, r: SettledRecord): Promise<void> {
     await this.#conn.writable()
     this.#conn.db
-      .prepare<[string, string, string | null, string | null, number]>(
-        `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, flagged) VALUES (?, ?, ?, ?, ?)
-         ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block, flagged = excluded.flagged`,
+      .prepare<[string, string, string | null, string | null, string | null, number]>(
+        `INSERT INTO provider_settlement (provider, settled, last_balance, last_block, last_pending_refund, flagged) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (provider) DO UPDATE SET settled = excluded.settled, last_balance = excluded.last_balance, last_block = excluded.last_block,
+           last_pending_refund = excluded.last_pending_refund, flagged = excluded.flagged`,
       )
-      .run(provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.flagged ? 1 : 0)
+      .run(provider, r.settled.toString(), r.lastBalance?.toString() ?? null, r.lastBlock?.toString() ?? null, r.lastPendingRefund?.toString() ?? null, r.flagged ? 1 : 0)
   }
 
   async clearFlag(provider: string): Promise<boolean> {
