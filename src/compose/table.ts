@@ -50,17 +50,25 @@ export const REGISTRY_SOURCES: Readonly<Record<Config['registry']['source'], (re
 export const COORDINATION: Readonly<Record<'local' | 'redis', (config: Config, parts: { store: Store; book: HealthBook }) => Promise<Part<RateGate>>>> = {
   local: async (config) => part(new RateLimiter(config.limits.requests_per_minute)),
   redis: async (config, { store, book }) => {
-    const [{ RedisLink }, { SharedRateLimiter }, { HealthExchange }] = await Promise.all([
+    const [{ RedisLink }, { SharedRateLimiter }, { LeasedRateLimiter }, { HealthExchange }] = await Promise.all([
       import('../coordination/redis.js'),
       import('../coordination/rate-window.js'),
+      import('../coordination/rate-lease.js'),
       import('../coordination/health-exchange.js'),
     ])
     const redis = new RedisLink(config.redis.url)
     if (!(await redis.ready(2_000))) log.warn('redis: not reachable at start; serving without it until it is')
-    const limiter = new SharedRateLimiter(redis, config.limits.requests_per_minute, { replicas: () => store.replica?.live ?? 1 })
+    const replicas = () => store.replica?.live ?? 1
+    const { rate_lease_size: leaseSize, rate_lease_ms: leaseMs } = config.redis
+    const limiter =
+      leaseSize > 0
+        ? new LeasedRateLimiter(redis, config.limits.requests_per_minute, { leaseSize, leaseMs, replicas })
+        : new SharedRateLimiter(redis, config.limits.requests_per_minute, { replicas })
     const exchange = new HealthExchange(redis, book, { replicaId: store.replica?.id ?? randomUUID(), ewmaAlpha: config.routing.latency_ewma_alpha })
     return part<RateGate>(limiter, async () => {
       exchange.close()
+      // Leases given back first: the other replicas need not wait for them to expire.
+      if (limiter instanceof LeasedRateLimiter) await limiter.close().catch(() => {})
       await redis.close()
     })
   },

@@ -190,6 +190,14 @@ const RedisSchema = z.strictObject({
     .string()
     .refine((v) => v === '' || ((v.startsWith('redis://') || v.startsWith('rediss://')) && URL.canParse(v)), 'must be a redis:// URL, or "" for none')
     .default(''),
+  /**
+   * Admissions of an account's shared window a replica leases at once, to admit out of memory with no Redis
+   * command (coordination/rate-lease.ts); 0 = every request's turn asks Redis. Never more than the limit is
+   * admitted; a request refused only for slots other replicas hold waits for them once, up to rate_lease_ms.
+   */
+  rate_lease_size: z.int().nonnegative().max(10_000).default(16),
+  /** How long a rate lease lives (a replica that dies with one leaves it to expire after this); the longest such a wait. */
+  rate_lease_ms: z.int().min(20).max(60_000).default(500),
 })
 
 /** A deposit of up to 1e9 USD: exact as a JS number when written with at most 6 decimals. */

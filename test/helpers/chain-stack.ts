@@ -14,6 +14,7 @@ import { ANVIL_MNEMONIC, chainAccount, NO_SIGNER, RegistryContract, startAnvil, 
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from '../../src/simulator/simulator.js'
 import { startStack, type Stack } from './stack.js'
 import { ownDir } from './own-dir.js'
+import { request } from 'undici'
 
 export interface ChainProvider {
   /** Index of its anvil account (1…19; 0 is the contract's owner). */
@@ -153,4 +154,23 @@ export async function fundLedger(stack: ChainStack, amount0g: string, index = PA
     : await wallet.writeContract({ address: stack.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'addLedger', args: [''], value: parseEther(amount0g), chain: null })
   const receipt = await client.waitForTransactionReceipt({ hash, pollingInterval: 50 })
   if (receipt.status !== 'success') throw new Error('funding the ledger failed')
+}
+
+/** A JSON-RPC call to anvil (its own methods too: evm_mine, evm_setAutomine, evm_increaseTime, txpool_content). */
+export async function anvilRpc(url: string, method: string, params: unknown[] = []): Promise<any> {
+  const res = await request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) })
+  const body = (await res.body.json()) as { result?: unknown; error?: { message: string } }
+  if (body.error !== undefined) throw new Error(`${method}: ${body.error.message}`)
+  return body.result
+}
+
+/** One chat request for the chain stacks' model `qwen`; its status (the body is read and dropped). */
+export async function chatQwen(url: string, auth: Record<string, string>): Promise<number> {
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...auth },
+    body: JSON.stringify({ model: 'qwen', messages: [{ role: 'user', content: 'hi' }] }),
+  })
+  await res.body.dump()
+  return res.statusCode
 }

@@ -23,14 +23,35 @@ export interface CliRun {
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
-/** Runs `svc-router <args> --config <configFile>` as an operator does, without blocking this process's event loop. */
-export function runCli(args: string[], configFile: string): Promise<CliRun> {
+/**
+ * Runs `svc-router <args> --config <configFile>` as an operator does, without blocking this process's event loop;
+ * its environment is PATH and `env` alone (SVC_ variables of the test's own would be config paths to it).
+ */
+export function runCli(args: string[], configFile: string, env: Record<string, string> = {}): Promise<CliRun> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args, '--config', configFile], { env: { PATH: process.env.PATH } })
+    const child = spawn(process.execPath, [CLI, ...args, '--config', configFile], { env: { PATH: process.env.PATH, ...env } })
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
     child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
     child.on('close', (status) => resolve({ status, stdout, stderr }))
   })
+}
+
+/** A long-running child of a test: SIGKILLed with this process (setpriv's pdeathsig) and at teardown; its output kept. */
+export interface Watched {
+  readonly child: ChildProcess
+  out(): string
+  err(): string
+}
+
+/** Starts `node <args>` (the router's CLI, the demo) as a child `watched` by the test. */
+export function watched(t: { teardown(fn: () => unknown): void }, args: readonly string[], env?: NodeJS.ProcessEnv): Watched {
+  const child = spawn('setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...(env !== undefined && { env }) })
+  t.teardown(() => killChild(child))
+  let out = ''
+  let err = ''
+  child.stdout!.setEncoding('utf8').on('data', (s: string) => (out += s))
+  child.stderr!.setEncoding('utf8').on('data', (s: string) => (err += s))
+  return { child, out: () => out, err: () => err }
 }

@@ -87,7 +87,7 @@ export async function startFleet(t: TapLike, options: FleetOptions): Promise<Fle
       server: { host: '127.0.0.1', port: 0, ...extra.server },
       registry: { path: 'providers.yaml', watch: false, ...extra.registry },
       store: { kind: 'postgres', url: options.pgUrl, ...extra.store },
-      redis: { url: options.redisUrl ?? '' },
+      redis: { url: options.redisUrl ?? '', ...extra.redis },
       replicas: { heartbeat_ms: 200, fence_ms: 1_000, dead_after_ms: 3_000, lease_linger_ms: 100, ...extra.replicas },
       log: { level: 'error', ...extra.log },
       limits: { requests_per_minute: 1_000_000, ...extra.limits },

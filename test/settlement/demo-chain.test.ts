@@ -4,10 +4,9 @@
  * router's port and store are moved out of the way through the environment (config/chain.yaml names fixed ones).
  */
 import t from 'tap'
-import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { request } from 'undici'
-import { exited } from '../helpers/child.js'
+import { exited, runCli, watched } from '../helpers/child.js'
 import { ownDir } from '../helpers/own-dir.js'
 import { eventually } from '../helpers/wait.js'
 
@@ -17,21 +16,12 @@ const CONFIG = new URL('../../../config/chain.yaml', import.meta.url).pathname
 t.test('demo:chain answers a paid request and chain status shows it served', async (t) => {
   const dir = ownDir(t, 'svc-demo-chain-')
   const store = join(dir, 'demo.db')
-  const child = spawn('setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, DEMO], {
-    env: { PATH: process.env.PATH, SVC_SERVER_PORT: '0', SVC_STORE_PATH: store, SVC_LOG_LEVEL: 'error' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  t.teardown(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
-  })
-  let out = ''
-  let err = ''
-  child.stdout!.setEncoding('utf8').on('data', (s: string) => (out += s))
-  child.stderr!.setEncoding('utf8').on('data', (s: string) => (err += s))
-  t.ok(await eventually(() => /DEMO_PAYER_KEY=\S+ SVC_REGISTRY_CHAIN_RPC_URL=\S+/.test(out), 60_000), `the demo is up: ${err}`)
-  const url = /svc-router listening on (\S+)/.exec(out)![1]!
-  const sk = /(sk-[A-Za-z0-9_-]{43})/.exec(out)![1]!
-  const [, payerKey, rpcUrl] = /DEMO_PAYER_KEY=(\S+) SVC_REGISTRY_CHAIN_RPC_URL=(\S+)/.exec(out)!
+  const demo = watched(t, [DEMO], { PATH: process.env.PATH, SVC_SERVER_PORT: '0', SVC_STORE_PATH: store, SVC_LOG_LEVEL: 'error' })
+  const child = demo.child
+  t.ok(await eventually(() => /DEMO_PAYER_KEY=\S+ SVC_REGISTRY_CHAIN_RPC_URL=\S+/.test(demo.out()), 60_000), `the demo is up: ${demo.err()}`)
+  const url = /svc-router listening on (\S+)/.exec(demo.out())![1]!
+  const sk = /(sk-[A-Za-z0-9_-]{43})/.exec(demo.out())![1]!
+  const [, payerKey, rpcUrl] = /DEMO_PAYER_KEY=(\S+) SVC_REGISTRY_CHAIN_RPC_URL=(\S+)/.exec(demo.out())!
 
   let status = 0
   let body = ''
@@ -54,7 +44,7 @@ t.test('demo:chain answers a paid request and chain status shows it served', asy
   let report = ''
   // The charge's served is written with it; status reads the books and the chain.
   const shown = await eventually(async () => {
-    const run = await runCliWithEnv(['chain', 'status'], env)
+    const run = await runCli(['chain', 'status'], CONFIG, env)
     report = run.stdout + run.stderr
     // provider, balance, pending_refund, acknowledged, served, settled, flag
     const row = report.split('\n').find((l) => l.startsWith(provider))?.trim().split(/\s+/)
@@ -67,16 +57,3 @@ t.test('demo:chain answers a paid request and chain status shows it served', asy
   await exited(child)
   t.equal(child.exitCode, 0, 'Ctrl-C stops all of it')
 })
-
-/** runCli with the demo's variables beside PATH (child.ts's runCli passes PATH alone). */
-function runCliWithEnv(args: string[], env: Record<string, string>): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  const cli = new URL('../../src/cli.js', import.meta.url).pathname
-  return new Promise((resolve) => {
-    const c = spawn(process.execPath, [cli, ...args, '--config', CONFIG], { env: { PATH: process.env.PATH, ...env } })
-    let stdout = ''
-    let stderr = ''
-    c.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-    c.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-    c.on('close', (status) => resolve({ status, stdout, stderr }))
-  })
-}

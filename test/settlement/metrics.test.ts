@@ -5,7 +5,7 @@
 import t from 'tap'
 import { request } from 'undici'
 import { chainAccount } from '../../src/demo/local-chain.js'
-import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider } from '../helpers/chain-stack.js'
+import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider, chatQwen } from '../helpers/chain-stack.js'
 import { eventually } from '../helpers/wait.js'
 
 const G = 10n ** 18n
@@ -23,16 +23,6 @@ async function scrape(url: string): Promise<Map<string, number>> {
     samples.set(line.slice(0, at), Number(line.slice(at + 1)))
   }
   return samples
-}
-
-async function chat(url: string, auth: Record<string, string>): Promise<number> {
-  const res = await request(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...auth },
-    body: JSON.stringify({ model: 'qwen', messages: [{ role: 'user', content: 'hi' }] }),
-  })
-  await res.body.dump()
-  return res.statusCode
 }
 
 t.test('/metrics follows a provider from unpaid to funded, served, settled and flagged', async (t) => {
@@ -55,7 +45,7 @@ t.test('/metrics follows a provider from unpaid to funded, served, settled and f
   await fundLedger(chain, '20')
   t.ok(await eventually(async () => (await scrape(url)).get(routable(false)) === 1), 'funded: routable')
 
-  t.equal(await chat(url, stack.auth), 200)
+  t.equal(await chatQwen(url, stack.auth), 200)
   const owed = owedBy()
   t.ok(owed > 0n)
   t.ok(await eventually(async () => near((await scrape(url)).get(unsettled), owed)), `what it served is unsettled (${owed} neuron)`)
@@ -66,7 +56,7 @@ t.test('/metrics follows a provider from unpaid to funded, served, settled and f
   t.equal(m.get(unsettled), 0, 'nothing left unsettled (it took a little more, within the tolerance)')
   t.equal(m.get(routable(false)), 1, 'still routable, not flagged')
 
-  t.equal(await chat(url, stack.auth), 200)
+  t.equal(await chatQwen(url, stack.auth), 200)
   await p!.sim!.broker!.settleNow()
   t.ok(await eventually(async () => (await scrape(url)).get(routable(true)) === 0), 'over the tolerance: flagged and not routable')
   m = await scrape(url)

@@ -10,20 +10,13 @@ import { request } from 'undici'
 import { createPublicClient, createWalletClient, decodeFunctionData, http, parseEther, type Hex } from 'viem'
 import { chainAccount, SERVICE_NAME } from '../../src/demo/local-chain.js'
 import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
-import { payerKeyFile, PAYER_INDEX, startChain, type ChainProvider } from '../helpers/chain-stack.js'
+import { payerKeyFile, PAYER_INDEX, startChain, type ChainProvider, anvilRpc } from '../helpers/chain-stack.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { chat, provision, startFleet } from '../helpers/replicas.js'
 import { eventually } from '../helpers/wait.js'
 
 const G = 10n ** 18n
 const FLEET: ChainProvider[] = [1, 2, 3].map((account) => ({ account, model: 'qwen', inputPrice: 1_000_000_000n, outputPrice: 1_000_000_000n, tee: true, broker: { settleIntervalMs: 600_000 } }))
-
-async function rpc(url: string, method: string, params: unknown[] = []): Promise<any> {
-  const res = await request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) })
-  const body = (await res.body.json()) as { result?: unknown; error?: { message: string } }
-  if (body.error !== undefined) throw new Error(`${method}: ${body.error.message}`)
-  return body.result
-}
 
 /** The provider a transaction's input funds, when it is a transferFund. */
 function fundedBy(input: Hex): string | null {
@@ -37,7 +30,7 @@ function fundedBy(input: Hex): string | null {
 
 /** The providers of the transferFund transactions waiting in anvil's pool. */
 async function pendingTransfers(rpcUrl: string): Promise<string[]> {
-  const pool = (await rpc(rpcUrl, 'txpool_content')) as { pending: Record<string, Record<string, { input: Hex }>> }
+  const pool = (await anvilRpc(rpcUrl, 'txpool_content')) as { pending: Record<string, Record<string, { input: Hex }>> }
   return Object.values(pool.pending)
     .flatMap((byNonce) => Object.values(byNonce))
     .map((tx) => fundedBy(tx.input))
@@ -80,9 +73,9 @@ t.test('two router processes never both fund a sub-account', async (t) => {
    * the funder is topping up, and left them to it); checks one transfer is pending; mines on.
    */
   const oneFunds = async (round: string, cause: () => Promise<unknown>) => {
-    await rpc(rpcUrl, 'evm_setAutomine', [false])
+    await anvilRpc(rpcUrl, 'evm_setAutomine', [false])
     await cause()
-    await rpc(rpcUrl, 'evm_mine')
+    await anvilRpc(rpcUrl, 'evm_mine')
     t.ok(await eventually(async () => (await pendingTransfers(rpcUrl)).length >= 1, 30_000), `${round}: a funding transfer is pending`)
     const since = [await metric(a.url, 'svc_settlement_rounds_total'), await metric(b.url, 'svc_settlement_rounds_total')]
     const settled = await eventually(async () => {
@@ -99,8 +92,8 @@ t.test('two router processes never both fund a sub-account', async (t) => {
     t.equal(pending.length, 1, `${round}: one transfer pending, from one replica (${pending.join(', ')})`)
     t.ok(pending.every((p) => chain.providers.some((c) => c.address === p)), `${round}: for a provider of the registry`)
     t.same([await metric(a.url, 'svc_settlement_funder'), await metric(b.url, 'svc_settlement_funder')].sort(), [0, 1], `${round}: exactly one process holds the funding lock`)
-    await rpc(rpcUrl, 'evm_setAutomine', [true])
-    await rpc(rpcUrl, 'evm_mine')
+    await anvilRpc(rpcUrl, 'evm_setAutomine', [true])
+    await anvilRpc(rpcUrl, 'evm_mine')
     t.ok(await eventually(async () => (await routesAll(a.url)) && (await routesAll(b.url)), 30_000), `${round}: both replicas route every provider`)
   }
   const payer = chainAccount(PAYER_INDEX)

@@ -12,19 +12,12 @@ import { loadConfig } from '../../src/config/index.js'
 import { chainAccount, SERVICE_NAME } from '../../src/demo/local-chain.js'
 import { serve } from '../../src/serve.js'
 import { LEDGER_MANAGER_ABI, SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
-import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider } from '../helpers/chain-stack.js'
+import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack, type ChainProvider, anvilRpc } from '../helpers/chain-stack.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
 
 const G = 10n ** 18n
 const CHEAP: ChainProvider = { account: 1, model: 'qwen', inputPrice: G / 1000n, outputPrice: G / 1000n, tee: true, broker: { settleIntervalMs: 600_000 } }
-
-async function rpc(url: string, method: string, params: unknown[] = []): Promise<any> {
-  const res = await request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) })
-  const body = (await res.body.json()) as { result?: unknown; error?: { message: string } }
-  if (body.error !== undefined) throw new Error(`${method}: ${body.error.message}`)
-  return body.result
-}
 
 async function routable(url: string, address: string): Promise<boolean> {
   const res = await request(`${url}/v1/providers?model=qwen`)
@@ -65,13 +58,13 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     await stack.router.close()
 
     // While the router is down: the settlement and a top-up of the same amount in one block.
-    await rpc(rpcUrl, 'evm_setAutomine', [false])
+    await anvilRpc(rpcUrl, 'evm_setAutomine', [false])
     const settling = p!.sim!.broker!.settleNow()
-    t.ok(await eventually(async () => Number((await rpc(rpcUrl, 'txpool_status')).pending) === 1), 'the settlement is pending')
+    t.ok(await eventually(async () => Number((await anvilRpc(rpcUrl, 'txpool_status')).pending) === 1), 'the settlement is pending')
     const wallet = createWalletClient({ account: payer, transport: http(rpcUrl) })
     await wallet.writeContract({ address: chain.contract.ledger, abi: LEDGER_MANAGER_ABI, functionName: 'transferFund', args: [p!.account.address, SERVICE_NAME, owed], chain: null })
-    await rpc(rpcUrl, 'evm_mine')
-    await rpc(rpcUrl, 'evm_setAutomine', [true])
+    await anvilRpc(rpcUrl, 'evm_mine')
+    await anvilRpc(rpcUrl, 'evm_setAutomine', [true])
     await settling
     const client = createPublicClient({ transport: http(rpcUrl) })
     const account = await client.readContract({ address: chain.contract.address, abi: SERVING_PAYMENT_ABI, functionName: 'getAccount', args: [payer.address, p!.account.address] })

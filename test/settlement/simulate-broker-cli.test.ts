@@ -4,7 +4,6 @@
  * books count as settled against what it served.
  */
 import t from 'tap'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { chmodSync } from 'node:fs'
 import { request } from 'undici'
@@ -13,23 +12,15 @@ import { chainAccount } from '../../src/demo/local-chain.js'
 import { SERVING_PAYMENT_ABI } from '../../src/settlement/abi.js'
 import { simulateProviderCommand } from '../../src/simulator/cli.js'
 import { fundLedger, payerKeyFile, PAYER_INDEX, startChainStack } from '../helpers/chain-stack.js'
-import { exited } from '../helpers/child.js'
+import { exited, watched, type Watched } from '../helpers/child.js'
 import { eventually } from '../helpers/wait.js'
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 const G = 10n ** 18n
 const PRICE = G / 1000n
 
-function simulate(t: { teardown(fn: () => unknown): void }, args: string[]): { child: ChildProcess; out: () => string; err: () => string } {
-  const child = spawn('setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, CLI, 'simulate-provider', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-  t.teardown(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
-  })
-  let out = ''
-  let err = ''
-  child.stdout!.setEncoding('utf8').on('data', (s: string) => (out += s))
-  child.stderr!.setEncoding('utf8').on('data', (s: string) => (err += s))
-  return { child, out: () => out, err: () => err }
+function simulate(t: { teardown(fn: () => unknown): void }, args: string[]): Watched {
+  return watched(t, [CLI, 'simulate-provider', ...args])
 }
 
 t.test('the broker flags are checked: each needs --chain-rpc, which needs the rest and an owner-only key file', async (t) => {

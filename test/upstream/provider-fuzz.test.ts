@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import t from 'tap'
 import { request } from 'undici'
 import { fakeProvider } from '../helpers/fake-provider.js'
-import { seeded } from '../helpers/seeded.js'
+import { mutate, seeded } from '../helpers/seeded.js'
 import { addr, startStack } from '../helpers/stack.js'
 
 const OPENAI = 'm-openai'
@@ -70,20 +70,6 @@ const RESPONSES_JSON = JSON.stringify({ ...RESPONSE, status: 'completed', output
 
 const INSERTS = ['{', '}', '[', ']', '"', ',', ':', '\\', '\n', '\n\n', 'data: ', 'data: [DONE]\n\n', 'event: error\n', '\r', '\u0000', 'null', '-1', '1e400', '99999999999999999999', '"usage":{"prompt_tokens":-5},', '"x_svc_trace":{"provider":"0xevil"},']
 
-function mutate(random: () => number, text: string): string {
-  let out = text
-  const edits = Math.floor(random() * 4)
-  for (let e = 0; e < edits; e++) {
-    const at = Math.floor(random() * (out.length + 1))
-    const kind = random()
-    if (kind < 0.4) out = out.slice(0, at) + INSERTS[Math.floor(random() * INSERTS.length)] + out.slice(at)
-    else if (kind < 0.65) out = out.slice(0, at) + out.slice(at + 1 + Math.floor(random() * 12))
-    else if (kind < 0.8) out = out.slice(0, at)
-    else out = out.slice(0, at) + String.fromCharCode(Math.floor(random() * 0x3000)) + out.slice(at)
-  }
-  return out
-}
-
 interface Sent {
   readonly requestId: string
   readonly status: number
@@ -108,7 +94,7 @@ t.test('fuzzed provider answers on every wire format: no 500, enveloped errors, 
     const roll = random()
     const status = roll < 0.05 ? 500 : roll < 0.08 ? 429 : roll < 0.1 ? 201 : 200
     const contentType = random() < 0.05 ? 'text/html' : type
-    const bytes = Buffer.from(random() < 0.8 ? mutate(random, text) : text)
+    const bytes = Buffer.from(random() < 0.8 ? mutate(random, text, INSERTS) : text)
     res.writeHead(status, { 'content-type': contentType })
     // In pieces of odd sizes: a frame, a UTF-8 sequence or a JSON token split across reads.
     let at = 0

@@ -104,25 +104,6 @@ export function unavailable(err: unknown): unknown {
   return err
 }
 
-/** The socket under a pg client, as far as corking it goes (pg's `connection.stream`, a net.Socket). */
-type Corkable = { connection?: { stream?: { cork?: () => void; uncork?: () => void } } }
-
-/**
- * Runs `send` (which queues statements on `client` in pipeline mode) with the client's socket corked, so that
- * everything it queues leaves in one write: pg writes each statement on its own (it corks per statement), and
- * each write to a server waiting on its socket is a wake-up of that backend and a system call here. Measured
- * on the charge path (BEGIN, three statements, COMMIT): one writev in place of five.
- */
-function writeAtOnce<T>(client: pg.PoolClient, send: () => T): T {
-  const stream = (client as unknown as Corkable).connection?.stream
-  stream?.cork?.()
-  try {
-    return send()
-  } finally {
-    stream?.uncork?.()
-  }
-}
-
 /** Tries of a transaction PostgreSQL aborted as a deadlock victim (each is rolled back whole first). */
 const RETRIES = 3
 
@@ -159,7 +140,6 @@ export class PgConnection {
       max: this.options.poolSize,
       idleTimeoutMillis: 30_000,
       allowExitOnIdle: true,
-      // Only pipelined() writes several statements before their answers; everything else awaits each one.
       pipeline: true,
     })
     // An idle connection that breaks (the server restarted) is reported here; unheard, it would end the process.
@@ -231,6 +211,22 @@ export class PgConnection {
   }
 
   /**
+   * One statement that is a transaction of its own (autocommit: a function doing a transaction's work, like
+   * svc_charge_batch): committed, and flushed, when it answers. A deadlock victim is run again, as
+   * transaction() does; a connection lost before the answer leaves the outcome unknown (StoreUnavailableError).
+   */
+  async statement<R extends pg.QueryResultRow = pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.query<R>(config)
+      } catch (err) {
+        if (attempt < RETRIES && isRetryable(err)) continue
+        throw err
+      }
+    }
+  }
+
+  /**
    * Runs `fn` in a transaction (READ COMMITTED) and commits; rolls back and rethrows when it throws. A
    * transaction PostgreSQL aborted to break a deadlock is run again (up to RETRIES tries): `fn` must not keep
    * state across tries. A COMMIT that fails on a lost connection leaves its outcome unknown: the caller gets
@@ -262,31 +258,6 @@ export class PgConnection {
       } finally {
         client.release(broken)
       }
-    }
-  }
-
-  /**
-   * BEGIN, `statements` and COMMIT written at once on one connection (pg's pipeline mode), so the whole
-   * transaction costs one round trip plus the commit's flush: the charge path. PostgreSQL still runs them one
-   * after the other, in order; none may need another's answer to be written. When one fails, the ones after it
-   * fail as "in failed transaction" and the COMMIT rolls back: the first error is thrown and nothing is written.
-   * Deadlock victims are run again, as transaction() does. Resolves to the statements' results, in order.
-   */
-  async pipelined(statements: readonly pg.QueryConfig[]): Promise<pg.QueryResult[]> {
-    for (let attempt = 1; ; attempt++) {
-      const client = await this.#connect()
-      const settled = await Promise.allSettled(writeAtOnce(client, () => [client.query('BEGIN'), ...statements.map((s) => client.query(s)), client.query('COMMIT')]))
-      const failure = settled.find((r) => r.status === 'rejected')
-      if (failure === undefined) {
-        client.release()
-        return settled.slice(1, -1).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value)
-      }
-      const err: unknown = failure.reason
-      // A connection that answered every statement is idle again (its COMMIT rolled back): it goes back to the pool.
-      const broken = settled.some((r) => r.status === 'rejected' && isConnectionError(r.reason))
-      client.release(broken ? (err as Error) : undefined)
-      if (attempt < RETRIES && isRetryable(err)) continue
-      throw unavailable(err)
     }
   }
 

@@ -4,18 +4,17 @@
  * own transaction, so every reader sees totals equal to the journal with no fold to wait for. Money is
  * NUMERIC(78,0), passed as decimal strings; the database adds it only as NUMERIC (exact), never as float.
  *
- * A batch of charges (recordCharges, the group commit) is one transaction of two statements: the accounts it
- * bills are locked in id order (so two replicas' batches over the same accounts queue, never deadlock), then
- * one statement appends every charge (unnest(): one multi-row INSERT), adds them into the totals and the
- * roll-up. BEGIN, both statements and COMMIT are written at once (pipelined: one round trip), and the COMMIT,
- * flushed by PostgreSQL (synchronous_commit on), makes the whole batch durable.
+ * A batch of charges (recordCharges, the group commit) is one prepared statement run in autocommit, the
+ * function svc_charge_batch (charge-batch.ts): it locks the accounts the batch bills in id order (so two
+ * replicas' batches over the same accounts queue, never deadlock), pays the leased charges, appends every
+ * charge (unnest(): one multi-row INSERT) and adds them into the totals, the roll-up and what this replica
+ * served each chain provider. One round trip; its commit, flushed by PostgreSQL (synchronous_commit on), makes
+ * the whole batch durable before it answers.
  */
-import type pg from 'pg'
 import { utcDay } from '../days.js'
 import {
   chargeEntry,
   invalidCharge,
-  MAX_STORED_COUNT,
   toJournal,
   toUsageRow,
   type AccountTotals,
@@ -32,77 +31,9 @@ import { StoreConflictError } from '../store.js'
 import { LeaseLostError } from '../leases.js'
 import { ACCOUNT_SQL } from './accounts.js'
 import type { PgConnection } from './connection.js'
-import { LEASE_SQL } from './leases.js'
+import { CHARGE_BATCH_SQL } from './charge-batch.js'
 
 const JOURNAL_COLUMNS = 'seq, account_id, kind, amount, request_id, key_id, memo, created_at, neuron::text'
-
-/**
- * A roll-up count added in NUMERIC and saturated at MAX_STORED_COUNT before it is a bigint again: no sum can
- * overflow the column and abort the batch, with every other account's charges in it (issue 43), even past a
- * row written near the bigint limit behind the router's back.
- */
-const cap = (numeric: string): string => `LEAST(${numeric}, ${MAX_STORED_COUNT})::bigint`
-
-/** Every statement of a batch of charges, in the order the transaction runs them. No trigger fires on any. */
-export const CHARGE_SQL = {
-  /**
-   * The accounts the batch bills, locked in id order until COMMIT: every batch takes its account locks in the
-   * same order, so concurrent batches (other replicas) over the same accounts wait in turn instead of
-   * deadlocking, and the totals' read-add-write below can never lose an update. Accounts missing from the
-   * answer do not exist: their charges fail alone, and the others are billed. FOR NO KEY UPDATE still lets
-   * the journal's foreign-key checks (FOR KEY SHARE) through.
-   */
-  lockAccounts: 'SELECT id FROM accounts WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE',
-  /**
-   * Appends the charges (in batch order, so seqs follow it), skipping any whose request is already billed (the
-   * unique index; a concurrent batch with the same request waits for the other's outcome) or whose account does
-   * not exist (it is written without waiting for lockAccounts' answer), then adds exactly the appended ones into
-   * accounts.spent and usage_daily: both read `appended`, the INSERT's RETURNING, so a skipped charge is never
-   * counted. The usage_daily rows belong to the accounts locked above, so no other batch can be adding to them
-   * meanwhile. A chain provider's charges also add their neuron into provider_settlement.served (what it was
-   * served, durable with the charge: store/settlement.ts); those rows are shared by every account, so they are
-   * taken after the account locks and in provider order, like the accounts, and no two batches deadlock.
-   * Answers the seq of each charge appended.
-   */
-  append: `WITH input AS (
-      SELECT * FROM unnest($1::text[], $2::numeric[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
-        $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::numeric[]) WITH ORDINALITY
-        AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
-          images, audio_ms, day, neuron, ord)
-    ), appended AS (
-      INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
-        prompt_tokens, completion_tokens, images, audio_ms, neuron)
-      SELECT account_id, 'charge', amount, request_id, key_id, '', created_at, model, provider,
-        prompt_tokens, completion_tokens, images, audio_ms, neuron
-      FROM input WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = input.account_id)
-      ORDER BY ord
-      ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
-      RETURNING seq, request_id, account_id, key_id, model, provider, neuron, amount, prompt_tokens, completion_tokens, images, audio_ms
-    ), served AS (
-      INSERT INTO provider_settlement AS p (provider, served)
-      SELECT provider, sum(neuron) FROM appended WHERE neuron > 0 GROUP BY provider ORDER BY provider
-      ON CONFLICT (provider) DO UPDATE SET served = p.served + EXCLUDED.served
-    ), spent AS (
-      UPDATE accounts a SET spent = a.spent + s.amount
-      FROM (SELECT account_id, sum(amount) AS amount FROM appended GROUP BY account_id) s
-      WHERE a.id = s.account_id
-    ), daily AS (
-      INSERT INTO usage_daily AS u (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
-        images, audio_ms, cost)
-      SELECT a.account_id, i.day, a.model, a.key_id, count(*), ${cap('sum(a.prompt_tokens)')}, ${cap('sum(a.completion_tokens)')},
-        ${cap('sum(a.images)')}, ${cap('sum(a.audio_ms)')}, sum(a.amount)
-      FROM appended a JOIN input i ON i.request_id = a.request_id
-      GROUP BY a.account_id, i.day, a.model, a.key_id
-      ON CONFLICT (account_id, day, model, key_id) DO UPDATE SET
-        requests = ${cap('u.requests::numeric + EXCLUDED.requests')},
-        prompt_tokens = ${cap('u.prompt_tokens::numeric + EXCLUDED.prompt_tokens')},
-        completion_tokens = ${cap('u.completion_tokens::numeric + EXCLUDED.completion_tokens')},
-        images = ${cap('u.images::numeric + EXCLUDED.images')},
-        audio_ms = ${cap('u.audio_ms::numeric + EXCLUDED.audio_ms')},
-        cost = u.cost + EXCLUDED.cost
-    )
-    SELECT seq, request_id FROM appended`,
-} as const
 
 export const FUNDS_SQL = {
   /**
@@ -222,61 +153,57 @@ export class PgLedger implements LedgerStore {
     return out
   }
 
-  /** The batch's transaction: CHARGE_SQL's two statements, pipelined. */
+  /** The batch's transaction: one statement (svc_charge_batch), its leased charges paid by this replica's leases. */
   async #append(ids: string[], valid: readonly Charge[]): Promise<Appended> {
     const n = valid.length
-    const columns = Array.from({ length: 13 }, () => new Array<unknown>(n))
+    const values = new Array<unknown>(20)
+    values[0] = this.#conn.options.replicaId ?? ''
+    values[1] = ids
+    for (let j = 2; j < 15; j++) values[j] = new Array<unknown>(n)
+    let leased = 0
     for (let i = 0; i < n; i++) {
       const c = valid[i]!
-      columns[0]![i] = c.accountId
-      columns[1]![i] = c.cost.toString()
-      columns[2]![i] = c.requestId
-      columns[3]![i] = c.keyId
-      columns[4]![i] = c.at
-      columns[5]![i] = c.model
-      columns[6]![i] = c.provider
-      columns[7]![i] = c.promptTokens
-      columns[8]![i] = c.completionTokens
-      columns[9]![i] = c.images
-      columns[10]![i] = c.audioMs
-      columns[11]![i] = utcDay(c.at)
-      columns[12]![i] = c.neuron === null || c.neuron === undefined ? null : c.neuron.toString()
+      ;(values[2] as unknown[])[i] = c.accountId
+      ;(values[3] as unknown[])[i] = c.cost.toString()
+      ;(values[4] as unknown[])[i] = c.requestId
+      ;(values[5] as unknown[])[i] = c.keyId
+      ;(values[6] as unknown[])[i] = c.at
+      ;(values[7] as unknown[])[i] = c.model
+      ;(values[8] as unknown[])[i] = c.provider
+      ;(values[9] as unknown[])[i] = c.promptTokens
+      ;(values[10] as unknown[])[i] = c.completionTokens
+      ;(values[11] as unknown[])[i] = c.images
+      ;(values[12] as unknown[])[i] = c.audioMs
+      ;(values[13] as unknown[])[i] = utcDay(c.at)
+      ;(values[14] as unknown[])[i] = c.neuron === null || c.neuron === undefined ? null : c.neuron.toString()
+      if (c.leased === true) leased++
     }
-    const statements: pg.QueryConfig[] = [{ name: 'svc_lock_accounts', text: CHARGE_SQL.lockAccounts, values: [ids] }]
-    const pay = this.#payLeased(valid)
-    if (pay !== null) statements.push(pay)
-    statements.push({ name: 'svc_append_charges', text: CHARGE_SQL.append, values: columns })
-    const results = await this.#conn.pipelined(statements)
-    const locked = results[0]
-    const appended = results[results.length - 1]
-    const known = new Set((locked!.rows as { id: string }[]).map((r) => r.id))
+    if (leased > 0) {
+      if (this.#conn.options.replicaId === null) throw new Error('a leased charge needs the replica whose lease pays it (a store opened with a replica id)')
+      const request: string[] = [], account: string[] = [], key: string[] = [], period: number[] = [], cost: string[] = []
+      for (const c of valid) {
+        if (c.leased !== true) continue
+        request.push(c.requestId)
+        account.push(c.accountId)
+        key.push(c.keyId)
+        period.push(c.periodStart ?? 0)
+        cost.push(c.cost.toString())
+      }
+      values[15] = request
+      values[16] = account
+      values[17] = key
+      values[18] = period
+      values[19] = cost
+    } else for (let j = 15; j < 20; j++) values[j] = null
+    const { rows } = await this.#conn.statement<{ o_known: string[]; o_seqs: (number | string)[]; o_requests: string[] }>({
+      name: 'svc_charge_batch',
+      text: CHARGE_BATCH_SQL,
+      values,
+    })
+    const row = rows[0]!
     const seqs = new Map<string, number>()
-    for (const row of appended!.rows as { seq: number; request_id: string }[]) seqs.set(row.request_id, row.seq)
-    return { known, seqs }
-  }
-
-  /**
-   * The statement that pays the batch's leased charges out of this replica's leases (or free room), after the
-   * account locks and before the append (store/postgres/leases.ts svc_lease_pay_all); null when none is leased.
-   */
-  #payLeased(batch: readonly Charge[]): pg.QueryConfig | null {
-    let leased: Charge[] | null = null
-    for (const c of batch) if (c.leased === true) (leased ??= []).push(c)
-    if (leased === null) return null
-    const replicaId = this.#conn.options.replicaId
-    if (replicaId === null) throw new Error('a leased charge needs the replica whose lease pays it (a store opened with a replica id)')
-    return {
-      name: 'svc_lease_pay_all',
-      text: LEASE_SQL.payAll,
-      values: [
-        replicaId,
-        leased.map((c) => c.requestId),
-        leased.map((c) => c.accountId),
-        leased.map((c) => c.keyId),
-        leased.map((c) => c.periodStart ?? 0),
-        leased.map((c) => c.cost.toString()),
-      ],
-    }
+    for (let i = 0; i < row.o_requests.length; i++) seqs.set(row.o_requests[i]!, Number(row.o_seqs[i]))
+    return { known: new Set(row.o_known), seqs }
   }
 
   async totals(accountId: string): Promise<AccountTotals> {

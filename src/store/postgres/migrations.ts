@@ -8,6 +8,7 @@
  * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
  */
 
+import { CHARGE_BATCH_MIGRATION } from './charge-batch.js'
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
 import { SETTLEMENT_LAST_BLOCK_MIGRATION, SETTLEMENT_MIGRATION } from './settlement.js'
@@ -223,5 +224,10 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 8,
     name: 'settlement books: the block the balance was read at, and the pending refund read with it',
     sql: SETTLEMENT_LAST_BLOCK_MIGRATION,
+  },
+  {
+    version: 9,
+    name: "a batch of charges in one statement; served kept per provider and replica",
+    sql: CHARGE_BATCH_MIGRATION,
   },
 ]

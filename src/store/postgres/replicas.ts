@@ -55,7 +55,8 @@ export const REPLICA_SQL = {
   /** Removes silent replicas and gives their leases back (svc_release_orphan_leases: leases.ts). */
   reap: `WITH dead AS (DELETE FROM replicas WHERE heartbeat_at < now() - make_interval(secs => $1::float8 / 1000) RETURNING id)
       SELECT id FROM dead`,
-  releaseOrphans: `SELECT svc_release_orphan_leases() AS released`,
+  /** ...and folds what they were served into the providers' books (svc_fold_served: charge-batch.ts). */
+  releaseOrphans: `SELECT svc_release_orphan_leases() AS released, svc_fold_served() AS folded`,
   unregister: `DELETE FROM replicas WHERE id = $1`,
   ids: `SELECT id FROM replicas`,
 } as const

@@ -18,6 +18,21 @@ export const SETTLEMENT_LAST_BLOCK_MIGRATION = `
   ALTER TABLE provider_settlement ADD COLUMN last_pending_refund NUMERIC(78,0) CHECK (last_pending_refund >= 0);
 `
 
+/**
+ * A provider's served is provider_settlement.served (what replicas gone were served, and everything before
+ * migration 9) plus each live replica's provider_served row, written by the charges themselves (charge-batch.ts).
+ */
+const SETTLEMENT_SQL = {
+  rows: `SELECT provider, (coalesce(s.served, 0) + coalesce(r.served, 0))::text AS served, coalesce(s.settled, 0)::text AS settled,
+      s.last_balance::text AS last_balance, s.last_block::text AS last_block, s.last_pending_refund::text AS last_pending_refund,
+      coalesce(s.flagged, false) AS flagged
+    FROM provider_settlement s FULL JOIN (SELECT provider, sum(served) AS served FROM provider_served GROUP BY provider) r USING (provider)
+    ORDER BY provider`,
+  clearFlag: `UPDATE provider_settlement p SET flagged = false,
+      settled = p.served + coalesce((SELECT sum(served) FROM provider_served r WHERE r.provider = p.provider), 0)
+    WHERE provider = $1 AND flagged`,
+} as const
+
 interface Row {
   provider: string
   served: string
@@ -36,7 +51,7 @@ export class PgSettlement implements SettlementStore {
   }
 
   async rows(): Promise<SettlementRow[]> {
-    const { rows } = await this.#conn.query<Row>('SELECT provider, served::text, settled::text, last_balance::text, last_block::text, last_pending_refund::text, flagged FROM provider_settlement ORDER BY provider')
+    const { rows } = await this.#conn.query<Row>(SETTLEMENT_SQL.rows)
     return rows.map((r) => ({
       provider: r.provider,
       served: BigInt(r.served),
@@ -58,7 +73,7 @@ export class PgSettlement implements SettlementStore {
   }
 
   async clearFlag(provider: string): Promise<boolean> {
-    const { rowCount } = await this.#conn.query('UPDATE provider_settlement SET flagged = false, settled = served WHERE provider = $1 AND flagged', [provider])
+    const { rowCount } = await this.#conn.query(SETTLEMENT_SQL.clearFlag, [provider])
     return (rowCount ?? 0) > 0
   }
 }

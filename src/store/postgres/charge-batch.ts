@@ -1,0 +1,111 @@
+/**
+ * Migration 9: a batch of charges is one statement, `SELECT ... FROM svc_charge_batch(...)`, prepared once per
+ * connection (a pg named statement) and run in autocommit: its implicit transaction is the batch's, committed
+ * (flushed: synchronous_commit on) before the answer leaves the server. Before, the same work was BEGIN, the
+ * account locks, the lease payment, the append and COMMIT: five statements (four without leases) the server
+ * parsed, bound and answered one by one, each with its own Sync, in one write from the client. Now the server
+ * runs one Bind/Execute per batch and the function's statements keep their plans for the session (PL/pgSQL).
+ *
+ * What a chain provider was served moves to `provider_served`, one row per provider and replica: a batch adds
+ * to its own replica's row, so two replicas' batches for a busy provider no longer queue on one shared row
+ * (provider_settlement.served, which every batch of every replica locked until its commit). Served is still
+ * written in the charge's own transaction, so it is exact whatever crashes: provider_settlement.served keeps
+ * what was served before this migration and what replicas gone were served (folded in by svc_fold_served when
+ * a replica leaves or is reaped), and a provider's served is that plus the sum of its provider_served rows.
+ *
+ * Lock order, unchanged: the batch's accounts in id order, then (leased charges) keys and leases
+ * (leases.ts), then the journal's unique index, usage_daily (rows of accounts held) and the replica's own
+ * provider_served rows in provider order; svc_fold_served locks a provider_served row, then provider_settlement's.
+ */
+export const CHARGE_BATCH_MIGRATION = `
+CREATE TABLE provider_served (
+  provider text NOT NULL,
+  replica  text NOT NULL,
+  served   NUMERIC(78,0) NOT NULL DEFAULT 0 CHECK (served >= 0),
+  PRIMARY KEY (provider, replica)
+);
+
+-- Appends a batch of charges: locks its accounts (id order), pays its leased charges out of replica r's leases
+-- (svc_lease_pay_all: raises 'svc: lease lost' naming a charge nothing can pay; the caller runs the batch
+-- again without it), appends the charges of existing accounts whose request is not billed yet (in batch
+-- order), and adds exactly the appended ones into accounts.spent, usage_daily and replica r's served rows.
+-- Answers the accounts that exist and, for each appended charge, its seq and request.
+CREATE FUNCTION svc_charge_batch(r TEXT, ids TEXT[],
+  p_account TEXT[], p_amount NUMERIC[], p_request TEXT[], p_key TEXT[], p_at BIGINT[], p_model TEXT[],
+  p_provider TEXT[], p_prompt BIGINT[], p_completion BIGINT[], p_images BIGINT[], p_audio BIGINT[], p_day TEXT[],
+  p_neuron NUMERIC[],
+  l_request TEXT[], l_account TEXT[], l_key TEXT[], l_period BIGINT[], l_cost NUMERIC[])
+RETURNS TABLE (o_known TEXT[], o_seqs BIGINT[], o_requests TEXT[])
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+  SELECT coalesce(array_agg(l.id), '{}') INTO o_known
+    FROM (SELECT id FROM accounts WHERE id = ANY (ids) ORDER BY id FOR NO KEY UPDATE) l;
+  IF l_request IS NOT NULL THEN
+    PERFORM svc_lease_pay_all(r, l_request, l_account, l_key, l_period, l_cost);
+  END IF;
+  WITH input AS (
+    SELECT * FROM unnest(p_account, p_amount, p_request, p_key, p_at, p_model, p_provider, p_prompt, p_completion,
+      p_images, p_audio, p_day, p_neuron) WITH ORDINALITY
+      AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
+        images, audio_ms, day, neuron, ord)
+  ), appended AS (
+    INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
+      prompt_tokens, completion_tokens, images, audio_ms, neuron)
+    SELECT account_id, 'charge', amount, request_id, key_id, '', created_at, model, provider,
+      prompt_tokens, completion_tokens, images, audio_ms, neuron
+    FROM input WHERE input.account_id = ANY (o_known)
+    ORDER BY ord
+    ON CONFLICT (request_id) WHERE kind = 'charge' DO NOTHING
+    RETURNING seq, request_id, account_id, key_id, model, provider, neuron, amount, prompt_tokens, completion_tokens, images, audio_ms
+  ), served AS (
+    INSERT INTO provider_served AS p (provider, replica, served)
+    SELECT provider, r, sum(neuron) FROM appended WHERE neuron > 0 GROUP BY provider ORDER BY provider
+    ON CONFLICT (provider, replica) DO UPDATE SET served = p.served + EXCLUDED.served
+  ), spent AS (
+    UPDATE accounts a SET spent = a.spent + s.amount
+    FROM (SELECT account_id, sum(amount) AS amount FROM appended GROUP BY account_id) s
+    WHERE a.id = s.account_id
+  ), daily AS (
+    INSERT INTO usage_daily AS u (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
+      images, audio_ms, cost)
+    SELECT a.account_id, i.day, a.model, a.key_id, count(*),
+      LEAST(sum(a.prompt_tokens), 9007199254740991)::bigint, LEAST(sum(a.completion_tokens), 9007199254740991)::bigint,
+      LEAST(sum(a.images), 9007199254740991)::bigint, LEAST(sum(a.audio_ms), 9007199254740991)::bigint, sum(a.amount)
+    FROM appended a JOIN input i ON i.request_id = a.request_id
+    GROUP BY a.account_id, i.day, a.model, a.key_id
+    ON CONFLICT (account_id, day, model, key_id) DO UPDATE SET
+      requests = LEAST(u.requests::numeric + EXCLUDED.requests, 9007199254740991)::bigint,
+      prompt_tokens = LEAST(u.prompt_tokens::numeric + EXCLUDED.prompt_tokens, 9007199254740991)::bigint,
+      completion_tokens = LEAST(u.completion_tokens::numeric + EXCLUDED.completion_tokens, 9007199254740991)::bigint,
+      images = LEAST(u.images::numeric + EXCLUDED.images, 9007199254740991)::bigint,
+      audio_ms = LEAST(u.audio_ms::numeric + EXCLUDED.audio_ms, 9007199254740991)::bigint,
+      cost = u.cost + EXCLUDED.cost
+  )
+  SELECT coalesce(array_agg(seq ORDER BY seq), '{}'), coalesce(array_agg(request_id ORDER BY seq), '{}')
+    INTO o_seqs, o_requests FROM appended;
+  RETURN NEXT;
+END $$;
+
+-- Moves the served rows of replicas no longer registered (gone, or reaped) into provider_settlement.served,
+-- each row's move one delete and one add in the same transaction: nothing counted twice or lost. The row of
+-- a handle that is no replica ('') stays. Answers how many rows moved.
+CREATE FUNCTION svc_fold_served() RETURNS INTEGER LANGUAGE plpgsql AS $$
+DECLARE f RECORD; n INTEGER := 0;
+BEGIN
+  FOR f IN DELETE FROM provider_served s
+      WHERE s.replica <> '' AND NOT EXISTS (SELECT 1 FROM replicas WHERE id = s.replica)
+      RETURNING s.provider, s.served LOOP
+    INSERT INTO provider_settlement AS p (provider, served) VALUES (f.provider, f.served)
+      ON CONFLICT (provider) DO UPDATE SET served = p.served + EXCLUDED.served;
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+`
+
+/** The batch's one statement (its parameters in svc_charge_batch's order). */
+export const CHARGE_BATCH_SQL =
+  'SELECT o_known, o_seqs, o_requests FROM svc_charge_batch($1, $2::text[], $3::text[], $4::numeric[], $5::text[], $6::text[], ' +
+  '$7::bigint[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[], $15::numeric[], ' +
+  '$16::text[], $17::text[], $18::text[], $19::bigint[], $20::numeric[])'

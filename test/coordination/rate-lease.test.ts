@@ -1,0 +1,126 @@
+/**
+ * The leased account window (src/coordination/rate-lease.ts) on a real Redis: limiters as replicas hold them
+ * never admit past the limit, and short of it by at most (replicas - 1) x lease size; a request on a warm
+ * lease sends Redis nothing (counted by Redis itself: INFO commandstats); what a lease admitted is in the
+ * window once it is returned; a lease whose replica vanished expires and its slots come back.
+ */
+import t from 'tap'
+import { LeasedRateLimiter } from '../../src/coordination/rate-lease.js'
+import { RedisLink } from '../../src/coordination/redis.js'
+import { startRedis } from '../helpers/redis.js'
+
+type Test = Parameters<Parameters<typeof t.test>[0]>[0]
+
+const LEASE_MS = 400
+
+async function replicas(t: Test, url: string, n: number, limit: number, leaseSize: number, prefix = `svc:test:${Math.random()}:`) {
+  const out: { link: RedisLink; limiter: LeasedRateLimiter }[] = []
+  for (let i = 0; i < n; i++) {
+    const link = new RedisLink(url, { commandTimeoutMs: 300 })
+    t.teardown(() => link.close())
+    await link.ready(5_000)
+    const limiter = new LeasedRateLimiter(link, limit, { leaseSize, leaseMs: LEASE_MS, replicas: () => n, prefix })
+    t.teardown(() => limiter.close())
+    out.push({ link, limiter })
+  }
+  return out
+}
+
+/** Commands Redis ran, by name (INFO commandstats), as seen from a client of the test's own. */
+async function commands(link: RedisLink): Promise<Map<string, number>> {
+  const info = await link.client.info('commandstats')
+  const out = new Map<string, number>()
+  for (const line of info.split('\n')) {
+    const m = /^cmdstat_([a-z|]+):calls=(\d+)/.exec(line.trim())
+    if (m !== null) out.set(m[1]!, Number(m[2]))
+  }
+  return out
+}
+
+const scripts = (c: Map<string, number>): number => (c.get('evalsha') ?? 0) + (c.get('eval') ?? 0)
+
+t.test('three replicas never admit past the limit, and fall short by at most (replicas - 1) x lease size', async (t) => {
+  const redis = await startRedis(t)
+  const S = 4
+  const prefix = `svc:test:${Math.random()}:`
+  const rs = await replicas(t, redis.url, 3, 60, S, prefix)
+  // Arrivals spread over several turns, as a load balancer would spread them.
+  const decisions = []
+  for (let round = 0; round < 10; round++) {
+    decisions.push(...(await Promise.all(Array.from({ length: 15 }, (_, i) => rs[i % 3]!.limiter.take('0xacc', Date.now())))))
+  }
+  const admitted = decisions.filter((d) => d.allowed).length
+  t.ok(admitted <= 60, `never past the limit (${admitted})`)
+  t.ok(admitted >= 60 - 2 * S, `short of it by at most (3 - 1) x ${S} (${admitted})`)
+  t.ok(rs.some((r) => r.limiter.leasedAdmissions > 0), 'some admitted out of leases')
+  const refused = decisions.filter((d) => !d.allowed)
+  t.ok(refused.every((d) => d.remaining === 0 && d.retryAfter >= 1 && d.retryAfter <= 60), 'refusals carry a Retry-After within the window')
+  t.ok(decisions.every((d) => d.limit === 60))
+  // Once every lease is back, the window holds exactly what was admitted, each at its time.
+  await Promise.all(rs.map((r) => r.limiter.close()))
+  t.equal(await rs[0]!.link.client.zcard(prefix + '{0xacc}'), admitted, 'every admission is in the window once the leases are back')
+  t.equal(rs.reduce((n, r) => n + r.limiter.fallbacks, 0), 0, 'no decision fell back')
+})
+
+t.test('a request on a warm lease sends Redis no command; the lease returned puts its admissions in the window', async (t) => {
+  const redis = await startRedis(t)
+  const prefix = `svc:test:${Math.random()}:`
+  const [r] = await replicas(t, redis.url, 1, 100, 10, prefix)
+  const limiter = r!.limiter
+  const first = await limiter.take('0xwarm', Date.now())
+  t.equal(first.allowed, true)
+  t.equal(first.remaining, 99)
+  const before = await commands(r!.link)
+  const calls = limiter.calls
+  const warm = []
+  for (let i = 0; i < 10; i++) warm.push(limiter.take('0xwarm', Date.now()))
+  t.ok(warm.every((d) => !(d instanceof Promise)), 'decided at once, out of the lease')
+  const after = await commands(r!.link)
+  t.equal(scripts(after) - scripts(before), 0, 'Redis ran no script for them (INFO commandstats)')
+  t.equal(limiter.calls, calls, 'and the limiter sent none')
+  t.same(warm.map((d) => (d as { remaining: number }).remaining), [98, 97, 96, 95, 94, 93, 92, 91, 90, 89], 'X-RateLimit-Remaining counts down as one window would')
+  t.equal(warm.filter((d) => (d as { allowed: boolean }).allowed).length, 10)
+  // The eleventh needs a new lease: one call, which reports the ten and takes the next lease.
+  t.equal((await limiter.take('0xwarm', Date.now())).remaining, 88)
+  await limiter.close()
+  t.equal(await r!.link.client.zcard(prefix + '{0xwarm}'), 12, 'every admission is an entry of the window once the lease is back')
+  t.equal(await r!.link.client.hlen(prefix + 'lease:{0xwarm}'), 0, 'and no lease is left')
+})
+
+t.test("a replica that vanishes with a lease: the requests its slots would have admitted wait for the lease to expire, then get them", async (t) => {
+  const redis = await startRedis(t)
+  const prefix = `svc:test:${Math.random()}:`
+  const [gone, other] = await replicas(t, redis.url, 2, 20, 10, prefix)
+  t.equal((await gone!.limiter.take('0xacc', Date.now())).allowed, true)
+  t.equal(await gone!.link.client.hlen(prefix + 'lease:{0xacc}'), 1, 'it holds a lease')
+  // It dies: no return, no report. It took 1 and leased 4 (half of its share of the 19 left, 2 replicas).
+  gone!.link.client.disconnect()
+  const started = performance.now()
+  const order: number[] = []
+  const decisions = await Promise.all(Array.from({ length: 20 }, (_, i) => Promise.resolve(other!.limiter.take('0xacc', Date.now())).then((d) => (order.push(i), d))))
+  t.ok(performance.now() - started >= LEASE_MS - 50, 'the last ones were decided once its lease had expired')
+  t.same(decisions.map((d) => d.allowed), [...Array<boolean>(19).fill(true), false], "all but the vanished replica's one admission, in arrival order")
+  t.same(order.slice(0, 15), Array.from({ length: 15 }, (_, i) => i), 'the 15 the window had room for at once were not held back')
+  const refused = decisions[19]!
+  t.ok(refused.retryAfter >= 58 && refused.retryAfter <= 60, `the one refused after waiting: Retry-After ${refused.retryAfter} s, when the window's oldest leaves`)
+  t.equal(await other!.link.client.zcard(prefix + '{0xacc}'), 20, 'the window: its 1 and the 19 of the other, each an entry, no lease left')
+})
+
+t.test('redis down with leases out: each replica admits its share alone, nothing hangs; back: leased again', async (t) => {
+  const redis = await startRedis(t)
+  if (!redis.controllable) return t.pass('skipped: an outside Redis cannot be stopped')
+  const rs = await replicas(t, redis.url, 3, 60, 4)
+  t.ok((await Promise.all(rs.map((r) => r.limiter.take('0xdown', Date.now())))).every((d) => d.allowed), 'each took a lease')
+  await redis.kill()
+  const down = await Promise.all(Array.from({ length: 90 }, (_, i) => rs[i % 3]!.limiter.take('0xdown', Date.now())))
+  // Until a client notices, its lease in memory may still admit; then each decides alone on ceil(60 / 3).
+  t.ok(down.filter((d) => d.allowed).length <= 60 + 3 * 4, 'at most the shares and what the leases held')
+  t.ok(rs.every((r) => r.limiter.fallbacks > 0), 'each replica decided alone')
+  await redis.start()
+  await Promise.all(rs.map((r) => r.link.ready(10_000)))
+  const before = rs.map((r) => r.limiter.fallbacks)
+  const up = await Promise.all(Array.from({ length: 90 }, (_, i) => rs[i % 3]!.limiter.take('0xup', Date.now())))
+  const admitted = up.filter((d) => d.allowed).length
+  t.ok(admitted <= 60 && admitted >= 60 - 2 * 4, `shared again (${admitted})`)
+  t.same(rs.map((r) => r.limiter.fallbacks), before, 'no fallback once Redis answers')
+})
