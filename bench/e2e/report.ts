@@ -12,6 +12,7 @@ import type { LoadResult } from './load.js'
 import type { Measurement } from './measurement.js'
 import { formatMs, formatRatio, PERCENTILE_LABEL, PERCENTILES, type Distribution, type Percentile } from './stats.js'
 import { addedLatencySvg } from './svg.js'
+import { durableCommitSection } from './durable-commit.js'
 import type { MessagesRun } from './messages.js'
 import type { MultipartRun } from './multipart.js'
 import type { ChargeRate, ReplicasRun } from './replicas.js'
@@ -1059,6 +1060,7 @@ export function writeReport(root: string, data: RunData): string[] {
     ...methodSection(v),
     ...latencySection(v),
     ...stagesSection(v),
+    ...durableCommitSection(),
     ...throughputSection(v),
     ...openSection(v),
     ...streamSection(v),

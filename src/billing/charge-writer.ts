@@ -21,14 +21,21 @@ export interface ChargeWriterOptions {
 
 export const DEFAULT_MAX_BATCH = 256
 
+/**
+ * The queue while nothing is queued, shared and never written: the first charge of a batch starts its arrays
+ * as literals of one. An empty array that charges are pushed onto grows its store to 17 slots at the first
+ * push, so a batch of one (every batch at one connection) cost two arrays of 17 slots and two empty ones.
+ */
+const NOTHING_QUEUED: never[] = []
+
 export class ChargeWriter {
   readonly #store: LedgerStore
   readonly #maxBatch: number
-  #queue: Charge[] = []
-  #done: ChargeDone[] = []
+  #queue: Charge[] = NOTHING_QUEUED
+  #done: ChargeDone[] = NOTHING_QUEUED
   /** The batch being committed (empty when none), its callbacks, and when its commit started. */
-  #inflight: readonly Charge[] = []
-  #inflightDone: readonly ChargeDone[] = []
+  #inflight: readonly Charge[] = NOTHING_QUEUED
+  #inflightDone: readonly ChargeDone[] = NOTHING_QUEUED
   #started = 0
   #writing = false
   #scheduled = false
@@ -50,8 +57,13 @@ export class ChargeWriter {
       queueMicrotask(() => done(new Error('the charge writer is closed')))
       return
     }
-    this.#queue.push(charge)
-    this.#done.push(done)
+    if (this.#queue.length === 0) {
+      this.#queue = [charge]
+      this.#done = [done]
+    } else {
+      this.#queue.push(charge)
+      this.#done.push(done)
+    }
     if (this.#queue.length >= this.#maxBatch) this.#flush()
     else this.#schedule()
   }
@@ -100,18 +112,21 @@ export class ChargeWriter {
   #schedule(): void {
     if (this.#scheduled) return
     this.#scheduled = true
-    setImmediate(() => {
-      this.#scheduled = false
-      this.#flush()
-    })
+    setImmediate(this.#scheduledFlush)
+  }
+
+  /** The end of the turn's flush, made once: a batch costs its Immediate, not a closure as well. */
+  readonly #scheduledFlush = (): void => {
+    this.#scheduled = false
+    this.#flush()
   }
 
   #flush(): void {
     if (this.#writing || this.#holds > 0 || this.#queue.length === 0) return
     const batch = this.#queue.length <= this.#maxBatch ? this.#queue : this.#queue.slice(0, this.#maxBatch)
     const done = this.#done.length <= this.#maxBatch ? this.#done : this.#done.slice(0, this.#maxBatch)
-    this.#queue = batch === this.#queue ? [] : this.#queue.slice(batch.length)
-    this.#done = done === this.#done ? [] : this.#done.slice(done.length)
+    this.#queue = batch === this.#queue ? NOTHING_QUEUED : this.#queue.slice(batch.length)
+    this.#done = done === this.#done ? NOTHING_QUEUED : this.#done.slice(done.length)
     this.#writing = true
     this.#inflight = batch
     this.#inflightDone = done
@@ -149,8 +164,8 @@ export class ChargeWriter {
   #finish(): readonly ChargeDone[] {
     const done = this.#inflightDone
     this.#writing = false
-    this.#inflight = []
-    this.#inflightDone = []
+    this.#inflight = NOTHING_QUEUED
+    this.#inflightDone = NOTHING_QUEUED
     if (this.#queue.length >= this.#maxBatch) this.#flush()
     else if (this.#queue.length > 0 && this.#holds === 0) this.#schedule()
     return done

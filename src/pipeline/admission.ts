@@ -20,7 +20,7 @@ import { mergeBodyPreferences, parseRoutingHeaders, RoutingPrefs } from '../rout
 import { select, type Selection } from '../routing/select.js'
 import type { RoutingTable } from '../routing/table.js'
 import type { Handler } from '../server/app.js'
-import type { HeaderList, Reply } from '../server/reply.js'
+import type { BodyReceiver, HeaderList, Reply } from '../server/reply.js'
 import type { RequestHead } from '../server/request-head.js'
 import { sendError } from '../server/respond.js'
 import type { EngineSurface, Surface, SurfaceRequest } from '../surfaces/surface.js'
@@ -78,36 +78,59 @@ export function createInferenceRoute<R extends SurfaceRequest, U extends Usage>(
   }
 
   return function admitInference(head: RequestHead, reply: Reply): void {
-    let raw: Buffer | null = null
-    let admitted: Admitted | null = null
-    let refused = false
-    const refuse = (err: RouterError, headers: HeaderList): void => {
-      if (refused) return
-      refused = true
-      sendError(reply, err, head.requestId, headers, render)
-      publishRefused(head, surface.name, '', false, err.status, err.code)
+    const admission = new JsonAdmission(head, reply, surface, onBody)
+    reply.readBodyTo(deps.maxJsonBodyBytes, admission)
+    admitHead(deps, head, reply, render, admission)
+  }
+}
+
+/**
+ * One JSON request from its arrival until both its body and the stages before the body are through: what the
+ * body reader and admitHead answer to, as the methods of one object rather than a closure each per request.
+ */
+class JsonAdmission implements BodyReceiver, HeadReceiver {
+  #raw: Buffer | null = null
+  #admitted: Admitted | null = null
+  #refused = false
+
+  constructor(
+    readonly head: RequestHead,
+    readonly reply: Reply,
+    readonly surface: Refusing,
+    readonly onBody: (head: RequestHead, reply: Reply, admitted: Admitted, raw: Buffer) => void,
+  ) {}
+
+  body(raw: Buffer): void {
+    this.#raw = raw
+    this.#proceed()
+  }
+
+  bodyError(err: RouterError): void {
+    this.refuse(err, this.#admitted?.headers ?? ['x-request-id', this.head.requestId])
+  }
+
+  admit(admitted: Admitted): void {
+    this.#admitted = admitted
+    this.#proceed()
+  }
+
+  refuse(err: RouterError, headers: HeaderList): void {
+    if (this.#refused) return
+    this.#refused = true
+    sendError(this.reply, err, this.head.requestId, headers, this.surface.renderError)
+    publishRefused(this.head, this.surface.name, '', false, err.status, err.code)
+  }
+
+  #proceed(): void {
+    const raw = this.#raw
+    const admitted = this.#admitted
+    if (this.#refused || raw === null || admitted === null) return
+    try {
+      this.onBody(this.head, this.reply, admitted, raw)
+    } catch (err) {
+      crashed(this.head, this.reply, admitted.headers, this.surface.renderError, err)
+      publishRefused(this.head, this.surface.name, '', false, 500, 'server_error')
     }
-    const proceed = (): void => {
-      if (refused || raw === null || admitted === null) return
-      try {
-        onBody(head, reply, admitted, raw)
-      } catch (err) {
-        crashed(head, reply, admitted.headers, render, err)
-        publishRefused(head, surface.name, '', false, 500, 'server_error')
-      }
-    }
-    reply.readBody(
-      deps.maxJsonBodyBytes,
-      (body) => {
-        raw = body
-        proceed()
-      },
-      (err) => refuse(err, admitted?.headers ?? ['x-request-id', head.requestId]),
-    )
-    admitHead(deps, head, reply, render, refuse, (result) => {
-      admitted = result
-      proceed()
-    })
   }
 }
 
@@ -246,9 +269,15 @@ export function admitRequest<R extends SurfaceRequest, U extends Usage>(
   })
 }
 
+/** What admitHead answers to: every refusal, with the headers to answer it with, or what the stages admitted. */
+export interface HeadReceiver {
+  refuse(err: RouterError, headers: HeaderList): void
+  admit(admitted: Admitted): void
+}
+
 /**
  * The stages before the body, shared by JSON and multipart admission: authenticate (a key-cache miss finishes
- * later), rate limit, routing headers. `admit` gets what they produced; `refuse` every refusal, with the
+ * later), rate limit, routing headers. `to.admit` gets what they produced; `to.refuse` every refusal, with the
  * headers to answer it with.
  */
 export function admitHead(
@@ -256,22 +285,21 @@ export function admitHead(
   head: RequestHead,
   reply: Reply,
   render: (err: RouterError, requestId: string) => string,
-  refuse: (err: RouterError, headers: HeaderList) => void,
-  admit: (admitted: Admitted) => void,
+  to: HeadReceiver,
 ): void {
   const authed = deps.authenticate(head)
   if (authed instanceof Promise) {
     const bare = ['x-request-id', head.requestId]
     authed.then(
-      guard(head, reply, bare, render, (principal: Principal | RouterError) => admitAuthed(deps, head, reply, render, refuse, admit, principal)),
+      guard(head, reply, bare, render, (principal: Principal | RouterError) => admitAuthed(deps, head, reply, render, to, principal)),
       (err: unknown) => {
         log.error('authentication failed', { err: String(err) })
-        refuse(toRouterError(err), bare)
+        to.refuse(toRouterError(err), bare)
       },
     )
     return
   }
-  admitAuthed(deps, head, reply, render, refuse, admit, authed)
+  admitAuthed(deps, head, reply, render, to, authed)
 }
 
 /** admitHead once the key is known: rate limit and routing headers. No closure unless the rate limit answers later. */
@@ -280,30 +308,29 @@ function admitAuthed(
   head: RequestHead,
   reply: Reply,
   render: (err: RouterError, requestId: string) => string,
-  refuse: (err: RouterError, headers: HeaderList) => void,
-  admit: (admitted: Admitted) => void,
+  to: HeadReceiver,
   authed: Principal | RouterError,
 ): void {
-  if (authed instanceof RouterError) return refuse(authed, ['x-request-id', head.requestId])
+  if (authed instanceof RouterError) return to.refuse(authed, ['x-request-id', head.requestId])
   const result = limitAndRoute(deps, head, authed)
   if (result instanceof Promise) {
     const bare = ['x-request-id', head.requestId]
     result.then(
-      guard(head, reply, bare, render, (limited: Admitted | Refusal) => admitLimited(refuse, admit, limited)),
+      guard(head, reply, bare, render, (limited: Admitted | Refusal) => admitLimited(to, limited)),
       (err: unknown) => {
         log.error('rate limit failed', { err: String(err) })
-        refuse(toRouterError(err), bare)
+        to.refuse(toRouterError(err), bare)
       },
     )
     return
   }
-  admitLimited(refuse, admit, result)
+  admitLimited(to, result)
 }
 
 /** What the rate limit and the routing headers decided: refused with its headers, or admitted. */
-function admitLimited(refuse: (err: RouterError, headers: HeaderList) => void, admit: (admitted: Admitted) => void, result: Admitted | Refusal): void {
-  if (result instanceof Refusal) return refuse(result.err, result.headers)
-  admit(result)
+function admitLimited(to: HeadReceiver, result: Admitted | Refusal): void {
+  if (result instanceof Refusal) return to.refuse(result.err, result.headers)
+  to.admit(result)
 }
 
 export class Refusal {

@@ -267,12 +267,15 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage, 
       }
     }
 
-    admitHead(deps, head, reply, render, refuse, (result) => {
-      admitted = result
-      if (badBody !== null) return refuse(badBody, result.headers)
-      // Only an admitted request puts anything on disk: a refusal before this point leaves no file to delete.
-      spool?.open()
-      proceed()
+    admitHead(deps, head, reply, render, {
+      refuse,
+      admit: (result) => {
+        admitted = result
+        if (badBody !== null) return refuse(badBody, result.headers)
+        // Only an admitted request puts anything on disk: a refusal before this point leaves no file to delete.
+        spool?.open()
+        proceed()
+      },
     })
   }
 }

@@ -10,9 +10,17 @@ import type { HeaderList, ResponseSink } from '../upstream/sink.js'
 
 export type { HeaderList }
 
+/** Who a request body read whole goes to (Reply.readBodyTo): one object of the request's, not two closures. */
+export interface BodyReceiver {
+  body(body: Buffer): void
+  bodyError(err: RouterError): void
+}
+
 export interface Reply extends ResponseSink {
   /** Reads the whole request body, or fails with 413 request_too_large past `limit` bytes. */
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void
+  /** readBody, answered to the methods of `receiver`. */
+  readBodyTo(limit: number, receiver: BodyReceiver): void
   /**
    * The request body as a stream with flow control (for bodies that are passed on as they arrive). With `pool`,
    * chunks are pooled memory (upstream/chunk-pool.ts): held for the handler's call only.
@@ -106,6 +114,10 @@ class WatchedReply implements Reply {
 
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void {
     this.#inner.readBody(limit, onBody, onError)
+  }
+
+  readBodyTo(limit: number, receiver: BodyReceiver): void {
+    this.#inner.readBodyTo(limit, receiver)
   }
 
   bodySource(pool?: ChunkPool): BodySource {

@@ -22,7 +22,7 @@ import { RouterError, statusLine } from '../errors.js'
 import { release, type ChunkPool } from '../upstream/chunk-pool.js'
 import { ChunkGatherer, GrowingBody } from '../codecs/body-chunks.js'
 import type { BodySource } from '../upstream/request-body.js'
-import type { HeaderList, Reply } from './reply.js'
+import type { BodyReceiver, HeaderList, Reply } from './reply.js'
 import { decimalDigits } from '../vocabulary/http.js'
 
 function noop(): void {}
@@ -89,6 +89,10 @@ export class UwsReply implements Reply {
   }
 
   readBody(limit: number, onBody: (body: Buffer) => void, onError: (err: RouterError) => void): void {
+    this.readBodyTo(limit, { body: onBody, bodyError: onError })
+  }
+
+  readBodyTo(limit: number, receiver: BodyReceiver): void {
     let body: GrowingBody | null = null
     // Announced past the limit: refused now, not once the client has sent up to the limit of it. The rest of
     // the body is read and dropped either way.
@@ -97,18 +101,18 @@ export class UwsReply implements Reply {
       if (failed) return
       if ((body?.size ?? 0) + chunk.byteLength > limit) {
         failed = true
-        onError(bodyTooLarge(limit))
+        receiver.bodyError(bodyTooLarge(limit))
         return
       }
       // uWS reuses `chunk` once this callback returns, so it is copied; a body in one piece is copied once.
       if (isLast && body === null) {
-        onBody(Buffer.from(new Uint8Array(chunk)))
+        receiver.body(Buffer.from(new Uint8Array(chunk)))
         return
       }
       ;(body ??= new GrowingBody(limit)).append(new Uint8Array(chunk))
-      if (isLast) onBody(body.bytes())
+      if (isLast) receiver.body(body.bytes())
     })
-    if (failed) onError(bodyTooLarge(limit))
+    if (failed) receiver.bodyError(bodyTooLarge(limit))
   }
 
   bodySource(pool?: ChunkPool): BodySource {

@@ -671,11 +671,15 @@ export class Failover<R extends SurfaceRequest, U extends Usage = Usage> impleme
     } catch (err) {
       return this.#crash(a, err)
     }
+    // Named one by one, not a spread of `counts`: a literal of one shape, built in one allocation.
     budget.settle(
       {
         model: req.request.model,
         provider: a.offer.provider.address,
-        ...counts,
+        promptTokens: counts.promptTokens,
+        completionTokens: counts.completionTokens,
+        images: counts.images,
+        audioMs: counts.audioMs,
         cost,
         neuron,
       },

@@ -124,6 +124,8 @@ t.test('formatUsd writes every amount as the plain decimal that parseUsd reads b
     [-(10n ** 16n), '-0.01'],
     [123_456_789_000_000_000_000n, '123.456789'],
     [999_999_999_999_999_999n, '0.999999999999999999'],
+    [5n * 10n ** 17n, '0.5'],
+    [21_000_000_000_000n, '0.000021'],
   ]
   for (const [atto, text] of cases) t.equal(formatUsd(atto), text, `${atto}`)
   // Random amounts across the whole range a ledger holds, signs included.
