@@ -38,3 +38,29 @@ export interface SettlementStore {
    */
   clearFlag(provider: string): Promise<boolean>
 }
+
+/** A books row as both stores read it: integers as decimal text (NUMERIC::text, SQLite TEXT), the flag as 0/1 or a boolean. */
+export interface SettlementText {
+  readonly provider: string
+  readonly served: string
+  readonly settled: string
+  readonly last_balance: string | null
+  readonly last_block: string | null
+  readonly last_pending_refund: string | null
+  readonly flagged: boolean | number
+}
+
+const bigOrNull = (v: string | null): bigint | null => (v === null ? null : BigInt(v))
+
+/** The row of either store as the settlement reads it. */
+export function settlementRowOf(r: SettlementText): SettlementRow {
+  return {
+    provider: r.provider,
+    served: BigInt(r.served),
+    settled: BigInt(r.settled),
+    lastBalance: bigOrNull(r.last_balance),
+    lastBlock: bigOrNull(r.last_block),
+    lastPendingRefund: bigOrNull(r.last_pending_refund),
+    flagged: r.flagged === true || r.flagged === 1,
+  }
+}

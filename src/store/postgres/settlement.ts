@@ -1,5 +1,5 @@
 /** The settlement books on PostgreSQL (store/settlement.ts): NUMERIC neuron, added in the database, exactly. */
-import type { SettledRecord, SettlementRow, SettlementStore } from '../settlement.js'
+import { settlementRowOf, type SettledRecord, type SettlementRow, type SettlementStore, type SettlementText } from '../settlement.js'
 import type { PgConnection } from './connection.js'
 
 export const SETTLEMENT_MIGRATION = `
@@ -33,16 +33,6 @@ const SETTLEMENT_SQL = {
     WHERE provider = $1 AND flagged`,
 } as const
 
-interface Row {
-  provider: string
-  served: string
-  settled: string
-  last_balance: string | null
-  last_block: string | null
-  last_pending_refund: string | null
-  flagged: boolean
-}
-
 export class PgSettlement implements SettlementStore {
   readonly #conn: PgConnection
 
@@ -51,16 +41,8 @@ export class PgSettlement implements SettlementStore {
   }
 
   async rows(): Promise<SettlementRow[]> {
-    const { rows } = await this.#conn.query<Row>(SETTLEMENT_SQL.rows)
-    return rows.map((r) => ({
-      provider: r.provider,
-      served: BigInt(r.served),
-      settled: BigInt(r.settled),
-      lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
-      lastBlock: r.last_block === null ? null : BigInt(r.last_block),
-      lastPendingRefund: r.last_pending_refund === null ? null : BigInt(r.last_pending_refund),
-      flagged: r.flagged,
-    }))
+    const { rows } = await this.#conn.query<SettlementText>(SETTLEMENT_SQL.rows)
+    return rows.map(settlementRowOf)
   }
 
   async record(provider: string, r: SettledRecord): Promise<void> {

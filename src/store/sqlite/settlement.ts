@@ -1,16 +1,6 @@
 /** The settlement books on SQLite (store/settlement.ts): TEXT integers, added up with BigInt in one transaction. */
-import type { SettledRecord, SettlementRow, SettlementStore } from '../settlement.js'
+import { settlementRowOf, type SettledRecord, type SettlementRow, type SettlementStore, type SettlementText } from '../settlement.js'
 import type { SqliteConnection } from './connection.js'
-
-interface Row {
-  provider: string
-  served: string
-  settled: string
-  last_balance: string | null
-  last_block: string | null
-  last_pending_refund: string | null
-  flagged: number
-}
 
 export class SqliteSettlement implements SettlementStore {
   readonly #conn: SqliteConnection
@@ -21,17 +11,9 @@ export class SqliteSettlement implements SettlementStore {
 
   async rows(): Promise<SettlementRow[]> {
     return this.#conn.db
-      .prepare<[], Row>('SELECT * FROM provider_settlement ORDER BY provider')
+      .prepare<[], SettlementText>('SELECT * FROM provider_settlement ORDER BY provider')
       .all()
-      .map((r) => ({
-        provider: r.provider,
-        served: BigInt(r.served),
-        settled: BigInt(r.settled),
-        lastBalance: r.last_balance === null ? null : BigInt(r.last_balance),
-        lastBlock: r.last_block === null ? null : BigInt(r.last_block),
-        lastPendingRefund: r.last_pending_refund === null ? null : BigInt(r.last_pending_refund),
-        flagged: r.flagged === 1,
-      }))
+      .map(settlementRowOf)
   }
 
   async record(provider: string, r: SettledRecord): Promise<void> {
