@@ -276,20 +276,24 @@ contract InferenceServing {
         emit BalanceUpdated(user, provider, a.balance, a.pendingRefund);
     }
 
-    /** Funds come in; `cancelRetrievingAmount` of the pending refunds is cancelled, the latest first. */
-    function depositFund(address user, address provider, uint cancelRetrievingAmount) external payable onlyLedger {
-        Account storage a = _account(user, provider);
-        uint cancel = cancelRetrievingAmount;
+    /** Cancels `amount` of the account's pending refunds (or all there are), the latest first. */
+    function _cancelRefunds(Account storage a, uint amount) internal {
         uint live = a.validRefundsLength;
-        while (cancel > 0 && live > 0) {
+        while (amount > 0 && live > 0) {
             Refund storage r = a.refunds[live - 1];
-            uint take = r.amount < cancel ? r.amount : cancel;
-            r.amount -= take;
-            cancel -= take;
-            a.pendingRefund -= take;
+            uint cut = r.amount < amount ? r.amount : amount;
+            r.amount -= cut;
+            amount -= cut;
+            a.pendingRefund -= cut;
             if (r.amount == 0) live--;
         }
         a.validRefundsLength = live;
+    }
+
+    /** Funds come in; `cancelRetrievingAmount` of the pending refunds is cancelled, the latest first. */
+    function depositFund(address user, address provider, uint cancelRetrievingAmount) external payable onlyLedger {
+        Account storage a = _account(user, provider);
+        _cancelRefunds(a, cancelRetrievingAmount);
         a.balance += msg.value;
         if (!a.acknowledged) a.acknowledged = true;
         emit BalanceUpdated(user, provider, a.balance, a.pendingRefund);
@@ -398,19 +402,7 @@ contract InferenceServing {
         if (take > 0) {
             uint free = a.balance - a.pendingRefund;
             // Beyond the free balance, pending refunds are cancelled, the latest first.
-            if (take > free) {
-                uint need = take - free;
-                uint live = a.validRefundsLength;
-                while (need > 0 && live > 0) {
-                    Refund storage r = a.refunds[live - 1];
-                    uint cut = r.amount < need ? r.amount : need;
-                    r.amount -= cut;
-                    need -= cut;
-                    a.pendingRefund -= cut;
-                    if (r.amount == 0) live--;
-                }
-                a.validRefundsLength = live;
-            }
+            if (take > free) _cancelRefunds(a, take - free);
             a.balance -= take;
             ILedgerSpend(ledgerAddress).spendFund(s.user, take);
             emit BalanceUpdated(s.user, msg.sender, a.balance, a.pendingRefund);
