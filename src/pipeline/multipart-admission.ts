@@ -190,6 +190,7 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage, 
         holdLimit: deps.replayBufferBytes,
         spool: deps.uploadSpool,
         pool: uploadChunks,
+        declaredLength: declared,
         // The upload cannot be kept (disk full, the directory unwritable, no descriptor left): this request
         // ends with a 503, its hold given back; nothing else is touched.
         failed: (err) => {

@@ -59,6 +59,8 @@ export class ReplayableBody implements RequestBody {
   readonly #spool: UploadSpool
   readonly #pool: ChunkPool
   readonly #failed: (err: NodeJS.ErrnoException) => void
+  /** The upload's declared length (Content-Length), -1 when unknown. */
+  readonly #declared: number
   /** The upload's first bytes, in memory: every chunk up to the first that went to the file. */
   readonly #memory: Buffer[] = []
   #memoryBytes = 0
@@ -72,12 +74,14 @@ export class ReplayableBody implements RequestBody {
   #paused = false
   #released = false
 
-  constructor(source: BodySource, options: { holdLimit: number; spool: UploadSpool; pool: ChunkPool; failed: (err: NodeJS.ErrnoException) => void }) {
+  /** `declaredLength`: the upload's Content-Length, -1 (the default) when it has none. */
+  constructor(source: BodySource, options: { holdLimit: number; spool: UploadSpool; pool: ChunkPool; failed: (err: NodeJS.ErrnoException) => void; declaredLength?: number }) {
     this.#source = source
     this.#holdLimit = options.holdLimit
     this.#spool = options.spool
     this.#pool = options.pool
     this.#failed = options.failed
+    this.#declared = options.declaredLength ?? -1
     source.onChunk((chunk, last) => this.#onChunk(chunk, last))
   }
 
@@ -136,8 +140,10 @@ export class ReplayableBody implements RequestBody {
       this.#memory.push(chunk)
       this.#memoryBytes += n
       this.#spool.memory += n
-      // Half the memory bound used: the file is opened now, in the background, to be ready when it is needed.
-      if (this.#file === null && 2 * this.#memoryBytes >= this.#spool.settings.memoryBytes) this.#openFile()
+      // Half the memory bound used: the file is opened now, in the background, to be ready when it is needed;
+      // not for an upload declared to fit in memory (it needs one only if the shared bound turns it away, and
+      // then it opens one below): an open, an unlink and a close on the thread pool per upload, for nothing.
+      if (this.#file === null && 2 * this.#memoryBytes >= this.#spool.settings.memoryBytes && !this.#fitsInMemory()) this.#openFile()
     } else {
       this.#toDisk = true
       if (this.#file === null) this.#openFile()
@@ -153,6 +159,10 @@ export class ReplayableBody implements RequestBody {
     const reader = this.#reader
     if (reader !== null && !reader.closed) reader.more()
     this.#flow()
+  }
+
+  #fitsInMemory(): boolean {
+    return this.#declared >= 0 && this.#declared <= this.#spool.settings.memoryBytes
   }
 
   #openFile(): void {

@@ -92,12 +92,13 @@ function spoolIn(dir: string, memoryBytes = 64 * 1024, memoryTotalBytes = 1024 *
 }
 
 /** A body over `spool`, failing the test on a spool error unless `failed` takes it. */
-function bodyOf(source: BodySource, spool: UploadSpool, holdLimit = 1024 * 1024, failed?: (err: NodeJS.ErrnoException) => void): ReplayableBody {
+function bodyOf(source: BodySource, spool: UploadSpool, holdLimit = 1024 * 1024, failed?: (err: NodeJS.ErrnoException) => void, declaredLength = -1): ReplayableBody {
   return new ReplayableBody(source, {
     holdLimit,
     spool,
     pool: uploadChunks,
     failed: failed ?? ((err) => t.fail(`spool failed: ${String(err)}`)),
+    declaredLength,
   })
 }
 
@@ -186,6 +187,41 @@ t.test('the spool file is created 0600, has no name from its opening on, and is 
   body.release()
   await eventually(() => deletedIn(dir).length === 0)
   t.equal(spool.files, 0)
+})
+
+t.test('an upload declared to fit in memory opens no spool file, unless the shared bound sends it to disk', async (t) => {
+  const dir = t.testdir()
+  const spool = spoolIn(dir, 64 * 1024, 96 * 1024)
+  const good = await upstream(t)
+  // 48 KiB declared, past half the 64 KiB bound (where an upload of unknown length opens its file).
+  const small = chunks(3, 16 * 1024)
+  const source = new ManualSource()
+  const body = bodyOf(source, spool, 1024 * 1024, undefined, 48 * 1024)
+  for (let i = 0; i < small.length; i++) source.feed(small[i]!, i === small.length - 1)
+  await new Promise((r) => setTimeout(r, 20))
+  t.equal(spool.files, 0, 'no file for an upload that fits')
+  t.same(deletedIn(dir), [], 'no descriptor either')
+  t.equal(body.inMemory, 48 * 1024, 'all of it in memory')
+  t.equal(await (await post(good.url, body.take()!)).body.text(), sha(small), 'sent whole')
+  t.equal(await (await post(good.url, body.take()!)).body.text(), sha(small), 'and again, for a failover')
+
+  body.release()
+  // The same declared size while another upload keeps most of the shared bound: the rest goes to a file.
+  const other = new ManualSource()
+  const big = bodyOf(other, spool)
+  for (const part of chunks(4, 16 * 1024)) other.feed(part)
+  t.equal(big.inMemory, 64 * 1024, 'another upload keeps 64 of the 96 KiB all may keep')
+  const third = new ManualSource()
+  const squeezed = bodyOf(third, spool, 1024 * 1024, undefined, 48 * 1024)
+  const parts = chunks(3, 16 * 1024).map((c) => Buffer.alloc(c.length, 9))
+  for (let i = 0; i < parts.length; i++) third.feed(parts[i]!, i === parts.length - 1)
+  t.equal(squeezed.inMemory, 32 * 1024, 'only what the shared bound had left in memory')
+  await eventually(() => squeezed.spooled === 16 * 1024)
+  t.equal(await (await post(good.url, squeezed.take()!)).body.text(), sha(parts), 'the rest read back from its file')
+  squeezed.release()
+  big.release()
+  await eventually(() => spool.files === 0)
+  t.same([spool.memory, spool.disk], [0, 0])
 })
 
 t.test('the memory bound across uploads is shared: together they keep at most upload_memory_total_bytes', async (t) => {
