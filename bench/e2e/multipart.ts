@@ -7,8 +7,10 @@
  *    req/s and MiB/s of request body, direct, through the router and through the floor relay (floor-relay.ts:
  *    the body streamed through unread) in turn (after the memory part), best of two rounds each in a full run.
  *    The router's and the floor's CPU time per MiB relayed is issue 45's multipart target.
- * 2. Memory (first, on a router warmed by two small uploads only): UPLOADS concurrent uploads of UPLOAD_MIB MiB
- *    each through the router, whose VmRSS is sampled every 20 ms (processes.ts); the growth over its idle RSS is
+ * 2. Memory (first, on a router warmed by UPLOADS concurrent uploads of FILE_MIB MiB: its chunk pool and heap at
+ *    the size such a burst leaves them, see measureMultipart): UPLOADS concurrent uploads of UPLOAD_MIB MiB
+ *    each through the router, whose VmRSS is sampled every 20 ms (processes.ts) with its own gauge of what
+ *    uploads hold in memory (svc_upload_buffered_bytes); the growth over its idle RSS is
  *    set against UPLOADS × the upload (what holding the uploads would cost) and UPLOADS ×
  *    `server.upload_memory_bytes` (UPLOAD_MEMORY_MIB, well under the upload, so the two bounds differ: past it
  *    an upload waits in its spool file, not in memory).
@@ -95,6 +97,8 @@ export interface MultipartRun {
   /** The router's `server.upload_memory_bytes` (the default), in MiB: what one upload may keep in memory. */
   readonly uploadMemoryMiB?: number
   readonly memory: MemoryRound
+  /** The warm-up before the memory rounds: this many concurrent uploads of `mib` (absent: two of FILE_MIB, one after the other's start). */
+  readonly warmup?: { readonly uploads: number; readonly mib: number }
   /** The same uploads twice as large, right after: what the upload size adds to the router's memory. */
   readonly memoryDouble?: MemoryRound
 }
@@ -103,7 +107,20 @@ export interface MemoryRound {
   readonly uploadMiB: number
   readonly idleRssMb: number
   readonly peakRssMb: number
+  /** The most the router's gauge of uploads' memory (svc_upload_buffered_bytes{where="memory"}) showed, MiB. */
+  readonly peakBufferedMb?: number
   readonly load: MultipartResult
+}
+
+/** The router's gauge of what uploads hold in memory now, MiB (NaN when /metrics does not answer). */
+async function bufferedMb(origin: string): Promise<number> {
+  try {
+    const text = await (await fetch(`${origin}/metrics`)).text()
+    const m = /^svc_upload_buffered_bytes\{where="memory"\} (\S+)$/m.exec(text)
+    return m === null ? Number.NaN : Number(m[1]) / MIB
+  } catch {
+    return Number.NaN
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -291,22 +308,38 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
   try {
     const viaRouter: Route = { origin: router.url, authorization: `Bearer ${router.key}` }
     // Memory first, on a router that has served only a warm-up (code, pools, the parser): after the throughput
-    // run its heap would hold that run's garbage, which the uploads could reuse unseen.
+    // run its heap would hold that run's garbage, which the uploads could reuse unseen. The warm-up is as wide as
+    // the round (each upload within its memory bound): the chunk pool keeps up to 32 free 1 MiB slabs for the
+    // next uploads (chunk-pool.ts), and after two uploads it holds about 6, so the round's growth counted the pool
+    // reaching the size any burst of 10 leaves it at (2026-11-29: idle 122 -> 153 MiB after such a warm-up,
+    // growth +51 -> +27 MiB for the same round).
     const maxMs = o.quick ? 60_000 : 120_000
     const uploads = (count: number, bytes: number): Promise<MultipartResult> => runLoad(o.root, { mode: 'uploads', route: viaRouter, fileBytes: bytes, uploads: count, maxMs }, maxMs + 30_000)
-    const warm = await uploads(2, FILE_MIB * MIB)
+    const warmup = { uploads: plan.uploads, mib: FILE_MIB }
+    const warm = await uploads(warmup.uploads, warmup.mib * MIB)
     if (warm.errors > 0) o.progress(`multipart: warm-up failed: ${warm.firstError}`)
     await new Promise((r) => setTimeout(r, 500))
     const round = async (uploadMiB: number): Promise<MemoryRound> => {
       const idleRssMb = treeRssKb(router.child.pid) / 1024
       const rss = new UsageMonitor(router.child.pid)
       rss.start(20)
+      let peakBufferedMb = 0
+      let polling = true
+      const poll = (async () => {
+        while (polling) {
+          const mb = await bufferedMb(router.url)
+          if (mb > peakBufferedMb) peakBufferedMb = mb
+          await new Promise((r) => setTimeout(r, 20))
+        }
+      })()
       const load = await uploads(plan.uploads, uploadMiB * MIB)
+      polling = false
+      await poll
       const { peakRssMb } = rss.stop()
       o.progress(
-        `multipart: ${plan.uploads} concurrent ${uploadMiB} MiB uploads through svc-router: ${load.ok}/${plan.uploads} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; ${plan.uploads} × upload ${plan.uploads * uploadMiB} MiB, ${plan.uploads} × upload memory ${plan.uploads * UPLOAD_MEMORY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
+        `multipart: ${plan.uploads} concurrent ${uploadMiB} MiB uploads through svc-router: ${load.ok}/${plan.uploads} in ${load.seconds.toFixed(1)} s; RSS ${idleRssMb.toFixed(0)} MiB idle, peak ${peakRssMb.toFixed(0)} MiB (+${(peakRssMb - idleRssMb).toFixed(0)}; uploads' gauge peak ${peakBufferedMb.toFixed(1)} MiB; ${plan.uploads} × upload ${plan.uploads * uploadMiB} MiB, ${plan.uploads} × upload memory ${plan.uploads * UPLOAD_MEMORY_MIB} MiB)${load.errors > 0 ? `, ${load.errors} errors (first: ${load.firstError})` : ''}`,
       )
-      return { uploadMiB, idleRssMb, peakRssMb, load }
+      return { uploadMiB, idleRssMb, peakRssMb, peakBufferedMb, load }
     }
     const memory = await round(plan.uploadMiB)
     // Twice the upload size on the same router: if the router held uploads, its growth would double too.
@@ -367,6 +400,7 @@ export async function measureMultipart(o: MultipartOptions): Promise<MultipartRu
         ...(floored === null ? {} : { floor: floored.r, floorUsage: floored.router, floorSimCpuMs: floored.simCpuMs }),
       },
       memory,
+      warmup,
       memoryDouble,
     }
   } finally {

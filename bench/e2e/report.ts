@@ -767,8 +767,12 @@ function multipartSection(v: View): string[] {
     '',
     ...table(['', 'this run'], [
       ['completed', `${m.load.ok} / ${mp.uploads} in ${m.load.seconds.toFixed(1)} s${m.load.errors > 0 ? `, ${m.load.errors} errors (${(m.load.firstError ?? '').slice(0, 60)})` : ''}`],
-      ['router RSS idle (after a warm-up of two small uploads) → peak', `${m.idleRssMb.toFixed(0)} MiB → ${m.peakRssMb.toFixed(0)} MiB`],
+      [
+        `router RSS idle (after a warm-up of ${mp.warmup === undefined ? 'two small uploads' : `${mp.warmup.uploads} concurrent ${mp.warmup.mib} MiB uploads`}) → peak`,
+        `${m.idleRssMb.toFixed(0)} MiB → ${m.peakRssMb.toFixed(0)} MiB`,
+      ],
       ['growth (peak − idle)', `${growth.toFixed(0)} MiB`],
+      ...(m.peakBufferedMb === undefined ? [] : [['what uploads held in memory at most, by the router\'s gauge (`svc_upload_buffered_bytes`, memory)', `${m.peakBufferedMb.toFixed(1)} MiB`]]),
       [`vs ${mp.uploads} × the upload (${mp.uploads * mp.uploadMiB} MiB)`, formatRatio(growth, mp.uploads * mp.uploadMiB)],
       [`vs ${mp.uploads} × what an upload keeps in memory (${mp.uploads * (mp.uploadMemoryMiB ?? mp.replayBufferMiB)} MiB)`, formatRatio(growth, mp.uploads * (mp.uploadMemoryMiB ?? mp.replayBufferMiB))],
       ...(mp.memoryDouble === undefined
