@@ -5,6 +5,7 @@
  * rest of the upload is never parsed, only passed on. Fields seen before it stopped come with the outcome.
  */
 import busboy from 'busboy'
+import type { Readable } from 'node:stream'
 import { RouterError } from '../errors.js'
 
 /** What the scan found before it stopped. */
@@ -25,6 +26,11 @@ export interface ScanOptions {
   /** A file field whose first `fileHeadBytes` are wanted ('' for none). */
   readonly fileField: string
   readonly fileHeadBytes: number
+  /**
+   * Whether the file's head so far is all that is wanted of it: the scan stops there, as it would at
+   * `fileHeadBytes` (the head is then not known to be the whole file: `fileWhole` is false).
+   */
+  readonly headEnough?: (head: Buffer) => boolean
   /**
    * Read on past `model` to the form's end, as long as the form stays within `limit` (past it, the scan stops
    * with the fields seen so far): for a request whose later fields decide what it may cost (an edit's `n`).
@@ -51,6 +57,8 @@ export class MultipartScan {
   /** The wanted file's part ended before its head was full. */
   #fileWhole = false
   #finished = false
+  /** The wanted file part's stream while its head is read (see push). */
+  #fileStream: Readable | null = null
 
   /** `done` runs once, with the head or the 400 to answer with. */
   constructor(contentType: string, options: ScanOptions, done: (outcome: FormHead | RouterError) => void) {
@@ -74,12 +82,14 @@ export class MultipartScan {
       const wanted = name === options.fileField && !this.#headDone
       // Destroying the parser mid-file (the scan stopped) errors the part's stream: nobody needs to hear it.
       stream.on('error', noop)
+      if (wanted) this.#fileStream = stream
       stream.on('data', (chunk: Buffer) => {
         if (!wanted || this.#headDone) return
         const take = chunk.subarray(0, options.fileHeadBytes - this.#headBytes)
         this.#headParts.push(Buffer.from(take))
         this.#headBytes += take.length
         if (this.#headBytes >= options.fileHeadBytes) this.#gotHead()
+        else if (options.headEnough?.(this.#headSoFar()) === true) this.#gotHead()
       })
       stream.on('end', () => {
         if (!wanted || this.#headDone) return
@@ -103,6 +113,10 @@ export class MultipartScan {
     // file head instead of searching the rest of a 512 KiB uWS chunk for boundaries nobody needs.
     for (let at = 0; at < chunk.length; at += SCAN_SLICE) {
       parser.write(at === 0 && chunk.length <= SCAN_SLICE ? chunk : chunk.subarray(at, at + SCAN_SLICE))
+      // A new stream emits its first data only on the next tick, by when the rest of the client's chunk (up to
+      // 512 KiB) would have been searched too: read() hands what the slice gave it to the 'data' handler now.
+      const file = this.#fileStream
+      while (file !== null && !this.#headDone && file.read() !== null) {}
       if (this.#finished) return
     }
     if (last) {
@@ -117,9 +131,17 @@ export class MultipartScan {
     }
   }
 
+  /** The wanted file's head so far, as one buffer (kept as the one part when it came in one). */
+  #headSoFar(): Buffer {
+    const parts = this.#headParts
+    if (parts.length > 1) this.#headParts = [Buffer.concat(parts)]
+    return this.#headParts[0]!
+  }
+
   #gotHead(): void {
     if (this.#headDone) return
     this.#headDone = true
+    this.#fileStream = null
     this.#check()
   }
 

@@ -106,7 +106,8 @@ export function createMultipartRoute<R extends SurfaceRequest, U extends Usage, 
     // A streamed upload is routed at `model`, wherever the fields that follow it come (lateFields); a spooled one
     // may be read whole first, as its job starts only once the upload is all on disk anyway.
     const wholeForm = spooled !== undefined && surface.wholeForm === true
-    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES, wholeForm }, (outcome) => {
+    const headEnough = surface.headEnough === undefined ? undefined : (bytes: Buffer): boolean => surface.headEnough!(bytes, declared)
+    const scan = new MultipartScan(head.contentType, { limit: deps.replayBufferBytes, fileField: surface.fileField, fileHeadBytes: AUDIO_HEAD_BYTES, wholeForm, headEnough }, (outcome) => {
       if (outcome instanceof RouterError) return refuseBody(outcome)
       form = outcome
       proceed()

@@ -91,6 +91,11 @@ export interface MultipartSurface<R extends SurfaceRequest, U extends Usage = Ch
   /** A file field whose first bytes the request wants (an audio header), '' for none. */
   readonly fileField: string
   /**
+   * Whether the file's first bytes so far already tell all the request needs of them, for an upload of
+   * `declaredLength` (-1: unknown): the scan then stops there rather than at ScanOptions.fileHeadBytes.
+   */
+  headEnough?(head: Buffer, declaredLength: number): boolean
+  /**
    * A spooled upload (async, src/jobs/spool.ts) is read to its end (within upstream.replay_buffer_bytes) before
    * admission: see ScanOptions. A streamed one is always routed at `model`; lateFields tell it the rest.
    */

@@ -14,7 +14,7 @@
  * around the file can add (WAV_DATA_SLACK).
  */
 import { audioCost, type AudioUsage } from '../billing/cost.js'
-import { audioRate, FLOOR_BYTES_PER_SECOND, type AudioRate } from '../codecs/audio-duration.js'
+import { AUDIO_HEAD_BYTES, audioRate, FLOOR_BYTES_PER_SECOND, type AudioRate } from '../codecs/audio-duration.js'
 import { TranscriptionCodec } from '../codecs/openai-media.js'
 import { renderError, RouterError } from '../errors.js'
 import { DIMENSION_AUDIO } from '../routing/select.js'
@@ -41,6 +41,15 @@ const CHECKED = { response_format: new Set(['json', 'text', 'srt', 'verbose_json
  */
 const WAV_DATA_SLACK = 64 * 1024
 
+/**
+ * Uploads declared larger than this stop the scan at the audio's header once it reads (WAV: its `data` chunk;
+ * MP3: its first frame) instead of AUDIO_HEAD_BYTES into the file: busboy's pass over the rest of those bytes
+ * cost about 70 µs an upload. The bound then uses the declared size, as for any file
+ * past AUDIO_HEAD_BYTES; only a file shorter than that in a form whose other parts make up the rest loses its
+ * exact size to it (a looser bound, never a tighter one).
+ */
+const EARLY_HEAD_MIN = 4 * AUDIO_HEAD_BYTES
+
 /** Seconds of audio in an upload of `bytes` (the whole form), from its header when the router reads it (estimated). */
 export function uploadSeconds(rate: AudioRate | null, bytes: number): number {
   if (rate === null) return bytes / TYPICAL_BYTES_PER_SECOND
@@ -65,6 +74,7 @@ export const transcriptions: MultipartSurface<TranscriptionRequest, AudioUsage> 
   modelType: 'speech-to-text',
   dimension: DIMENSION_AUDIO,
   fileField: 'file',
+  headEnough: (head, declaredLength) => declaredLength > EARLY_HEAD_MIN && audioRate(head) !== null,
   // The file too: its header bounds the reservation, and a second file is audio the router never heard of.
   singleParts: new Set(['model', 'file', ...Object.keys(CHECKED)]),
   fromForm(form, upload, head) {
