@@ -18,7 +18,7 @@
  * Redis down: each replica decides alone on its share, as SharedRateLimiter does.
  */
 import type { Redis } from 'ioredis'
-import { RateLimiter, type RateDecision, type RateGate } from '../auth/rate-limit.js'
+import { RateLimiter, type RateCounts, type RateDecision, type RateGate } from '../auth/rate-limit.js'
 import type { RedisLink } from './redis.js'
 import { rateKeys } from './rate-window.js'
 
@@ -197,6 +197,10 @@ export class LeasedRateLimiter implements RateGate {
     } catch {
       return this.#alone(account, Date.now(), limit, false)
     }
+  }
+
+  counts(): RateCounts {
+    return { leased: this.leasedAdmissions, redisCalls: this.calls, alone: this.fallbacks }
   }
 
   /** Gives every lease back (at close). */

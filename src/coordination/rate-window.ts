@@ -9,7 +9,7 @@
  * near the limit and nobody is refused for Redis's sake. Exact again with the next request once Redis answers.
  */
 import type { Redis } from 'ioredis'
-import { RateLimiter, type RateDecision, type RateGate } from '../auth/rate-limit.js'
+import { RateLimiter, type RateCounts, type RateDecision, type RateGate } from '../auth/rate-limit.js'
 import type { RedisLink } from './redis.js'
 
 /**
@@ -129,8 +129,9 @@ export class SharedRateLimiter implements RateGate {
   readonly #flush = (): void => this.#flushAll()
   /** Decisions made by the fallback, for the logs and tests. */
   fallbacks = 0
-  /** Script calls made for takes (each decides a batch), for the tests. */
+  /** Script calls made for takes (each decides a batch), for the tests; and for peeks. */
   takeCalls = 0
+  peekCalls = 0
 
   constructor(link: RedisLink, defaultLimit: number, options: SharedRateLimiterOptions) {
     this.#link = link
@@ -164,10 +165,15 @@ export class SharedRateLimiter implements RateGate {
 
   peek(account: string, now: number, limit = this.#defaultLimit): RateDecision | Promise<RateDecision> {
     if (!this.#link.up) return this.#alone(account, now, limit, '0')
+    this.peekCalls++
     return this.#client.svcRateWindow(...rateKeys(this.#prefix, account), this.#windowMs, '', '0', limit).then(
       (out) => this.#decision(out, 0, limit, false),
       () => this.#alone(account, Date.now(), limit, '0'),
     )
+  }
+
+  counts(): RateCounts {
+    return { leased: 0, redisCalls: this.takeCalls + this.peekCalls, alone: this.fallbacks }
   }
 
   #flushAll(): void {

@@ -6,6 +6,7 @@
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
+import type { RateCounts } from '../auth/rate-limit.js'
 import type { ProviderEntry } from '../routing/offers.js'
 import { loadedUwsBuild } from '../server/uws-build.js'
 import type { RoutingTable } from '../routing/table.js'
@@ -38,6 +39,8 @@ export interface MetricsSources {
   readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint; readonly results: ReadonlyMap<string, number> }[]
   /** The settlement rounds this process finished, and whether it holds the funding lock. */
   readonly settlementProgress?: () => { readonly rounds: number; readonly funder: boolean }
+  /** Where the shared rate window's decisions were made (a replica with Redis: coordination/). */
+  readonly rate?: () => RateCounts
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -114,6 +117,25 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       registers: [registry],
       collect() {
         this.set(progress().funder ? 1 : 0)
+      },
+    })
+  }
+  const rate = sources.rate
+  if (rate !== undefined) {
+    new Counter({
+      name: 'svc_rate_window_total',
+      help:
+        "The account rate window's work on this replica, by kind: leased (requests admitted out of this replica's lease, " +
+        'no Redis command), redis_calls (script calls to Redis: takes, returns and peeks), alone (decisions on this ' +
+        "replica's share of the limit while Redis was unreachable).",
+      labelNames: ['kind'] as const,
+      registers: [registry],
+      collect() {
+        const c = rate()
+        this.reset()
+        this.inc({ kind: 'leased' }, c.leased)
+        this.inc({ kind: 'redis_calls' }, c.redisCalls)
+        this.inc({ kind: 'alone' }, c.alone)
       },
     })
   }
