@@ -92,7 +92,7 @@ async function serveWith(config: Config): Promise<RunningRouter> {
     await life.add(followBooksPart({ store, credentials, ledger }))
     await life.add(followRegistryPart({ registry, simulators, table, pools }))
     const uploads = uploadSpoolOf(config.server)
-    const { metrics } = await life.add(telemetryPart(config, { table, writer, store, settlement, uploads }))
+    const { metrics } = await life.add(telemetryPart(config, { table, writer, store, settlement, uploads, limiter }))
     const api = await life.add(apiPart(config, { store, auth, credentials, table, engine, ledger, limiter, jobs, sourceOf, recovery, unrouted: settlement, uploads }))
     await life.add(probesPart(config.health, { table, engine }))
     const listeners = await life.add(listenPart(config, { api, jobs, table, store, metrics, registry }))

@@ -27,6 +27,15 @@ export interface RateGate {
   take(account: string, now: number, limit?: number): RateDecision | Promise<RateDecision>
   /** The account's standing as take() would report it, without counting a request. */
   peek(account: string, now: number, limit?: number): RateDecision | Promise<RateDecision>
+  /** Where this replica's decisions were made so far (a gate shared through Redis: /metrics). */
+  counts?(): RateCounts
+}
+
+/** Running totals of a shared gate: admissions out of a lease, script calls to Redis, decisions made alone. */
+export interface RateCounts {
+  readonly leased: number
+  readonly redisCalls: number
+  readonly alone: number
 }
 
 /** Arrival times of the admitted requests still in the window, oldest at `tail`, in a ring that grows on demand. */

@@ -5,8 +5,9 @@
  * charge's callback runs after the commit returned (SQLite: WAL, synchronous=FULL, so the charge is on disk),
  * and that callback is what releases the response's last byte.
  *
- * One batch is in flight at a time, which keeps the journal in settle order and gives `quiesce` a moment when
- * the store's totals and this queue together account for every settled charge exactly once.
+ * One batch is in flight at a time unless the store's transactions run beside one another (`concurrency`);
+ * `quiesce` waits for none to be, a moment when the store's totals and this queue together account for every
+ * settled charge exactly once.
  */
 import type { Charge, JournalEntry, LedgerStore } from '../store/store.js'
 import { ledgerCommit } from '../telemetry/events.js'
@@ -17,6 +18,13 @@ export type ChargeDone = (outcome: JournalEntry | Error) => void
 export interface ChargeWriterOptions {
   /** Charges per transaction at most; a full batch is written without waiting for the end of the turn. */
   readonly maxBatch?: number
+  /**
+   * Batches in flight at most (default 1). A store whose batches are transactions of their own on separate
+   * connections, which lock what they bill in one order (PostgreSQL), may take 2: the next batch waits at the
+   * server, not here, so a batch's round trip and this event loop's turn to read its answer no longer add to
+   * the time between two commits of one account (a replica far from its database: issue 45's 1 ms rows).
+   */
+  readonly concurrency?: number
 }
 
 export const DEFAULT_MAX_BATCH = 256
@@ -28,16 +36,30 @@ export const DEFAULT_MAX_BATCH = 256
  */
 const NOTHING_QUEUED: never[] = []
 
+type Ended = (slot: InFlight, outcomes: (JournalEntry | Error)[] | null, failure: Error | null) => void
+
+/** A batch in flight: one per slot, made once, so a commit costs no closures of its own. */
+class InFlight {
+  charges: readonly Charge[] = NOTHING_QUEUED
+  done: readonly ChargeDone[] = NOTHING_QUEUED
+  started = 0
+  readonly committed: (outcomes: (JournalEntry | Error)[]) => void
+  readonly failed: (err: unknown) => void
+
+  constructor(ended: Ended) {
+    this.committed = (outcomes) => ended(this, outcomes, null)
+    this.failed = (err) => ended(this, null, err instanceof Error ? err : new Error(String(err)))
+  }
+}
+
 export class ChargeWriter {
   readonly #store: LedgerStore
   readonly #maxBatch: number
   #queue: Charge[] = NOTHING_QUEUED
   #done: ChargeDone[] = NOTHING_QUEUED
-  /** The batch being committed (empty when none), its callbacks, and when its commit started. */
-  #inflight: readonly Charge[] = NOTHING_QUEUED
-  #inflightDone: readonly ChargeDone[] = NOTHING_QUEUED
-  #started = 0
-  #writing = false
+  /** The batches that may be in flight; `#writing` of them are. */
+  readonly #slots: InFlight[]
+  #writing = 0
   #scheduled = false
   #holds = 0
   #idle: (() => void)[] = []
@@ -49,6 +71,9 @@ export class ChargeWriter {
   constructor(store: LedgerStore, options: ChargeWriterOptions = {}) {
     this.#store = store
     this.#maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH
+    const concurrency = options.concurrency ?? 1
+    if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError(`concurrency must be a whole number >= 1, not ${concurrency}`)
+    this.#slots = Array.from({ length: concurrency }, () => new InFlight(this.#ended))
   }
 
   /** Queues a charge; `done` runs once, after the transaction holding it committed or failed. */
@@ -68,14 +93,16 @@ export class ChargeWriter {
     else this.#schedule()
   }
 
-  /** Every charge handed over and not committed yet (queued or in the transaction under way). */
+  /** Every charge handed over and not committed yet (queued or in a transaction under way). */
   *pending(): IterableIterator<Charge> {
-    yield* this.#inflight
+    for (const slot of this.#slots) yield* slot.charges
     yield* this.#queue
   }
 
   get queued(): number {
-    return this.#queue.length + this.#inflight.length
+    let n = this.#queue.length
+    for (const slot of this.#slots) n += slot.charges.length
+    return n
   }
 
   /**
@@ -85,7 +112,7 @@ export class ChargeWriter {
   async quiesce<T>(fn: () => Promise<T>): Promise<T> {
     this.#holds++
     try {
-      while (this.#writing) await new Promise<void>((resolve) => this.#idle.push(resolve))
+      while (this.#writing > 0) await new Promise<void>((resolve) => this.#idle.push(resolve))
       return await fn()
     } finally {
       this.#holds--
@@ -95,10 +122,10 @@ export class ChargeWriter {
 
   /** Resolves when everything queued so far is committed (or failed). */
   async drain(): Promise<void> {
-    while (this.#queue.length > 0 || this.#writing) {
-      if (!this.#writing) this.#flush()
+    while (this.#queue.length > 0 || this.#writing > 0) {
+      this.#flush()
       // Held by quiesce: look again on the next turn rather than wait for a batch that has not started.
-      if (!this.#writing) await new Promise<void>((resolve) => setImmediate(resolve))
+      if (this.#writing === 0) await new Promise<void>((resolve) => setImmediate(resolve))
       else await new Promise<void>((resolve) => this.#idle.push(resolve))
     }
   }
@@ -122,53 +149,46 @@ export class ChargeWriter {
   }
 
   #flush(): void {
-    if (this.#writing || this.#holds > 0 || this.#queue.length === 0) return
+    if (this.#holds > 0 || this.#queue.length === 0 || this.#writing === this.#slots.length) return
+    let slot = this.#slots[0]!
+    for (let i = 1; slot.charges.length > 0; i++) slot = this.#slots[i]!
     const batch = this.#queue.length <= this.#maxBatch ? this.#queue : this.#queue.slice(0, this.#maxBatch)
     const done = this.#done.length <= this.#maxBatch ? this.#done : this.#done.slice(0, this.#maxBatch)
     this.#queue = batch === this.#queue ? NOTHING_QUEUED : this.#queue.slice(batch.length)
     this.#done = done === this.#done ? NOTHING_QUEUED : this.#done.slice(done.length)
-    this.#writing = true
-    this.#inflight = batch
-    this.#inflightDone = done
-    this.#started = performance.now()
+    this.#writing++
+    slot.charges = batch
+    slot.done = done
+    slot.started = performance.now()
     let written: Promise<(JournalEntry | Error)[]>
     try {
       written = this.#store.recordCharges(batch)
     } catch (err) {
       written = Promise.reject(err as Error)
     }
-    // One batch is in flight at a time, so its charges and callbacks are fields and these two handlers are made
-    // once: a commit costs no closures of its own.
-    written.then(this.#committed, this.#failed)
+    written.then(slot.committed, slot.failed)
   }
 
-  readonly #committed = (outcomes: (JournalEntry | Error)[]): void => {
-    const n = this.#inflight.length
-    this.batches++
-    this.written += n
-    if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: n, durationMs: performance.now() - this.#started, ok: true })
-    const done = this.#finish()
-    for (let i = 0; i < done.length; i++) done[i]!(outcomes[i] ?? new Error('the store returned no outcome for this charge'))
-    this.#wakeIdle()
-  }
-
-  readonly #failed = (err: unknown): void => {
-    const failure = err instanceof Error ? err : new Error(String(err))
-    if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: this.#inflight.length, durationMs: performance.now() - this.#started, ok: false })
-    const done = this.#finish()
-    for (let i = 0; i < done.length; i++) done[i]!(failure)
-    this.#wakeIdle()
-  }
-
-  /** Ends the batch in flight and starts the next one, before the callbacks run: it holds the charges settled while this one committed. */
-  #finish(): readonly ChargeDone[] {
-    const done = this.#inflightDone
-    this.#writing = false
-    this.#inflight = NOTHING_QUEUED
-    this.#inflightDone = NOTHING_QUEUED
+  /**
+   * A batch's transaction ended: its slot is freed and the next batch started before the callbacks run (it
+   * holds the charges settled while this one committed); then each charge learns its outcome.
+   */
+  readonly #ended: Ended = (slot, outcomes, failure) => {
+    const n = slot.charges.length
+    const done = slot.done
+    if (ledgerCommit.hasSubscribers) ledgerCommit.publish({ charges: n, durationMs: performance.now() - slot.started, ok: failure === null })
+    if (failure === null) {
+      this.batches++
+      this.written += n
+    }
+    slot.charges = NOTHING_QUEUED
+    slot.done = NOTHING_QUEUED
+    this.#writing--
     if (this.#queue.length >= this.#maxBatch) this.#flush()
     else if (this.#queue.length > 0 && this.#holds === 0) this.#schedule()
-    return done
+    if (failure !== null) for (let i = 0; i < done.length; i++) done[i]!(failure)
+    else for (let i = 0; i < done.length; i++) done[i]!(outcomes![i] ?? new Error('the store returned no outcome for this charge'))
+    if (this.#writing === 0) this.#wakeIdle()
   }
 
   /** Whoever waited for no batch to be in flight (quiesce, drain). */

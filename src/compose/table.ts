@@ -130,6 +130,8 @@ export interface TelemetrySources {
   readonly settlement?: Settlement | null
   /** What streamed uploads hold (the /metrics gauges). */
   readonly uploads: UploadSpool
+  /** The account rate window: shared through Redis, it counts where its decisions were made. */
+  readonly limiter: RateGate
 }
 
 interface Subscriber {
@@ -142,11 +144,12 @@ interface Subscriber {
 export const TELEMETRY = {
   metrics: {
     wanted: (c) => c.ops.metrics,
-    start: (_c, { table, writer, store, settlement, uploads }): Metrics =>
+    start: (_c, { table, writer, store, settlement, uploads, limiter }): Metrics =>
       startMetrics(table, {
         chargesQueued: () => writer.queued,
         ledgerQuarantined: () => store.ledger.quarantinedRows?.() ?? 0,
         uploads,
+        ...(limiter.counts !== undefined && { rate: () => limiter.counts!() }),
         ...(settlement != null && { settlement: () => settlement.states(), settlementProgress: () => settlement.progress() }),
       }),
   },

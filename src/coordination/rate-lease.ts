@@ -18,8 +18,9 @@
  * Redis down: each replica decides alone on its share, as SharedRateLimiter does.
  */
 import type { Redis } from 'ioredis'
-import { RateLimiter, type RateDecision, type RateGate } from '../auth/rate-limit.js'
+import { RateLimiter, type RateCounts, type RateDecision, type RateGate } from '../auth/rate-limit.js'
 import type { RedisLink } from './redis.js'
+import { rateKeys } from './rate-window.js'
 
 /**
  * KEYS[1] the window (sorted set of admissions), KEYS[2] its leases (hash: holder → "slots:expires at").
@@ -198,6 +199,10 @@ export class LeasedRateLimiter implements RateGate {
     }
   }
 
+  counts(): RateCounts {
+    return { leased: this.leasedAdmissions, redisCalls: this.calls, alone: this.fallbacks }
+  }
+
   /** Gives every lease back (at close). */
   async close(): Promise<void> {
     clearInterval(this.#sweeper)
@@ -212,9 +217,8 @@ export class LeasedRateLimiter implements RateGate {
     return { allowed: true, limit: a.limit, remaining: Math.max(0, a.limit - held), resetAt: a.resetAt, retryAfter: 0 }
   }
 
-  /** The account's window and its leases, hash-tagged by account: one slot of a Redis Cluster, as a script needs. */
   #keys(account: string): [string, string] {
-    return [this.#o.prefix + '{' + account + '}', this.#o.prefix + 'lease:{' + account + '}']
+    return rateKeys(this.#o.prefix, account)
   }
 
   #flush(): void {

@@ -9,11 +9,22 @@
  * near the limit and nobody is refused for Redis's sake. Exact again with the next request once Redis answers.
  */
 import type { Redis } from 'ioredis'
-import { RateLimiter, type RateDecision, type RateGate } from '../auth/rate-limit.js'
+import { RateLimiter, type RateCounts, type RateDecision, type RateGate } from '../auth/rate-limit.js'
 import type { RedisLink } from './redis.js'
 
 /**
- * KEYS[1] the account's window; ARGV: window ms, a member prefix unique to this call, 1 to count the requests
+ * The account's window and the leases replicas hold of it (rate-lease.ts), hash-tagged by account: one slot of
+ * a Redis Cluster, as a script needs. One pair of keys whether a replica leases or not (`redis.rate_lease_size`
+ * 0 on some replicas and not on others, as during a rolling change of it): both paths count the same window.
+ */
+export function rateKeys(prefix: string, account: string): [window: string, leases: string] {
+  return [prefix + '{' + account + '}', prefix + 'lease:{' + account + '}']
+}
+
+/**
+ * KEYS[1] the account's window, KEYS[2] the replicas' leases of it (hash: holder -> "slots:expires at"; every
+ * live lease counts in full, as the lease script counts it); ARGV: window ms, a member prefix unique to this
+ * call, 1 to count the requests
  * (take) or 0 (peek), then one limit per request, in arrival order. The requests are decided one after another
  * as that many separate calls would decide them at the same instant: each is admitted while the window holds
  * fewer than its limit, and an admitted one is counted before the next is decided. Returns {server now ms,
@@ -26,7 +37,18 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local count = redis.call('ZCARD', KEYS[1])
+local leased = 0
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local v = all[j + 1]
+  local sep = string.find(v, ':', 1, true)
+  if tonumber(string.sub(v, sep + 1)) <= now then
+    redis.call('HDEL', KEYS[2], all[j])
+  else
+    leased = leased + tonumber(string.sub(v, 1, sep - 1))
+  end
+end
+local count = redis.call('ZCARD', KEYS[1]) + leased
 local out = {now, count}
 local take = ARGV[3] == '1'
 local added = {}
@@ -61,7 +83,7 @@ return out
 `
 
 interface RateCommands {
-  svcRateWindow(key: string, windowMs: number, member: string, count: '0' | '1', ...limits: number[]): Promise<number[]>
+  svcRateWindow(key: string, leases: string, windowMs: number, member: string, count: '0' | '1', ...limits: number[]): Promise<number[]>
 }
 
 /**
@@ -107,13 +129,14 @@ export class SharedRateLimiter implements RateGate {
   readonly #flush = (): void => this.#flushAll()
   /** Decisions made by the fallback, for the logs and tests. */
   fallbacks = 0
-  /** Script calls made for takes (each decides a batch), for the tests. */
+  /** Script calls made for takes (each decides a batch), for the tests; and for peeks. */
   takeCalls = 0
+  peekCalls = 0
 
   constructor(link: RedisLink, defaultLimit: number, options: SharedRateLimiterOptions) {
     this.#link = link
     this.#client = link.client as Redis & RateCommands
-    this.#client.defineCommand('svcRateWindow', { numberOfKeys: 1, lua: TAKE_SCRIPT })
+    this.#client.defineCommand('svcRateWindow', { numberOfKeys: 2, lua: TAKE_SCRIPT })
     this.#defaultLimit = defaultLimit
     this.#windowMs = options.windowMs ?? 60_000
     this.#replicas = options.replicas
@@ -142,10 +165,15 @@ export class SharedRateLimiter implements RateGate {
 
   peek(account: string, now: number, limit = this.#defaultLimit): RateDecision | Promise<RateDecision> {
     if (!this.#link.up) return this.#alone(account, now, limit, '0')
-    return this.#client.svcRateWindow(this.#prefix + account, this.#windowMs, '', '0', limit).then(
+    this.peekCalls++
+    return this.#client.svcRateWindow(...rateKeys(this.#prefix, account), this.#windowMs, '', '0', limit).then(
       (out) => this.#decision(out, 0, limit, false),
       () => this.#alone(account, Date.now(), limit, '0'),
     )
+  }
+
+  counts(): RateCounts {
+    return { leased: 0, redisCalls: this.takeCalls + this.peekCalls, alone: this.fallbacks }
   }
 
   #flushAll(): void {
@@ -165,7 +193,7 @@ export class SharedRateLimiter implements RateGate {
     }
     let answer: Promise<number[]>
     try {
-      answer = this.#client.svcRateWindow(this.#prefix + account, this.#windowMs, member, '1', ...batch.limits)
+      answer = this.#client.svcRateWindow(...rateKeys(this.#prefix, account), this.#windowMs, member, '1', ...batch.limits)
     } catch {
       // Called from a timer: nothing above would catch it, and the batch's requests would wait forever.
       return alone()

@@ -6,6 +6,7 @@
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
+import type { RateCounts } from '../auth/rate-limit.js'
 import type { ProviderEntry } from '../routing/offers.js'
 import { loadedUwsBuild } from '../server/uws-build.js'
 import type { RoutingTable } from '../routing/table.js'
@@ -38,6 +39,8 @@ export interface MetricsSources {
   readonly settlement?: () => readonly { readonly address: string; readonly reason: string | null; readonly flagged: boolean; readonly unsettled: bigint; readonly results: ReadonlyMap<string, number> }[]
   /** The settlement rounds this process finished, and whether it holds the funding lock. */
   readonly settlementProgress?: () => { readonly rounds: number; readonly funder: boolean }
+  /** Where the shared rate window's decisions were made (a replica with Redis: coordination/). */
+  readonly rate?: () => RateCounts
 }
 
 export function startMetrics(table: RoutingTable, sources: MetricsSources): Metrics {
@@ -114,6 +117,25 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
       registers: [registry],
       collect() {
         this.set(progress().funder ? 1 : 0)
+      },
+    })
+  }
+  const rate = sources.rate
+  if (rate !== undefined) {
+    new Counter({
+      name: 'svc_rate_window_total',
+      help:
+        "The account rate window's work on this replica, by kind: leased (requests admitted out of this replica's lease, " +
+        'no Redis command), redis_calls (script calls to Redis: takes, returns and peeks), alone (decisions on this ' +
+        "replica's share of the limit while Redis was unreachable).",
+      labelNames: ['kind'] as const,
+      registers: [registry],
+      collect() {
+        const c = rate()
+        this.reset()
+        this.inc({ kind: 'leased' }, c.leased)
+        this.inc({ kind: 'redis_calls' }, c.redisCalls)
+        this.inc({ kind: 'alone' }, c.alone)
       },
     })
   }
@@ -347,14 +369,23 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
     ;(e.ok ? committedOk : committedFailed).pending += e.charges
   }
   // Cells by label values, one Map level per label: provider → outcome.
+  // Each index is fronted by the cell of the last event's labels: under load most events repeat the one before
+  // (one surface, provider and model), and a match costs string compares where the walk costs a hash lookup per
+  // label.
   const attemptIndex = new Map<string, Map<unknown, CounterCell>>()
+  let lastAttempt: { provider: string; outcome: string; cell: CounterCell } | null = null
   const onAttempt = (m: unknown): void => {
     const e = m as AttemptEvent
     const outcome = e.error ?? 'ok'
+    if (lastAttempt !== null && lastAttempt.provider === e.provider && lastAttempt.outcome === outcome) {
+      lastAttempt.cell.pending++
+      return
+    }
     const byOutcome = level(attemptIndex, e.provider)
     let c = byOutcome.get(outcome)
     if (c === undefined) byOutcome.set(outcome, (c = attemptCells.cell({ provider: e.provider, outcome })))
     c.pending++
+    lastAttempt = { provider: e.provider, outcome, cell: c }
   }
   const onSettle = (m: unknown): void => {
     const e = m as SettleEvent
@@ -369,25 +400,43 @@ export function startMetrics(table: RoutingTable, sources: MetricsSources): Metr
   const requestIndex = new Map<string, Map<unknown, Map<unknown, Map<unknown, CounterCell>>>>()
   const durationIndex = new Map<string, Map<unknown, HistogramCell>>()
   const ttfbIndex = new Map<string, HistogramCell>()
+  let lastEnd: { surface: string; status: number; provider: string; model: string; req: CounterCell; d: HistogramCell } | null = null
+  let lastTtfb: { provider: string; cell: HistogramCell } | null = null
   const onEnd = (m: unknown): void => {
     const e = m as RequestEndEvent
     // A request refused by admission had no start event.
     if (e.admitted) inflightCount--
     const model = e.catalogModel ? e.model : ''
     const provider = e.provider ?? ''
-    const byModel = level(level(level(requestIndex, e.surface), e.status), provider)
-    let req = byModel.get(model)
-    if (req === undefined) {
-      byModel.set(model, (req = requestCells.cell({ surface: e.surface, status: String(e.status), provider, model })))
+    let req: CounterCell
+    let d: HistogramCell
+    const last = lastEnd
+    if (last !== null && last.status === e.status && last.surface === e.surface && last.provider === provider && last.model === model) {
+      req = last.req
+      d = last.d
+    } else {
+      const byModel = level(level(level(requestIndex, e.surface), e.status), provider)
+      let r = byModel.get(model)
+      if (r === undefined) {
+        byModel.set(model, (r = requestCells.cell({ surface: e.surface, status: String(e.status), provider, model })))
+      }
+      const durations = level(durationIndex, e.surface)
+      let c = durations.get(model)
+      if (c === undefined) durations.set(model, (c = duration.cell({ surface: e.surface, model })))
+      req = r
+      d = c
+      lastEnd = { surface: e.surface, status: e.status, provider, model, req, d }
     }
     req.pending++
-    const durations = level(durationIndex, e.surface)
-    let d = durations.get(model)
-    if (d === undefined) durations.set(model, (d = duration.cell({ surface: e.surface, model })))
     duration.observe(d, e.durationMs / 1000)
     if (e.ttfbMs !== null && e.provider !== null) {
-      let f = ttfbIndex.get(e.provider)
-      if (f === undefined) ttfbIndex.set(e.provider, (f = ttfb.cell({ provider: e.provider })))
+      let f: HistogramCell | undefined
+      if (lastTtfb !== null && lastTtfb.provider === e.provider) f = lastTtfb.cell
+      else {
+        f = ttfbIndex.get(e.provider)
+        if (f === undefined) ttfbIndex.set(e.provider, (f = ttfb.cell({ provider: e.provider })))
+        lastTtfb = { provider: e.provider, cell: f }
+      }
       ttfb.observe(f, e.ttfbMs / 1000)
     }
     if (e.attempts > 1) failoverCount += e.attempts - 1

@@ -181,13 +181,29 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       traceparent = e.traceparent
       tracestate = e.tracestate
     }
-    const base = this.authorization === '' ? this.plan.headers : [...this.plan.headers, 'authorization', this.authorization]
-    const headers =
-      traceparent === ''
-        ? [...base, 'x-request-id', requestId]
-        : tracestate === ''
-          ? [...base, 'x-request-id', requestId, 'traceparent', traceparent]
-          : [...base, 'x-request-id', requestId, 'traceparent', traceparent, 'tracestate', tracestate]
+    // One array of its final length, filled in place: spreads of the plan's list and then of that copy made two
+    // arrays per request (and a literal's spread grows its store as it goes).
+    const planned = this.plan.headers
+    const authorization = this.authorization
+    const n = planned.length
+    const extra = (authorization === '' ? 0 : 2) + 2 + (traceparent === '' ? 0 : tracestate === '' ? 2 : 4)
+    const headers = new Array<string>(n + extra)
+    for (let i = 0; i < n; i++) headers[i] = planned[i]!
+    let at = n
+    if (authorization !== '') {
+      headers[at++] = 'authorization'
+      headers[at++] = authorization
+    }
+    headers[at++] = 'x-request-id'
+    headers[at++] = requestId
+    if (traceparent !== '') {
+      headers[at++] = 'traceparent'
+      headers[at++] = traceparent
+      if (tracestate !== '') {
+        headers[at++] = 'tracestate'
+        headers[at] = tracestate
+      }
+    }
     const upstream = pools.upstream(provider.url)
     // No per-request headersTimeout / bodyTimeout: the pool was made with the same settings (pools.ts).
     // undici's types leave out async iterables, which its Request takes (and writes chunk by chunk, asking for

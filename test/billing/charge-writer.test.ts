@@ -93,3 +93,57 @@ t.test('quiesce holds commits back; pending() lists what is settled and not yet 
   t.notOk(outcome instanceof Error)
   t.equal((await store.ledger.totals(A)).spent, 3n)
 })
+
+t.test('concurrency 2: a second batch goes while the first commits; each charge learns its own outcome; quiesce waits for both', async (t) => {
+  const store = await openSqliteStore({ path: ':memory:' })
+  await store.ledger.addFunds(A, 'deposit', 10n ** 20n, '', 0)
+  const writer = new ChargeWriter(store.ledger, { concurrency: 2 })
+  t.teardown(async () => {
+    await writer.close()
+    await store.close()
+  })
+  // The store's answer to each batch is held until the test lets it go (a slow server), then written for real.
+  const held: { batch: readonly Charge[]; release: () => void }[] = []
+  const original = store.ledger.recordCharges.bind(store.ledger)
+  store.ledger.recordCharges = (batch) =>
+    new Promise<void>((release) => held.push({ batch, release })).then(() => original(batch))
+  const turn = (): Promise<void> => new Promise((r) => setImmediate(r))
+
+  const first = [enqueue(writer, charge('a1', 1n)), enqueue(writer, charge('a2', 2n))]
+  await turn()
+  const second = [enqueue(writer, charge('b1', 4n)), enqueue(writer, charge('a1', 8n))]
+  await turn()
+  const third = enqueue(writer, charge('c1', 16n))
+  await turn()
+  t.strictSame(held.map((h) => h.batch.map((c) => c.requestId)), [['a1', 'a2'], ['b1', 'a1']], 'two batches in flight, the third waits')
+  t.strictSame([...writer.pending()].map((c) => c.requestId).sort(), ['a1', 'a1', 'a2', 'b1', 'c1'], 'pending lists both batches and the queue')
+  let quiesced = false
+  const quiet = writer.quiesce(async () => {
+    quiesced = true
+    return [...writer.pending()].map((c) => c.requestId)
+  })
+  // The second batch answers first: its a1 is the one billed, and the first batch's a1 is refused.
+  held[1]!.release()
+  const [b1, a1later] = await Promise.all(second)
+  t.notOk(b1 instanceof Error, 'b1 committed')
+  t.notOk(a1later instanceof Error, 'the a1 committed first is billed')
+  t.notOk(quiesced, 'quiesce waits while a batch is still in flight')
+  held[0]!.release()
+  const [a1, a2] = await Promise.all(first)
+  t.ok(a1 instanceof StoreConflictError, 'the other a1 is refused as billed already')
+  t.notOk(a2 instanceof Error)
+  t.strictSame(await quiet, ['c1'], 'quiesced once nothing was in flight: only the queue is pending')
+  await turn()
+  t.equal(held.length, 3, 'the third batch went after quiesce')
+  held[2]!.release()
+  t.notOk((await third) instanceof Error)
+  t.equal((await store.ledger.totals(A)).spent, 2n + 4n + 8n + 16n, 'each request billed once')
+  t.equal(writer.queued, 0)
+})
+
+t.test('concurrency must be a whole number of batches', async (t) => {
+  const store = await openSqliteStore({ path: ':memory:' })
+  t.teardown(() => store.close())
+  t.throws(() => new ChargeWriter(store.ledger, { concurrency: 0 }), RangeError)
+  t.throws(() => new ChargeWriter(store.ledger, { concurrency: 1.5 }), RangeError)
+})

@@ -6,6 +6,7 @@
  */
 import t from 'tap'
 import { LeasedRateLimiter } from '../../src/coordination/rate-lease.js'
+import { SharedRateLimiter } from '../../src/coordination/rate-window.js'
 import { RedisLink } from '../../src/coordination/redis.js'
 import { startRedis } from '../helpers/redis.js'
 
@@ -123,4 +124,30 @@ t.test('redis down with leases out: each replica admits its share alone, nothing
   const admitted = up.filter((d) => d.allowed).length
   t.ok(admitted <= 60 && admitted >= 60 - 2 * 4, `shared again (${admitted})`)
   t.same(rs.map((r) => r.limiter.fallbacks), before, 'no fallback once Redis answers')
+})
+
+t.test('replicas with leases and without (rate_lease_size 0) share one window: together never past the limit', async (t) => {
+  const redis = await startRedis(t)
+  const prefix = `svc:test:${Math.random()}:`
+  const [leasing] = await replicas(t, redis.url, 1, 40, 8, prefix)
+  const link = new RedisLink(redis.url, { commandTimeoutMs: 300 })
+  t.teardown(() => link.close())
+  await link.ready(5_000)
+  const exact = new SharedRateLimiter(link, 40, { replicas: () => 2, prefix })
+  // The leasing replica first takes a lease it will not use up: the exact one must count it as held.
+  t.ok((await leasing!.limiter.take('0xmixed', Date.now())).allowed)
+  const decisions = []
+  for (let round = 0; round < 8; round++) {
+    decisions.push(
+      ...(await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? leasing!.limiter : exact).take('0xmixed', Date.now())))),
+    )
+  }
+  const admitted = 1 + decisions.filter((d) => d.allowed).length
+  t.ok(admitted <= 40, `never past the limit across both kinds of replica (${admitted})`)
+  t.ok(admitted >= 40 - 8, `short of it by at most one lease (${admitted})`)
+  t.ok(decisions.some((d, i) => (i % 10) % 2 === 1 && d.allowed), 'the exact replica admitted some')
+  t.ok(leasing!.limiter.leasedAdmissions > 0, 'the leasing one admitted some out of its lease')
+  await leasing!.limiter.close()
+  t.equal(await link.client.zcard(prefix + '{0xmixed}'), admitted, 'both kinds of admission are in the one window')
+  t.equal(exact.fallbacks + leasing!.limiter.fallbacks, 0)
 })

@@ -4,7 +4,7 @@
  * Redis back, exact again without a restart.
  */
 import t from 'tap'
-import { SharedRateLimiter } from '../../src/coordination/rate-window.js'
+import { rateKeys, SharedRateLimiter } from '../../src/coordination/rate-window.js'
 import { RedisLink } from '../../src/coordination/redis.js'
 import { startRedis } from '../helpers/redis.js'
 
@@ -125,7 +125,7 @@ t.test('a window holding more than a lowered limit says when it admits again, no
   const limiter = new SharedRateLimiter(link, 10, { replicas: () => 1, prefix })
   // Five requests admitted under the old limit, 50 s to 10 s ago by Redis's clock.
   const now = Number((await link.client.time())[0]) * 1000
-  await link.client.zadd(prefix + '0xlowered', now - 50_000, 'a', now - 40_000, 'b', now - 30_000, 'c', now - 20_000, 'd', now - 10_000, 'e')
+  await link.client.zadd(rateKeys(prefix, '0xlowered')[0], now - 50_000, 'a', now - 40_000, 'b', now - 30_000, 'c', now - 20_000, 'd', now - 10_000, 'e')
   const refused = await limiter.take('0xlowered', Date.now(), 3)
   t.equal(refused.allowed, false)
   // Under a limit of 3 the window admits once the third oldest (30 s ago) leaves: in about 30 s, not 10.

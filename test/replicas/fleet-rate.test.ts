@@ -1,7 +1,8 @@
 /**
  * The leased rate window across real `serve` processes on one PostgreSQL and one Redis (issue #45): a request
  * on a warm lease sends Redis no script (INFO commandstats, counted by Redis), the limit holds across three
- * replicas within the stated slack, and a SIGKILLed replica's lease comes back when it expires.
+ * replicas within the stated slack, and a SIGKILLed replica's lease comes back when it expires; /metrics counts
+ * where each replica's decisions were made.
  */
 import t from 'tap'
 import { RedisLink } from '../../src/coordination/redis.js'
@@ -54,6 +55,12 @@ t.test('a leased rate window over three replica processes', async (t) => {
     t.same(warm.map((r) => r.headers['x-ratelimit-remaining-requests']), ['998', '997', '996', '995'], 'X-RateLimit-Remaining counts down as one window would')
     t.equal((await chat(r0!.url, sk)).status, 200)
     t.equal((await scripts(link)) - before, 1, 'the lease used up, the next request takes another: one script')
+    // The replica's own count of the same: /metrics.
+    const text = await (await fetch(r0!.url + '/metrics')).text()
+    const kind = (k: string): number => Number(new RegExp(`^svc_rate_window_total\\{kind="${k}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? NaN)
+    t.ok(kind('leased') >= LEASE_SIZE, `svc_rate_window_total{kind="leased"} counts the admissions out of a lease (${kind('leased')})`)
+    t.ok(kind('redis_calls') >= 2, `and the script calls (${kind('redis_calls')})`)
+    t.equal(kind('alone'), 0, 'nothing decided without Redis')
   })
 
   t.test('60 a minute over three replicas: never more than 60, at least 60 - (3 - 1) x lease size', async (t) => {

@@ -8,6 +8,7 @@ import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
+import { ChargeWriter } from '../../src/billing/charge-writer.js'
 import { parseUsd } from '../../src/billing/money.js'
 import type { Charge, NewApiKey } from '../../src/store/store.js'
 import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/postgres-store.js'
@@ -90,6 +91,48 @@ t.test('a batch of charges, leased ones among them, is one statement and one ans
   t.equal((await one.ledger.totals(A)).spent, usd('0.03'))
   t.equal((await one.ledger.totalsWithLeases(A)).leased, usd('0.98'), 'the leased charges came out of the lease in the same statement')
   t.equal((await one.settlement.rows()).find((r) => r.provider === 'chain')?.served, 12n)
+})
+
+t.test("a replica's charge writer keeps two batches at the server: the second waits there on the first's account, both pay their lease once", async (t) => {
+  const url = await server.newDatabase()
+  const one = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
+  t.teardown(() => one.close())
+  await one.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
+  const leases = new PgLeaseStore(one.connection, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
+  const key = await one.keys.createApiKey(apiKey(A))
+  t.equal((await leases.acquire({ accountId: A, keyId: key.id, periodStart: 0, min: usd('1'), want: usd('1') })).granted, usd('1'))
+  const writer = new ChargeWriter(one.ledger, { concurrency: 2 })
+  t.teardown(() => writer.close())
+  // Another session holds the account's row: whatever the writer sends waits at the server for it.
+  const blocker = new pg.Client({ connectionString: url })
+  await blocker.connect()
+  t.teardown(() => blocker.end())
+  await blocker.query('BEGIN')
+  await blocker.query('SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE', [A])
+  const settle = (c: Charge): Promise<unknown> => new Promise((resolve) => writer.enqueue(c, resolve))
+  const leased = (): Charge => charge(A, key.id, { leased: true, periodStart: 0 })
+  const first = [settle(leased()), settle(leased())]
+  await new Promise((r) => setImmediate(r))
+  const second = [settle(leased()), settle(leased()), settle(leased())]
+  await new Promise((r) => setImmediate(r))
+  // Read outside the blocker's transaction: pg_stat_activity is a snapshot for the whole of a transaction.
+  const watch = new pg.Client({ connectionString: url })
+  await watch.connect()
+  t.teardown(() => watch.end())
+  const waiting = async (): Promise<number> =>
+    (await watch.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0]!.n
+  t.ok(await eventually(async () => (await waiting()) === 2), 'both batches wait on the account at the server')
+  t.equal(writer.queued, 5, 'five charges in two batches, none committed')
+  await blocker.query('COMMIT')
+  const outcomes = await Promise.all([...first, ...second])
+  t.ok(outcomes.every((o) => !(o instanceof Error)), 'every charge billed')
+  t.equal(writer.batches, 2)
+  t.equal((await one.ledger.totals(A)).spent, usd('0.05'))
+  t.equal((await one.ledger.totalsWithLeases(A)).leased, usd('0.95'), 'each charge paid out of the lease once')
+  const [row] = (await one.connection.query<{ amount: string; used: string }>('SELECT amount, (SELECT period_used FROM api_keys WHERE id = $1) AS used FROM budget_leases WHERE key_id = $1', [key.id])).rows
+  t.equal(BigInt(row!.amount), usd('0.95'))
+  t.equal(BigInt(row!.used), usd('0.05'), "the key's period spend counts each once")
 })
 
 t.test("two replicas' batches for one chain provider do not wait on each other; served stays exact when one leaves", async (t) => {
