@@ -10,6 +10,7 @@ import { stringify } from 'yaml'
 import { Lifecycle, part } from '../../src/compose/part.js'
 import { loadConfig } from '../../src/config/index.js'
 import { serve } from '../../src/serve.js'
+import { eventually } from '../helpers/wait.js'
 
 t.test('a lifecycle stops its parts last built first, each once', async (t) => {
   const life = new Lifecycle()
@@ -55,5 +56,6 @@ t.test('a start that fails after the registry is watched stops watching it', asy
   )
   const before = watchers()
   await t.rejects(serve(loadConfig({ file: join(dir, 'config.yaml'), env: {} })))
-  t.equal(watchers(), before, 'the registry file is no longer watched')
+  // A closed watcher's handle goes with libuv's close callback, a turn or so later (Node 24 counts it until then).
+  t.ok(await eventually(() => watchers() === before, 2_000), 'the registry file is no longer watched')
 })
