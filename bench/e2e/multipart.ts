@@ -27,13 +27,12 @@ import { Pool, type Dispatcher } from 'undici'
 import { runAsLoadProcess, treeRssKb, UsageMonitor, type Usage } from './processes.js'
 import { Samples, Tally, type Distribution } from './stats.js'
 import { floorTarget, PROVIDER_KEY, startOwnRouter, type SimSet, type Target } from './targets.js'
+import { WAV_BYTES_PER_SECOND, wavHeader } from '../../test/helpers/wav.js'
 
 const PATH = '/v1/audio/transcriptions'
 const MODEL = 'bench-stt'
 const BOUNDARY = 'svc-bench-boundary'
 const MIB = 1024 * 1024
-/** 16 kHz mono 16-bit PCM: bytes of audio per second. */
-const BYTES_PER_SECOND = 32_000
 const FILE_MIB = 3
 const UPLOAD_MIB = 25
 const UPLOADS = 10
@@ -126,21 +125,6 @@ async function bufferedMb(origin: string): Promise<number> {
 // ---------------------------------------------------------------------------------------------------------
 // The load process.
 
-/** The 44-byte header of a PCM WAV (16 kHz, mono, 16-bit) whose `data` chunk holds `dataBytes`. */
-function wavHeader(dataBytes: number): Buffer {
-  const h = Buffer.alloc(44)
-  h.write('RIFF', 0, 'latin1')
-  h.writeUInt32LE(36 + dataBytes, 4)
-  h.write('WAVE', 8, 'latin1')
-  h.write('fmt ', 12, 'latin1')
-  // fmt chunk: size 16, PCM, 1 channel, rate, byte rate, block align, bits per sample.
-  const fmt = [16, 1 | (1 << 16), BYTES_PER_SECOND / 2, BYTES_PER_SECOND, 2 | (16 << 16)]
-  fmt.forEach((v, i) => h.writeUInt32LE(v, 16 + i * 4))
-  h.write('data', 36, 'latin1')
-  h.writeUInt32LE(dataBytes, 40)
-  return h
-}
-
 /** The form around a file of `fileBytes` (WAV header included): `model` first, as the router reads only until it. */
 function envelope(fileBytes: number): { opening: Buffer; closing: Buffer; length: number } {
   const opening = Buffer.concat([
@@ -187,7 +171,7 @@ function problem(r: { status: number; text: string }, fileBytes: number): string
   try {
     const body = JSON.parse(r.text) as { usage?: { seconds?: number }; x_svc_trace?: { usage?: { seconds?: number } } }
     const seconds = body.x_svc_trace?.usage?.seconds ?? body.usage?.seconds
-    const expected = (fileBytes - 44) / BYTES_PER_SECOND
+    const expected = (fileBytes - 44) / WAV_BYTES_PER_SECOND
     return seconds !== undefined && Math.abs(seconds - expected) < 0.001 ? null : `${seconds} s of audio counted, ${expected} s sent`
   } catch {
     return `not JSON: ${r.text.slice(0, 160)}`

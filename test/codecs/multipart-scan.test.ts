@@ -7,28 +7,11 @@ import t from 'tap'
 import { AUDIO_HEAD_BYTES, audioRate } from '../../src/codecs/audio-duration.js'
 import { MultipartScan, type FormHead } from '../../src/codecs/multipart.js'
 import type { RouterError } from '../../src/errors.js'
+import { wavHeader } from '../helpers/wav.js'
 
 const BOUNDARY = 'scan-boundary'
 const CONTENT_TYPE = `multipart/form-data; boundary=${BOUNDARY}`
 
-/** A 16 kHz mono 16-bit PCM WAV header for `dataBytes` of audio. */
-function wavHeader(dataBytes: number): Buffer {
-  const h = Buffer.alloc(44)
-  h.write('RIFF', 0, 'latin1')
-  h.writeUInt32LE(36 + dataBytes, 4)
-  h.write('WAVE', 8, 'latin1')
-  h.write('fmt ', 12, 'latin1')
-  h.writeUInt32LE(16, 16)
-  h.writeUInt16LE(1, 20)
-  h.writeUInt16LE(1, 22)
-  h.writeUInt32LE(16_000, 24)
-  h.writeUInt32LE(32_000, 28)
-  h.writeUInt16LE(2, 32)
-  h.writeUInt16LE(16, 34)
-  h.write('data', 36, 'latin1')
-  h.writeUInt32LE(dataBytes, 40)
-  return h
-}
 
 /** The first 512 KiB of a form: `model`, then a WAV file that goes on past this chunk. */
 function firstChunk(): Buffer {

@@ -1,6 +1,7 @@
 /** Shared by the media tests: providers of image and speech models, real audio files, the ledger's charges. */
 import type { JournalEntry } from '../../src/store/ledger.js'
 import { addr, type Stack, type TestProvider } from '../helpers/stack.js'
+import { WAV_BYTES_PER_SECOND, wavHeader } from '../helpers/wav.js'
 
 export const IMAGE_MODEL = 'img-model'
 export const AUDIO_MODEL = 'stt-model'
@@ -33,22 +34,8 @@ export function mediaProviders(simA: TestProvider['sim'] = {}, simB: TestProvide
 
 /** A PCM WAV file: 16 kHz, mono, 16-bit, `seconds` long (silence). */
 export function wav(seconds: number): Buffer {
-  const rate = 16_000
-  const data = Math.round(seconds * rate) * 2
-  const b = Buffer.alloc(44 + data)
-  b.write('RIFF', 0, 'latin1')
-  b.writeUInt32LE(36 + data, 4)
-  b.write('WAVEfmt ', 8, 'latin1')
-  b.writeUInt32LE(16, 16)
-  b.writeUInt16LE(1, 20) // PCM
-  b.writeUInt16LE(1, 22) // mono
-  b.writeUInt32LE(rate, 24)
-  b.writeUInt32LE(rate * 2, 28) // byte rate
-  b.writeUInt16LE(2, 32)
-  b.writeUInt16LE(16, 34)
-  b.write('data', 36, 'latin1')
-  b.writeUInt32LE(data, 40)
-  return b
+  const data = Math.round((seconds * WAV_BYTES_PER_SECOND) / 2) * 2
+  return Buffer.concat([wavHeader(data), Buffer.alloc(data)])
 }
 
 /** An MP3 of `frames` MPEG-1 Layer III frames at 128 kbit/s, 44.1 kHz (417-byte frames of silence). */

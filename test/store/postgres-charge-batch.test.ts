@@ -46,6 +46,17 @@ function charge(accountId: string, keyId: string, extra: Partial<Charge> = {}): 
   }
 }
 
+/**
+ * Replica r1's store without its registry's heartbeats and change polls, which share the pool (only the
+ * batches' statements go through it), registered by hand so that it may hold a lease; and its lease store.
+ */
+async function leasingReplica(t: Test, url: string): Promise<{ one: PostgresStore; leases: PgLeaseStore }> {
+  const one = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
+  t.teardown(() => one.close())
+  await one.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
+  return { one, leases: new PgLeaseStore(one.connection, 'r1') }
+}
+
 /** Counts, on every pooled connection of `store`, the statements sent and the ReadyForQuery answers read. */
 function wireCounter(store: PostgresStore): { statements: number; answers: number } {
   const counts = { statements: 0, answers: 0 }
@@ -64,13 +75,7 @@ function wireCounter(store: PostgresStore): { statements: number; answers: numbe
 }
 
 t.test('a batch of charges, leased ones among them, is one statement and one answer from PostgreSQL', async (t) => {
-  const url = await server.newDatabase()
-  // A replica's store without its registry's heartbeats and change polls, which share the pool: only the
-  // batches' statements are counted. Registered by hand, so that it may hold a lease.
-  const one = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
-  t.teardown(() => one.close())
-  await one.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
-  const leases = new PgLeaseStore(one.connection, 'r1')
+  const { one, leases } = await leasingReplica(t, await server.newDatabase())
   await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
   await one.ledger.addFunds(B, 'deposit', usd('10'), '', Date.now())
   const [ka, kb] = [await one.keys.createApiKey(apiKey(A)), await one.keys.createApiKey(apiKey(B))]
@@ -95,10 +100,7 @@ t.test('a batch of charges, leased ones among them, is one statement and one ans
 
 t.test("a replica's charge writer keeps two batches at the server: the second waits there on the first's account, both pay their lease once", async (t) => {
   const url = await server.newDatabase()
-  const one = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
-  t.teardown(() => one.close())
-  await one.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
-  const leases = new PgLeaseStore(one.connection, 'r1')
+  const { one, leases } = await leasingReplica(t, url)
   await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
   const key = await one.keys.createApiKey(apiKey(A))
   t.equal((await leases.acquire({ accountId: A, keyId: key.id, periodStart: 0, min: usd('1'), want: usd('1') })).granted, usd('1'))
