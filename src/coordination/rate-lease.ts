@@ -2,7 +2,10 @@
  * The account window shared by replicas, leased (issue #45): a replica takes a share of an account's window
  * from Redis (a lease of up to `leaseSize` admissions, valid `leaseMs`), admits requests out of it in memory
  * with no Redis command, and reports what it used (each admission at the time it was made, as an entry of
- * the window) and gives back the rest when the lease ends, in the same script call that takes the next one.
+ * the window). When half a lease is used, the next is asked for while this one still admits: the call reports
+ * the use, keeps the unused slots leased and tops them up to `leaseSize` (a replica never holds more), so at
+ * steady load no request waits for Redis, however far away it is. A lease that stops being used is given back
+ * whole once it is past its use (or at close).
  * The window in Redis counts, besides its entries, every live lease in full: what replicas hold unused is
  * refused to the others, so the limit is never passed while leases are reported in time.
  *
@@ -25,11 +28,12 @@ import { rateKeys } from './rate-window.js'
 /**
  * KEYS[1] the window (sorted set of admissions), KEYS[2] its leases (hash: holder → "slots:expires at").
  * ARGV: window ms, lease ms, holder, member prefix, grant limit, slots wanted, replicas, mode ('take': return
- * the holder's lease, decide the requests, grant a new one; 'peek': count only), then the number of used slots
- * reported, each as ms before now, then one limit per request to decide, in arrival order. Returns {server now,
- * count before the requests, requests admitted, slots granted, the score of the entry whose leaving lets the
- * window admit again (server now when empty), the soonest expiry of another holder's lease (-1: none), the
- * slots other holders' leases hold}.
+ * the holder's lease, decide the requests, grant a new one; 'peek': count only), slots of its lease the holder
+ * keeps (a renewal before it runs out: they stay leased, to a new expiry, with the grant added), then the number
+ * of used slots reported, each as ms before now, then one limit per request to decide, in arrival order. Returns
+ * {server now, count before the requests (the kept slots not in it), requests admitted, slots granted, the score
+ * of the entry whose leaving lets the window admit again (server now when empty), the soonest expiry of another
+ * holder's lease (-1: none), the slots other holders' leases hold}.
  */
 const LEASE_SCRIPT = `
 local t = redis.call('TIME')
@@ -39,11 +43,12 @@ local leaseMs = tonumber(ARGV[2])
 local holder = ARGV[3]
 local prefix = ARGV[4]
 local take = ARGV[8] == 'take'
+local keep = tonumber(ARGV[9])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local used = tonumber(ARGV[9])
+local used = tonumber(ARGV[10])
 local added = {}
 for i = 1, used do
-  local at = now - tonumber(ARGV[9 + i])
+  local at = now - tonumber(ARGV[10 + i])
   if at > now - window then
     added[#added + 1] = at
     added[#added + 1] = prefix .. 'u' .. i
@@ -65,10 +70,10 @@ for j = 1, #all, 2 do
     if soonest < 0 or expires < soonest then soonest = expires end
   end
 end
-local count = redis.call('ZCARD', KEYS[1]) + #added / 2 + leased
-local before = count
+local count = redis.call('ZCARD', KEYS[1]) + #added / 2 + leased + keep
+local before = count - keep
 local admitted = 0
-for i = 10 + used, #ARGV do
+for i = 11 + used, #ARGV do
   if take and count < tonumber(ARGV[i]) then
     count = count + 1
     admitted = admitted + 1
@@ -86,9 +91,10 @@ if m[2] then score = tonumber(m[2]) end
 local granted = 0
 if take and count < limit then
   granted = math.min(tonumber(ARGV[6]), math.floor((limit - count) / tonumber(ARGV[7])))
-  if granted > 0 then redis.call('HSET', KEYS[2], holder, granted .. ':' .. (now + leaseMs)) end
+  if granted < 0 then granted = 0 end
 end
-if #added > 0 or granted > 0 then
+if take and keep + granted > 0 then redis.call('HSET', KEYS[2], holder, (keep + granted) .. ':' .. (now + leaseMs)) end
+if #added > 0 or keep + granted > 0 then
   redis.call('PEXPIRE', KEYS[1], window + leaseMs)
   redis.call('PEXPIRE', KEYS[2], window + leaseMs)
 end
@@ -117,6 +123,8 @@ class AccountLease {
   resetAt = 0
   /** One script call per account at a time: a second would return a lease the first's answer sets up. */
   inflight = false
+  /** When the lease is down to this many slots, it is renewed in the background (-1: not again until an answer). */
+  renewAt = -1
   limits: number[] = []
   settle: ((d: RateDecision) => void)[] = []
   /** Whether each waiting request already waited once for other replicas' leases to end. */
@@ -173,15 +181,11 @@ export class LeasedRateLimiter implements RateGate {
     let a = this.#accounts.get(account)
     if (a === undefined) this.#accounts.set(account, (a = new AccountLease()))
     const t = performance.now()
-    if (a.slots > 0 && a.limit === limit && t < a.usableUntil && a.settle.length === 0) return this.#fromLease(a, t)
+    if (a.slots > 0 && a.limit === limit && t < a.usableUntil && a.settle.length === 0) return this.#fromLease(account, a, t)
     const decided = new Promise<RateDecision>((resolve) => a.settle.push(resolve))
     a.limits.push(limit)
     a.waited.push(false)
-    this.#waiting.add(account)
-    if (!this.#flushQueued) {
-      this.#flushQueued = true
-      setImmediate(() => this.#flush())
-    }
+    this.#queue(account)
     return decided
   }
 
@@ -190,7 +194,7 @@ export class LeasedRateLimiter implements RateGate {
     const a = this.#accounts.get(account)
     try {
       this.calls++
-      const out = await this.#client.svcRateLease(...this.#keys(account), this.#o.windowMs, this.#o.leaseMs, this.#holder, '', limit, 0, 1, 'peek', 0)
+      const out = await this.#client.svcRateLease(...this.#keys(account), this.#o.windowMs, this.#o.leaseMs, this.#holder, '', limit, 0, 1, 'peek', 0, 0)
       // The script leaves this replica's own lease out: what it used of it counts, what it has left does not.
       const held = out[1]! + (a?.used.length ?? 0)
       return { allowed: held < limit, limit, remaining: Math.max(0, limit - held), resetAt: this.#resetAt(out, limit, held), retryAfter: 0 }
@@ -206,13 +210,19 @@ export class LeasedRateLimiter implements RateGate {
   /** Gives every lease back (at close). */
   async close(): Promise<void> {
     clearInterval(this.#sweeper)
-    await Promise.all([...this.#accounts].map(([account, a]) => (a.inflight || (a.slots === 0 && a.used.length === 0) ? null : this.#send(account, a, 0))))
+    await Promise.all([...this.#accounts].map(([account, a]) => (a.inflight || (a.slots === 0 && a.used.length === 0) ? null : this.#send(account, a, 0, false))))
   }
 
-  #fromLease(a: AccountLease, t: number): RateDecision {
+  #fromLease(account: string, a: AccountLease, t: number): RateDecision {
     a.slots--
     a.used.push(t)
     this.leasedAdmissions++
+    // Half the lease is left: the next one is asked for now, while this one still admits, so a replica a round
+    // trip from Redis does not hold requests for it at steady load.
+    if (a.slots <= a.renewAt && !a.inflight) {
+      a.renewAt = -1
+      this.#queue(account)
+    }
     const held = a.base + a.used.length
     return { allowed: true, limit: a.limit, remaining: Math.max(0, a.limit - held), resetAt: a.resetAt, retryAfter: 0 }
   }
@@ -227,23 +237,38 @@ export class LeasedRateLimiter implements RateGate {
       const a = this.#accounts.get(account)!
       if (!a.inflight) {
         this.#waiting.delete(account)
-        void this.#send(account, a, Math.min(MAX_BATCH, a.limits.length))
+        void this.#send(account, a, Math.min(MAX_BATCH, a.limits.length), true)
       }
     }
   }
 
-  /** Returns the lease (its use reported), decides the first `n` waiting requests and takes a new lease. */
-  async #send(account: string, a: AccountLease, n: number): Promise<void> {
+  #queue(account: string): void {
+    this.#waiting.add(account)
+    if (!this.#flushQueued) {
+      this.#flushQueued = true
+      setImmediate(() => this.#flush())
+    }
+  }
+
+  /**
+   * Reports the lease's use, decides the first `n` waiting requests and takes a new lease. With `renew`, slots
+   * of the lease still usable under the same limit stay leased (to a new expiry) and go on admitting while the
+   * call is out, and the new lease tops them up to the lease size; else the lease is returned whole.
+   */
+  async #send(account: string, a: AccountLease, n: number, renew: boolean): Promise<void> {
     a.inflight = true
     const limits = a.limits.splice(0, n)
     const settle = a.settle.splice(0, n)
     const waited = a.waited.splice(0, n)
     const sentAt = performance.now()
     const ages = a.used.map((u) => Math.max(0, Math.round(sentAt - u)))
+    // Reported now: counted in the base until the answer brings the window's count.
+    a.base += ages.length
     a.used = []
-    a.slots = 0
     const limit = limits.length > 0 ? limits[limits.length - 1]! : a.limit > 0 ? a.limit : this.#defaultLimit
-    const want = n > 0 ? this.#o.leaseSize : 0
+    const keep = renew && a.slots > 0 && a.limit === limit && sentAt < a.usableUntil ? a.slots : 0
+    if (keep === 0) a.slots = 0
+    const want = n > 0 || keep > 0 ? Math.max(0, this.#o.leaseSize - keep) : 0
     // A grant is at most half of this replica's share of what is left: leases shrink geometrically as the
     // window fills, so what replicas hold unused when it is full (others' refusals) is a few admissions.
     const divisor = 2 * Math.max(1, this.#o.replicas())
@@ -251,7 +276,7 @@ export class LeasedRateLimiter implements RateGate {
     let out: number[]
     try {
       this.calls++
-      out = await this.#client.svcRateLease(...this.#keys(account), this.#o.windowMs, this.#o.leaseMs, this.#holder, member, limit, want, divisor, 'take', ages.length, ...ages, ...limits)
+      out = await this.#client.svcRateLease(...this.#keys(account), this.#o.windowMs, this.#o.leaseMs, this.#holder, member, limit, want, divisor, 'take', keep, ages.length, ...ages, ...limits)
     } catch {
       // Unanswered (down, or past the command timeout): each decided alone, in order.
       a.inflight = false
@@ -294,7 +319,9 @@ export class LeasedRateLimiter implements RateGate {
         this.#next(account, a)
       }, delay)
     }
-    a.slots = out[3]!
+    // What is left of the kept slots (admissions went on out of them while the call was out), and the grant.
+    a.slots += out[3]!
+    a.renewAt = out[3]! > 0 ? a.slots >> 1 : -1
     a.base = before + admitted
     a.limit = limit
     a.resetAt = this.#resetAt(out, limit, a.base)
@@ -308,15 +335,9 @@ export class LeasedRateLimiter implements RateGate {
     while (a.settle.length > 0 && a.slots > 0 && a.limits[0] === a.limit && t < a.usableUntil) {
       a.limits.shift()
       a.waited.shift()
-      a.settle.shift()!(this.#fromLease(a, t))
+      a.settle.shift()!(this.#fromLease(account, a, t))
     }
-    if (a.settle.length > 0) {
-      this.#waiting.add(account)
-      if (!this.#flushQueued) {
-        this.#flushQueued = true
-        setImmediate(() => this.#flush())
-      }
-    }
+    if (a.settle.length > 0) this.#queue(account)
   }
 
   /**
@@ -335,7 +356,7 @@ export class LeasedRateLimiter implements RateGate {
     const t = performance.now()
     for (const [account, a] of this.#accounts) {
       if (a.inflight || a.settle.length > 0 || a.deferred > 0 || t < a.usableUntil) continue
-      if (a.slots > 0 || a.used.length > 0) void this.#send(account, a, 0)
+      if (a.slots > 0 || a.used.length > 0) void this.#send(account, a, 0, false)
       else this.#accounts.delete(account)
     }
   }

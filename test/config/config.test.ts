@@ -22,7 +22,7 @@ function defaultsWithPathsIn(dir: string): Config {
       chain: { rpc_url: 'http://127.0.0.1:8545', contract: '', refresh_ms: 5000, usd_per_0g: '', allow_private_urls: false },
     },
     store: { kind: 'sqlite', path: resolve(dir, '../data/svc.db'), synchronous: 'full', url: '', pool_size: 10, connect_timeout_ms: 5000, query_timeout_ms: 5000 },
-    redis: { url: '', rate_lease_size: 16, rate_lease_ms: 500 },
+    redis: { url: '', rate_lease_size: 64, rate_lease_ms: 500 },
     limits: {
       requests_per_minute: 600,
       budget_wait_ms: 10000,

@@ -63,7 +63,7 @@ t.test('three replicas never admit past the limit, and fall short by at most (re
   t.equal(rs.reduce((n, r) => n + r.limiter.fallbacks, 0), 0, 'no decision fell back')
 })
 
-t.test('a request on a warm lease sends Redis no command; the lease returned puts its admissions in the window', async (t) => {
+t.test('a request on a warm lease sends Redis no command; half used, the next is asked for while it still admits, and no request waits', async (t) => {
   const redis = await startRedis(t)
   const prefix = `svc:test:${Math.random()}:`
   const [r] = await replicas(t, redis.url, 1, 100, 10, prefix)
@@ -73,18 +73,34 @@ t.test('a request on a warm lease sends Redis no command; the lease returned put
   t.equal(first.remaining, 99)
   const before = await commands(r!.link)
   const calls = limiter.calls
+  // A lease of 10: four admissions leave six, above half of it.
   const warm = []
-  for (let i = 0; i < 10; i++) warm.push(limiter.take('0xwarm', Date.now()))
+  for (let i = 0; i < 4; i++) warm.push(limiter.take('0xwarm', Date.now()))
   t.ok(warm.every((d) => !(d instanceof Promise)), 'decided at once, out of the lease')
   const after = await commands(r!.link)
   t.equal(scripts(after) - scripts(before), 0, 'Redis ran no script for them (INFO commandstats)')
   t.equal(limiter.calls, calls, 'and the limiter sent none')
-  t.same(warm.map((d) => (d as { remaining: number }).remaining), [98, 97, 96, 95, 94, 93, 92, 91, 90, 89], 'X-RateLimit-Remaining counts down as one window would')
-  t.equal(warm.filter((d) => (d as { allowed: boolean }).allowed).length, 10)
-  // The eleventh needs a new lease: one call, which reports the ten and takes the next lease.
-  t.equal((await limiter.take('0xwarm', Date.now())).remaining, 88)
+  t.same(warm.map((d) => (d as { remaining: number }).remaining), [98, 97, 96, 95], 'X-RateLimit-Remaining counts down as one window would')
+  // Steady load past many leases' worth: each lease is renewed once half used, in the background.
+  const steady = []
+  for (let i = 0; i < 40; i++) {
+    steady.push(limiter.take('0xwarm', Date.now()))
+    await new Promise((resolve) => setTimeout(resolve, 1))
+  }
+  t.ok(steady.every((d) => !(d instanceof Promise)), 'none waited for Redis: the next lease was there before this one ran out')
+  t.same(
+    steady.map((d) => (d as { remaining: number }).remaining),
+    Array.from({ length: 40 }, (_, i) => 94 - i),
+    'the count runs on across renewals (the kept slots are neither lost nor counted twice)',
+  )
+  const renewals = limiter.calls - calls
+  t.ok(renewals >= 6 && renewals <= 9, `one call per half lease (5 admissions): ${renewals} for 40`)
+  const leases = await r!.link.client.hgetall(prefix + 'lease:{0xwarm}')
+  const held = Object.values(leases).map((v) => Number(v.split(':')[0]))
+  t.equal(held.length, 1, 'one lease in Redis')
+  t.ok(held[0]! <= 10, `never more than the lease size held (${held[0]})`)
   await limiter.close()
-  t.equal(await r!.link.client.zcard(prefix + '{0xwarm}'), 12, 'every admission is an entry of the window once the lease is back')
+  t.equal(await r!.link.client.zcard(prefix + '{0xwarm}'), 45, 'every admission is an entry of the window once the lease is back')
   t.equal(await r!.link.client.hlen(prefix + 'lease:{0xwarm}'), 0, 'and no lease is left')
 })
 
