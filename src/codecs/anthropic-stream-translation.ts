@@ -51,6 +51,11 @@ export class AnthropicStreamTranslator {
   #args = ''
   /** Tool calls seen while another's block was open, by OpenAI index, in order of appearance. */
   #held: Map<number, HeldCall> | null = null
+  /**
+   * A tool call whose first chunks came without its name (some providers send the id first): its block starts
+   * once the name comes (a tool_use block's name is in its start), or with no name when anything else comes first.
+   */
+  #unnamed: (HeldCall & { readonly index: number }) | null = null
   /** The end of the text so far, as long as the longest stop sequence (matchedStop()). */
   #tail = ''
   readonly #model: string
@@ -151,11 +156,12 @@ export class AnthropicStreamTranslator {
 
   /** Stops the open block, then writes the held tool calls, each a whole block. */
   #close(): string {
-    if (this.#block === NONE) return ''
+    let out = this.#unnamed === null ? '' : this.#addUnnamed()
+    if (this.#block === NONE) return out
     this.#block = NONE
     this.#tool = -1
     this.#args = ''
-    let out = event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`)
+    out += event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`)
     const held = this.#held
     if (held === null) return out
     this.#held = null
@@ -173,28 +179,57 @@ export class AnthropicStreamTranslator {
     return JSON.stringify({ type: 'tool_use', id, name: this.#names.get(name)?.name ?? name, input: {} })
   }
 
+  /** The call still waiting for its name starts its block as it stands (its arguments so far in one delta). */
+  #addUnnamed(): string {
+    const call = this.#unnamed!
+    this.#unnamed = null
+    let out = this.#open(TOOL, this.#toolBlock(call.id === '' ? `toolu_${call.index}` : call.id, call.name))
+    this.#tool = call.index
+    if (call.args !== '') out += this.#toolArgs(call.args)
+    return out
+  }
+
+  #toolArgs(args: string): string {
+    this.#args += args
+    return this.#delta(`{"type":"input_json_delta","partial_json":${JSON.stringify(args)}}`)
+  }
+
   #toolCall(call: Record<string, any>): string {
     const index = typeof call?.index === 'number' ? call.index : 0
     const fn = call?.function ?? {}
     const args = typeof fn.arguments === 'string' ? fn.arguments : ''
+    const name = typeof fn.name === 'string' ? fn.name : ''
+    let out = ''
+    const unnamed = this.#unnamed
+    if (unnamed !== null) {
+      if (unnamed.index === index) {
+        if (unnamed.id === '' && typeof call.id === 'string') unnamed.id = call.id
+        unnamed.args += args
+        if (name === '') return ''
+        unnamed.name = name
+        return this.#addUnnamed()
+      }
+      out += this.#addUnnamed()
+    }
     if (this.#block === TOOL && this.#tool !== index) {
       const held = holdCall(this.#held, index, call, fn, args, this.#args)
       if (held !== null) {
         this.#held = held
-        return ''
+        return out
       }
     }
-    let out = ''
     if (this.#block !== TOOL || this.#tool !== index) {
+      if (name === '') {
+        // Its block waits for the name; the open one is whole.
+        out += this.#close()
+        this.#unnamed = { index, id: typeof call.id === 'string' ? call.id : '', name: '', args }
+        return out
+      }
       // Anthropic blocks are sequential: the next call opens the next block (the open one is whole).
-      const name = typeof fn.name === 'string' ? fn.name : ''
       out += this.#open(TOOL, this.#toolBlock(typeof call.id === 'string' ? call.id : `toolu_${index}`, name))
       this.#tool = index
     }
-    if (args !== '') {
-      this.#args += args
-      out += this.#delta(`{"type":"input_json_delta","partial_json":${JSON.stringify(args)}}`)
-    }
+    if (args !== '') out += this.#toolArgs(args)
     return out
   }
 }

@@ -56,6 +56,12 @@ export class ResponsesStreamTranslator {
   /** The OpenAI index of the tool call whose item is open. */
   #tool = -1
   #held: Map<number, HeldCall> | null = null
+  /**
+   * A tool call whose first chunks came without its name (some providers send the id first): its item is added
+   * once the name comes, since the name decides the item's type (a custom tool's is custom_tool_call), or with
+   * no name when anything else comes first.
+   */
+  #unnamed: (HeldCall & { readonly index: number }) | null = null
   readonly #meta: ResponseMeta
   readonly #names: ToolNames
 
@@ -162,7 +168,7 @@ export class ResponsesStreamTranslator {
   }
 
   #textDelta(kind: number, text: string): string {
-    let out = ''
+    let out = this.#unnamed === null ? '' : this.#addUnnamed()
     if (this.#kind !== kind) {
       const item = kind === TEXT
         ? { id: newId('msg_'), type: 'message', status: 'in_progress', role: 'assistant', content: [] }
@@ -185,11 +191,11 @@ export class ResponsesStreamTranslator {
 
   /** Finishes the open item, then writes the held tool calls, each a whole item. */
   #close(): string {
-    if (this.#kind === NONE) return ''
+    let out = this.#unnamed === null ? '' : this.#addUnnamed()
+    if (this.#kind === NONE) return out
     const item = this.#item!
     const text = this.#text
     const where = this.#where()
-    let out = ''
     if (this.#kind === TOOL && item.type === 'custom_tool_call') {
       // A custom tool's input is inside the JSON arguments of the function it went as: sent whole once known.
       const input = customInput(text)
@@ -226,6 +232,16 @@ export class ResponsesStreamTranslator {
     return out
   }
 
+  /** The call still waiting for its name is added as it stands (its arguments so far in one delta). */
+  #addUnnamed(): string {
+    const call = this.#unnamed!
+    this.#unnamed = null
+    let out = this.#openTool(call.id === '' ? `call_${call.index}` : call.id, call.name)
+    this.#tool = call.index
+    if (call.args !== '') out += this.#argsDelta(call.args)
+    return out
+  }
+
   #openTool(callId: string, name: string): string {
     return this.#open(TOOL, functionCallItem('in_progress', callId, name, '', this.#names))
   }
@@ -241,16 +257,34 @@ export class ResponsesStreamTranslator {
     const index = typeof call?.index === 'number' ? call.index : 0
     const fn = call?.function ?? {}
     const args = typeof fn.arguments === 'string' ? fn.arguments : ''
+    const name = typeof fn.name === 'string' ? fn.name : ''
+    let out = ''
+    const unnamed = this.#unnamed
+    if (unnamed !== null) {
+      if (unnamed.index === index) {
+        if (unnamed.id === '' && typeof call.id === 'string') unnamed.id = call.id
+        unnamed.args += args
+        if (name === '') return ''
+        unnamed.name = name
+        return this.#addUnnamed()
+      }
+      out += this.#addUnnamed()
+    }
     if (this.#kind === TOOL && this.#tool !== index) {
       const held = holdCall(this.#held, index, call, fn, args, this.#text)
       if (held !== null) {
         this.#held = held
-        return ''
+        return out
       }
     }
-    let out = ''
     if (this.#kind !== TOOL || this.#tool !== index) {
-      out += this.#openTool(typeof call.id === 'string' && call.id !== '' ? call.id : `call_${index}`, typeof fn.name === 'string' ? fn.name : '')
+      if (name === '') {
+        // Its item waits for the name; what was open is done.
+        out += this.#close()
+        this.#unnamed = { index, id: typeof call.id === 'string' ? call.id : '', name: '', args }
+        return out
+      }
+      out += this.#openTool(typeof call.id === 'string' && call.id !== '' ? call.id : `call_${index}`, name)
       this.#tool = index
     } else if (typeof fn.name === 'string' && fn.name !== '' && this.#item!.name === '') {
       const tool = clientTool(fn.name, this.#names)

@@ -44,6 +44,13 @@ const FIXTURES: Record<string, Buffer> = {
   ]),
   'reasoning then text, CRLF framing': sse([chunk({ reasoning_content: 'think' }), chunk({ content: 'answer' }), chunk({}, 'length', { usage: USAGE.usage })], true, '\r\n'),
   'a refusal': sse([chunk({ refusal: 'I cannot' }), chunk({}, 'stop')]),
+  'a tool name after its call\'s first chunk': sse([
+    chunk({ role: 'assistant', content: null, tool_calls: [{ index: 0, id: 'call_a', type: 'function', function: { arguments: '' } }] }),
+    chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+    chunk({ tool_calls: [{ index: 0, function: { name: 'long_renamed_x', arguments: '"Paris"}' } }] }),
+    chunk({}, 'tool_calls'),
+    USAGE,
+  ]),
 }
 
 /**
@@ -167,6 +174,19 @@ t.test('a held call whose id never came gets one; text after tool calls flushes 
       ['text', undefined, undefined, 'done'],
     ],
   )
+})
+
+t.test("a tool name after its call's first chunk: the tool_use block starts once it comes, named, with the arguments so far", async (t) => {
+  const names = new Map([['long_renamed_x', { name: 'a long original name' }]])
+  const { events } = run([FIXTURES["a tool name after its call's first chunk"]!], names)
+  const blocks = blocksOf(t, events)
+  t.same(blocks.map((b) => [b.block.type, b.block.id, b.block.name, b.json]), [['tool_use', 'call_a', 'a long original name', '{"city":"Paris"}']])
+  // A name that never comes before something else: the block starts as it stands.
+  const bytes = Buffer.from(raw(tools(args(0, '{"a":'))) + raw('{"content":"done"}', '"stop"') + 'data: [DONE]\n\n')
+  t.same(blocksOf(t, run([bytes]).events).map((b) => [b.block.type, b.block.id, b.block.name, b.json || b.text]), [
+    ['tool_use', 'toolu_0', '', '{"a":'],
+    ['text', undefined, undefined, 'done'],
+  ])
 })
 
 t.test('content and finish in one chunk, usage after the finish chunk', async (t) => {

@@ -7,6 +7,7 @@
 import t from 'tap'
 import { ResponsesTranslatedStreamCodec } from '../../src/codecs/responses-stream-translation.js'
 import { RouterError } from '../../src/errors.js'
+import { upstreamToolName, type ToolNames } from '../../src/codecs/tool-names.js'
 import { randomCuts } from './split.js'
 
 function sse(chunks: object[], done = true): Buffer {
@@ -21,8 +22,8 @@ const USAGE = { ...BASE, choices: [], usage: { prompt_tokens: 20, completion_tok
 const META = { id: 'resp_x', createdAt: 1, model: 'm', echo: { store: true, previous_response_id: null } }
 
 /** Runs the codec over `parts`, then usage(), kept() and complete(); the events, with item ids numbered in order. */
-function run(parts: Buffer[]) {
-  const codec = new ResponsesTranslatedStreamCodec(META)
+function run(parts: Buffer[], names?: ToolNames) {
+  const codec = new ResponsesTranslatedStreamCodec(META, names)
   const out: Buffer[] = []
   for (const p of parts) codec.push(p, (b) => out.push(Buffer.from(b)))
   codec.finish((b) => out.push(Buffer.from(b)))
@@ -30,7 +31,7 @@ function run(parts: Buffer[]) {
   const kept = codec.kept()
   let text = Buffer.concat(out).toString() + codec.complete({ t: 1 })
   const ids = new Map<string, string>()
-  text = text.replace(/"((?:msg|fc|rs)_[0-9a-f]{48})"/g, (_, id: string) => {
+  text = text.replace(/"((?:msg|fc|ctc|rs)_[0-9a-f]{48})"/g, (_, id: string) => {
     if (!ids.has(id)) ids.set(id, `${id.split('_')[0]}_${ids.size}`)
     return JSON.stringify(ids.get(id))
   })
@@ -179,9 +180,58 @@ t.test('a break: response.failed once the response began, then an error event; t
   t.equal(junk.ended, false)
 })
 
+/** A custom tool call whose first chunk carries its id only: the name, which decides the item's type, comes next. */
+const LATE_NAME = sse([
+  chunk({ role: 'assistant', content: null, tool_calls: [{ index: 0, id: 'call_p', type: 'function', function: { arguments: '' } }] }),
+  chunk({ tool_calls: [{ index: 0, function: { name: 'apply_patch' } }] }),
+  chunk({ tool_calls: [{ index: 0, function: { arguments: '{"input":"*** Begin' } }] }),
+  chunk({ tool_calls: [{ index: 0, function: { arguments: ' Patch"}' } }] }),
+  chunk({ tool_calls: [{ index: 1, id: 'call_w', type: 'function', function: { arguments: '{"city":' } }] }),
+  chunk({ tool_calls: [{ index: 1, function: { name: 'get_weather', arguments: '"Oslo"}' } }] }),
+  chunk({}, 'tool_calls'),
+  USAGE,
+])
+
+function customNames(): ToolNames {
+  const names: ToolNames = new Map()
+  upstreamToolName('apply_patch', names, undefined, true)
+  return names
+}
+
+t.test("a tool call's name after its first chunk: its item waits for it, so a custom tool's is a custom_tool_call", async (t) => {
+  const { events, kept } = run([LATE_NAME], customNames())
+  t.same(events.map((e) => e.name), [
+    'response.created',
+    'response.in_progress',
+    'response.output_item.added',
+    'response.custom_tool_call_input.delta',
+    'response.custom_tool_call_input.done',
+    'response.output_item.done',
+    'response.output_item.added',
+    'response.function_call_arguments.delta',
+    'response.function_call_arguments.done',
+    'response.output_item.done',
+    'response.completed',
+  ])
+  t.ok(events.every((e, i) => e.data.sequence_number === i))
+  t.same(events[2]!.data.item, { id: 'ctc_0', type: 'custom_tool_call', status: 'in_progress', call_id: 'call_p', name: 'apply_patch', input: '' })
+  t.same(events[5]!.data.item, { id: 'ctc_0', type: 'custom_tool_call', status: 'completed', call_id: 'call_p', name: 'apply_patch', input: '*** Begin Patch' })
+  t.same(events[6]!.data.item, { id: 'fc_1', type: 'function_call', status: 'in_progress', call_id: 'call_w', name: 'get_weather', arguments: '' })
+  t.equal(events[7]!.data.delta, '{"city":"Oslo"}', "the arguments that came before the name, with the name's chunk's")
+  t.same(kept!.output.map((i) => [i.type, i.name]), [['custom_tool_call', 'apply_patch'], ['function_call', 'get_weather']])
+  // A call whose name never comes before something else: added as it stands, and named when the name comes.
+  const early = run([sse([
+    chunk({ tool_calls: [{ index: 0, id: 'call_x', type: 'function', function: { arguments: '{"a":' } }] }),
+    chunk({ tool_calls: [{ index: 1, id: 'call_y', type: 'function', function: { name: 'other', arguments: '{}' } }] }),
+    chunk({}, 'tool_calls'),
+    USAGE,
+  ])]).events
+  t.same(early.filter((e) => e.name === 'response.output_item.done').map((e) => [e.data.item.call_id, e.data.item.name, e.data.item.arguments]), [['call_x', '', '{"a":'], ['call_y', 'other', '{}']])
+})
+
 t.test('every fixture translates alike however it is cut', async (t) => {
-  for (const [name, bytes] of Object.entries({ TEXT, INTERLEAVED })) {
-    const whole = JSON.stringify(run([bytes]).events)
-    for (const { label, parts } of randomCuts(bytes, 40, 7)) t.equal(JSON.stringify(run(parts).events), whole, `${name}: ${label}`)
+  for (const [name, bytes] of Object.entries({ TEXT, INTERLEAVED, LATE_NAME })) {
+    const whole = JSON.stringify(run([bytes], customNames()).events)
+    for (const { label, parts } of randomCuts(bytes, 40, 7)) t.equal(JSON.stringify(run(parts, customNames()).events), whole, `${name}: ${label}`)
   }
 })

@@ -285,3 +285,25 @@ t.test("a streamed custom tool call comes back as custom_tool_call with its inpu
   ])
   t.same(events.map((e) => e.sequence_number), events.map((_, i) => i))
 })
+
+t.test("a provider that streams a call's id before its name: the real client still gets a custom_tool_call", async (t) => {
+  const base = { id: 'chatcmpl-4', object: 'chat.completion.chunk', created: 0, model: MODEL }
+  const delta = (d: object, finish: string | null = null) => ({ ...base, choices: [{ index: 0, delta: d, finish_reason: finish }] })
+  const lateName = (): string =>
+    [
+      delta({ role: 'assistant', content: null, tool_calls: [{ index: 0, id: 'call_l', type: 'function', function: { arguments: '' } }] }),
+      delta({ tool_calls: [{ index: 0, function: { name: 'apply_patch', arguments: '{"input":"*** Begin Patch\\n' } }] }),
+      delta({ tool_calls: [{ index: 0, function: { arguments: '*** End Patch\\n"}' } }] }),
+      delta({}, 'tool_calls'),
+      { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 8, total_tokens: 17 } },
+    ]
+      .map((c) => `data: ${JSON.stringify(c)}\n\n`)
+      .join('') + 'data: [DONE]\n\n'
+  const stack = await stackOf(t, ['openai'], [], lateName)
+  const stream = await client(stack).responses.create({ ...CODEX, stream: true } as any)
+  const events: any[] = []
+  for await (const event of stream as any) events.push(event)
+  t.match(events.find((e) => e.type === 'response.output_item.added').item, { type: 'custom_tool_call', call_id: 'call_l', name: 'apply_patch' })
+  t.equal(events.find((e) => e.type === 'response.custom_tool_call_input.done').input, '*** Begin Patch\n*** End Patch\n')
+  t.match(events.at(-1).response.output, [{ type: 'custom_tool_call', status: 'completed', call_id: 'call_l', name: 'apply_patch', input: '*** Begin Patch\n*** End Patch\n' }])
+})
