@@ -30,7 +30,8 @@ export function rateKeys(prefix: string, account: string): [window: string, leas
  * fewer than its limit, and an admitted one is counted before the next is decided. Returns {server now ms,
  * requests in the window before the first, then for each request: the requests in the window after it, and
  * when the window admits again under its limit (the arrival whose leaving brings the count below the limit: the
- * oldest, or past it when the window holds more than a lowered limit; server now when the window is empty)}.
+ * oldest, or past it when the window holds more than a lowered limit; server now when the window is empty; the
+ * soonest end of a lease when that comes first, its unused slots coming back), as the score of an arrival}.
  */
 const TAKE_SCRIPT = `
 local t = redis.call('TIME')
@@ -38,14 +39,17 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local leased = 0
+local soonest = -1
 local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
   local v = all[j + 1]
   local sep = string.find(v, ':', 1, true)
-  if tonumber(string.sub(v, sep + 1)) <= now then
+  local expires = tonumber(string.sub(v, sep + 1))
+  if expires <= now then
     redis.call('HDEL', KEYS[2], all[j])
   else
     leased = leased + tonumber(string.sub(v, 1, sep - 1))
+    if soonest < 0 or expires < soonest then soonest = expires end
   end
 end
 local count = redis.call('ZCARD', KEYS[1]) + leased
@@ -76,6 +80,8 @@ for j = 1, #counts do
     if m[2] then score = tonumber(m[2]) end
     at[rank] = score
   end
+  -- Refused: slots leased and not used come back when their lease ends, sooner when that comes first.
+  if counts[j] >= tonumber(ARGV[j + 3]) and soonest >= 0 and soonest - window < score then score = soonest - window end
   out[#out + 1] = counts[j]
   out[#out + 1] = score
 end

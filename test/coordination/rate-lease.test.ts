@@ -167,3 +167,23 @@ t.test('replicas with leases and without (rate_lease_size 0) share one window: t
   t.equal(await link.client.zcard(prefix + '{0xmixed}'), admitted, 'both kinds of admission are in the one window')
   t.equal(exact.fallbacks + leasing!.limiter.fallbacks, 0)
 })
+
+t.test("an exact replica refused for slots another replica leases unused: Retry-After is the lease's end, not the window's", async (t) => {
+  const redis = await startRedis(t)
+  const prefix = `svc:test:${Math.random()}:`
+  const [leasing] = await replicas(t, redis.url, 1, 10, 8, prefix)
+  const link = new RedisLink(redis.url, { commandTimeoutMs: 300 })
+  t.teardown(() => link.close())
+  await link.ready(5_000)
+  const exact = new SharedRateLimiter(link, 10, { replicas: () => 2, prefix })
+  // One admitted and a lease of 4 (half of the 9 left, one replica): 5 of the 10 are counted.
+  t.ok((await leasing!.limiter.take('0xheld', Date.now())).allowed)
+  const lease = Object.values(await link.client.hgetall(prefix + 'lease:{0xheld}'))
+  t.same(lease.map((v) => Number(v.split(':')[0])), [4], 'the leasing replica holds 4 slots it does not use')
+  const admitted = await Promise.all(Array.from({ length: 5 }, () => exact.take('0xheld', Date.now())))
+  t.ok(admitted.every((d) => d.allowed), 'the exact replica takes the other 5')
+  const refused = await exact.take('0xheld', Date.now())
+  t.equal(refused.allowed, false)
+  t.equal(refused.retryAfter, 1, `Retry-After ${refused.retryAfter} s: when the lease ends (${LEASE_MS} ms), not when the window's oldest leaves (60 s)`)
+  t.ok(refused.resetAt - Date.now() <= LEASE_MS + 50, 'X-RateLimit-Reset: the same instant')
+})
