@@ -19,7 +19,7 @@ import type { Principal } from '../auth/principal.js'
 import { RouterError, toRouterError } from '../errors.js'
 import { log } from '../log.js'
 import type { LeaseGrant, LeaseStore } from '../store/leases.js'
-import type { Charge, ResetPeriod } from '../store/store.js'
+import type { ResetPeriod } from '../store/store.js'
 import type { Books } from './books.js'
 import type { Budget } from './budget.js'
 import type { ChargeWriter } from './charge-writer.js'
@@ -245,7 +245,7 @@ export class LeasedLedger implements Books {
     book.settling += total
     const now = this.#now()
     // Paid out of this replica's lease on the key in the charge's own transaction.
-    const charge: Charge = { ...chargeOf(reservation.requestId, book.accountId, book.keyId, bill, total, now), leased: true, periodStart: periodStartOf(principal.resetPeriod, now) }
+    const charge = chargeOf(reservation.requestId, book.accountId, book.keyId, bill, total, now, true, periodStartOf(principal.resetPeriod, now))
     // What the request held beyond its cost is free again for the holds queued here.
     this.#afterRelease(book)
     this.#writer.enqueue(charge, (outcome) => {

@@ -90,7 +90,8 @@ export function billedWithin(bill: Bill, held: bigint, requestId: string): Bille
 }
 
 /** The charge of a settled request, its counts made safe (a count that is not one is billed as 0). */
-export function chargeOf(requestId: string, accountId: string, keyId: string, bill: Bill, cost: bigint, at: number): Charge {
+export function chargeOf(requestId: string, accountId: string, keyId: string, bill: Bill, cost: bigint, at: number, leased = false, periodStart = 0): Charge {
+  // Every member always set, in one order: every charge has one shape for the code that reads batches of them.
   return {
     requestId,
     accountId,
@@ -104,6 +105,8 @@ export function chargeOf(requestId: string, accountId: string, keyId: string, bi
     audioMs: tokenCount(bill.audioMs),
     cost,
     neuron: bill.neuron ?? null,
+    leased,
+    periodStart,
   }
 }
 

@@ -404,6 +404,21 @@ export function storeContract(t: Test, factory: StoreFactory, options: ContractO
     t.strictSame(await store.ledger.recordCharges([]), [], 'an empty batch writes nothing')
   })
 
+  t.test('recordCharges: text of any characters round-trips exactly (quotes, backslashes, commas, braces, NULL)', async (t) => {
+    const store = await open(t)
+    await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
+    const ka = await store.keys.createApiKey(apiKey(A))
+    const odd = ['m "quoted"', 'back\\slash\\', 'a,b', '{braced}', 'NULL', ' spaced ', '', 'ünï "\\,{}']
+    const batch = odd.map((model, i) => charge(A, ka.id, { model, requestId: `req ${i} "${model}"`, cost: usd('0.25') }))
+    const out = await store.ledger.recordCharges(batch)
+    t.ok(out.every((e) => !(e instanceof Error)), 'every charge billed')
+    t.strictSame(out.map((e) => (e as { requestId: string }).requestId), batch.map((c) => c.requestId), 'each answer names its request')
+    t.strictSame((await store.ledger.journal(A)).filter((e) => e.kind === 'charge').map((e) => e.requestId), batch.map((c) => c.requestId), 'the journal holds each request id as sent')
+    const rows = await store.ledger.usage(A, { fromDay: '2025-01-15', toDay: '2025-01-15' })
+    t.strictSame(rows.map((r) => r.model).sort(), [...odd].sort(), 'the roll-up holds each model as sent')
+    t.strictSame(await store.ledger.totals(A), { deposited: usd('10'), credited: 0n, spent: usd('2') })
+  })
+
   t.test("a charge records a chain provider's price in neuron beside the USD, exactly; none for other providers", async (t) => {
     const store = await open(t)
     await store.ledger.addFunds(A, 'deposit', usd('10'), '', T0)
