@@ -97,21 +97,56 @@ function installExitHook(): void {
   }
 }
 
+/** A process's state letter and parent from /proc (null: gone). */
+function procStat(pid: number | string): { state: string; ppid: number } | null {
+  let stat: string
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ESRCH') return null
+    throw err
+  }
+  // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return { state: fields[0]!, ppid: Number(fields[1]) }
+}
+
 /** The pids of the postmaster's children (backends, checkpointer, …), read from /proc. */
 function childrenOf(pid: number): number[] {
   const found: number[] = []
   for (const entry of readdirSync('/proc')) {
     if (entry.charCodeAt(0) < 48 || entry.charCodeAt(0) > 57) continue
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
-      // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-      if (ppid === pid) found.push(Number(entry))
-    } catch {
-      // exited while listing
-    }
+    if (procStat(entry)?.ppid === pid) found.push(Number(entry))
   }
   return found
+}
+
+/**
+ * SIGSTOP to the server, then until every one of its processes is seen stopped (state T), listed again each
+ * round: a process in an uninterruptible wait stops only when the wait ends, and the test must not go on while
+ * any backend could still answer. Throws if one is not stopped within `ms`.
+ */
+export function freezeServer(child: ChildProcess, ms = 2_000): void {
+  const pid = child.pid
+  if (pid === undefined) return
+  const nap = new Int32Array(new SharedArrayBuffer(4))
+  const deadline = Date.now() + ms
+  for (;;) {
+    const running = [pid, ...childrenOf(pid)].filter((each) => {
+      const s = procStat(each)
+      return s !== null && s.state !== 'T' && s.state !== 't' && s.state !== 'Z'
+    })
+    if (running.length === 0) return
+    if (Date.now() > deadline) throw new Error(`postgres: processes ${running.join(', ')} did not stop`)
+    for (const each of running) {
+      try {
+        process.kill(each, 'SIGSTOP')
+      } catch {
+        // gone
+      }
+    }
+    Atomics.wait(nap, 0, 0, 5)
+  }
 }
 
 /**
@@ -290,7 +325,7 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
     controllable: true,
     stop: () => halt('SIGINT'),
     kill: () => halt('SIGKILL'),
-    pause: () => child && signalServer(child, 'SIGSTOP'),
+    pause: () => child && freezeServer(child),
     resume: () => child && signalServer(child, 'SIGCONT'),
     async start() {
       if (child && child.exitCode === null && child.signalCode === null) throw new Error('postgres is running')
