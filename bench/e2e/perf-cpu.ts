@@ -12,9 +12,12 @@
  * threads' CPU from /proc (GC helpers, the thread pool, the store's upkeep). Needs `perf` (Debian: linux-perf);
  * writes nothing. Stream mode: 8 concurrent paced streams (as section 4), CPU per stream. Latency mode (one
  * connection, `normal`) is the one to compare builds with: its CPU per request does not depend on how requests
- * batch, and moves about 3% from run to run on a quiet machine.
+ * batch, and moves about 3% from run to run on a quiet machine. `--stacks` records call stacks too (`perf record
+ * -g`; V8 keeps frame pointers) and charges each sample to the innermost JavaScript function above it: where a
+ * builtin's or the kernel's time comes from (an inline-cache miss, a socket write), per function, and by difference.
  */
 import { execFileSync, spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -29,6 +32,7 @@ const arg = (name: string, fallback: string): string => process.argv.find((a) =>
 const mode = arg('mode', 'latency')
 const sync = arg('sync', mode === 'latency' ? 'normal' : 'full') as 'full' | 'normal'
 const ids = arg('targets', 'router,floor-billed').split(',')
+const stacks = process.argv.includes('--stacks')
 const NODE_ARGS = ['--perf-basic-prof-only-functions']
 /** The svc-router targets on SQLite (they take --sync); router-pg is the replica on PostgreSQL + Redis. */
 const SQLITE_ROUTERS: readonly string[] = ['router', 'router-logged', 'router-quiet']
@@ -45,6 +49,46 @@ interface Profile {
   readonly symbols: Map<string, number>
   readonly places: Map<string, number>
   readonly threads: [string, number][]
+  /** With --stacks: µs per request by the innermost JavaScript function of each sample's stack. */
+  readonly functions: Map<string, number> | null
+}
+
+/** A JIT frame's name without the checkout's path (the same function in two checkouts is one name). */
+function bareName(symbol: string): string {
+  return symbol.replace(/file:\/\/|\S*\/(?=(dist|node_modules)\/)/g, '').replace(/\s{2,}.*$/, '').trim()
+}
+
+const NO_JS = '(no JavaScript frame: native code and the kernel on their own)'
+
+/** Each sample of a `perf record -g` file charged to the innermost JavaScript function of its stack. */
+async function readStacks(file: string, requests: number): Promise<Map<string, number>> {
+  const script = spawn('perf', ['script', '-i', file, '-F', 'ip,sym'], { stdio: ['ignore', 'pipe', 'ignore'] })
+  const functions = new Map<string, number>()
+  const us = 100 / requests
+  let found: string | null = null
+  let frames = 0
+  const end = (): void => {
+    if (frames > 0) {
+      const name = found ?? NO_JS
+      functions.set(name, (functions.get(name) ?? 0) + us)
+    }
+    found = null
+    frames = 0
+  }
+  for await (const line of createInterface({ input: script.stdout })) {
+    const text = line.trim()
+    if (text === '') {
+      end()
+      continue
+    }
+    frames++
+    if (found !== null) continue
+    const space = text.indexOf(' ')
+    const symbol = space < 0 ? '' : text.slice(space + 1)
+    if (symbol.startsWith('JS:')) found = bareName(symbol.slice(3))
+  }
+  end()
+  return functions
 }
 
 /** Samples of `perf report`, grouped: JIT code is JavaScript, the node binary V8 and Node's runtime. */
@@ -60,7 +104,7 @@ function readPerf(file: string, requests: number): Pick<Profile, 'symbols' | 'pl
     const place = kind === 'k' ? 'kernel' : dso!.startsWith('[JIT]') ? 'JavaScript (JIT code)' : dso === 'node' ? "V8's runtime and builtins, Node's C++" : dso!
     // A kernel symbol is followed by padding and perf's empty columns ("   -      -"), as wide as the longest name
     // of that report: cut at the first run of spaces, or one symbol gets two names in two reports.
-    const bare = symbol!.replace(/file:\/\/|\S*\/(?=(dist|node_modules)\/)/g, '').replace(/\s{2,}.*$/, '').trim()
+    const bare = bareName(symbol!)
     const name = place === 'JavaScript (JIT code)' ? bare : `${place}: ${bare}`
     symbols.set(name, (symbols.get(name) ?? 0) + Number(samples) * us)
     places.set(place, (places.get(place) ?? 0) + Number(samples) * us)
@@ -82,7 +126,7 @@ async function profile(target: Target, workDir: string): Promise<Profile> {
   await runLoad({ mode: 'latency', request, warmup: 0, count: 1_000, maxMs: 60_000 })
   if (spec.mode === 'ttft') await runLoad({ ...spec, count: 200 })
   const file = join(workDir, `${target.id}.perf.data`)
-  const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '10000', '-t', String(pid), '-o', file], { stdio: 'ignore' })
+  const perf = spawn('perf', ['record', ...(stacks ? ['-g'] : []), '-e', 'cpu-clock', '-F', '10000', '-t', String(pid), '-o', file], { stdio: 'ignore' })
   await new Promise((r) => setTimeout(r, 300))
   const before = threadCpuMs(pid)
   const load = await runLoad(spec)
@@ -93,7 +137,7 @@ async function profile(target: Target, workDir: string): Promise<Profile> {
   const threads = [...after]
     .map(([tid, ms]): [string, number] => [tid === String(pid) ? 'main' : `thread ${tid}`, ((ms - (before.get(tid) ?? 0)) * 1000) / requests])
     .filter(([, us]) => us >= 0.1)
-  return { requests, threads, ...readPerf(file, requests) }
+  return { requests, threads, ...readPerf(file, requests), functions: stacks ? await readStacks(file, requests) : null }
 }
 
 /** PostgreSQL and Redis for the `router-pg` target, started as run.ts starts them (bench/e2e/replicas.ts). */
@@ -142,6 +186,9 @@ async function main(): Promise<void> {
     for (const [place, us] of [...p.places].sort((a, b) => b[1] - a[1]).slice(0, 8)) process.stdout.write(`  ${fmt(us)}  ${place}\n`)
     process.stdout.write('  largest symbols:\n')
     for (const [name, us] of [...p.symbols].sort((a, b) => b[1] - a[1]).slice(0, 25)) process.stdout.write(`  ${fmt(us)}  ${name.slice(0, 130)}\n`)
+    if (p.functions === null) continue
+    process.stdout.write('  by innermost JavaScript function (what it ran, the builtins and system calls it called included):\n')
+    for (const [name, us] of [...p.functions].sort((a, b) => b[1] - a[1]).slice(0, 25)) process.stdout.write(`  ${fmt(us)}  ${name.slice(0, 130)}\n`)
   }
   if (profiles.length >= 2) {
     const [[a, pa], [b, pb]] = profiles as [[string, Profile], [string, Profile]]
@@ -149,6 +196,13 @@ async function main(): Promise<void> {
     const diff = [...names].map((n): [string, number, number] => [n, pa.symbols.get(n) ?? 0, pb.symbols.get(n) ?? 0]).sort((x, y) => y[1] - y[2] - (x[1] - x[2]))
     process.stdout.write(`\n${a} − ${b}, by symbol (µs per request: ${a}, ${b}, difference):\n`)
     for (const [n, x, y] of diff.slice(0, 40)) process.stdout.write(`  ${fmt(x)} ${fmt(y)} ${(x - y >= 0 ? '+' : '') + (x - y).toFixed(2)}  ${n.slice(0, 120)}\n`)
+    if (pa.functions !== null && pb.functions !== null) {
+      const fa = pa.functions
+      const fb = pb.functions
+      const fns = [...new Set([...fa.keys(), ...fb.keys()])].map((n): [string, number, number] => [n, fa.get(n) ?? 0, fb.get(n) ?? 0]).sort((x, y) => y[1] - y[2] - (x[1] - x[2]))
+      process.stdout.write(`\n${a} − ${b}, by innermost JavaScript function (µs per request: ${a}, ${b}, difference):\n`)
+      for (const [n, x, y] of fns.slice(0, 30)) process.stdout.write(`  ${fmt(x)} ${fmt(y)} ${(x - y >= 0 ? '+' : '') + (x - y).toFixed(2)}  ${n.slice(0, 120)}\n`)
+    }
   }
   rmSync(workDir, { recursive: true, force: true })
 }
