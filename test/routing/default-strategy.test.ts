@@ -60,6 +60,18 @@ t.test('between an idle and a busy provider, the idle one takes most requests', 
     const sel = select(rt.model('m')!, new RoutingPrefs(), { ...REQ, now: performance.now() }, null) as Selection
     if (sel.next() === offers[1]) idle++
   }
-  // Both are drawn in all but about 1 in 8 selections, and then the idle one wins: ~94% expected.
-  t.ok(idle > 320, `idle provider took ${idle} of 400`)
+  // Of two offers both are always looked at, and then the idle one wins.
+  t.equal(idle, 400, `idle provider took ${idle} of 400`)
+})
+
+t.test('two idle providers: the cheaper one, every time (both are always compared)', async (t) => {
+  const rt = table(t, 2)
+  const offers = rt.model('m')!.offers
+  const cheaper = offers[0]!.sortPrice <= offers[1]!.sortPrice ? offers[0] : offers[1]
+  let picked = 0
+  for (let i = 0; i < 400; i++) {
+    const sel = select(rt.model('m')!, new RoutingPrefs(), { ...REQ, now: performance.now() }, null) as Selection
+    if (sel.next() === cheaper) picked++
+  }
+  t.equal(picked, 400, `the cheaper provider took ${picked} of 400 (four draws from both used to find one alone in 1 of 8)`)
 })
