@@ -50,6 +50,8 @@ for (const oneWay of [0, 0.5]) {
     const held = line.held()
     t.ok(held !== null && held.count > 0, 'chunks were held and counted')
     if (oneWay === 0) t.equal(held!.max, 0, 'no wait at 0 ms')
-    else t.ok(held!.min >= oneWay - 0.02, `no chunk left before its delay (min held ${held!.min} ms)`)
+    // The proxy writes what is due within 20 µs of its tick; its times are epoch ms in doubles (a step of 0.24 µs
+    // at today's epoch), so the bound is that, give or take a microsecond of rounding.
+    else t.ok(held!.min >= oneWay - 0.02 - 0.001, `no chunk left before its delay (min held ${held!.min} ms)`)
   })
 }
