@@ -10,7 +10,7 @@ import { usageCount } from '../billing/usage-bound.js'
 import type { RouterError } from '../errors.js'
 import { anthropicErrorEvent, anthropicErrorOf, anthropicUsageOf } from './anthropic-wire.js'
 import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
-import { holdCall, type HeldCall } from './held-tool-calls.js'
+import { feedUnnamed, holdCall, UNNAMED_NAMED, UNNAMED_WAITS, type HeldCall, type UnnamedCall } from './held-tool-calls.js'
 import { longestStop, matchedStop, stopReason, type ToolNames } from './messages-request-translation.js'
 
 const NONE = 0
@@ -51,11 +51,8 @@ export class AnthropicStreamTranslator {
   #args = ''
   /** Tool calls seen while another's block was open, by OpenAI index, in order of appearance. */
   #held: Map<number, HeldCall> | null = null
-  /**
-   * A tool call whose first chunks came without its name (some providers send the id first): its block starts
-   * once the name comes (a tool_use block's name is in its start), or with no name when anything else comes first.
-   */
-  #unnamed: (HeldCall & { readonly index: number }) | null = null
+  /** A tool call waiting for its name (held-tool-calls.ts): its block starts once the name comes. */
+  #unnamed: UnnamedCall | null = null
   /** The end of the text so far, as long as the longest stop sequence (matchedStop()). */
   #tail = ''
   readonly #model: string
@@ -202,13 +199,9 @@ export class AnthropicStreamTranslator {
     let out = ''
     const unnamed = this.#unnamed
     if (unnamed !== null) {
-      if (unnamed.index === index) {
-        if (unnamed.id === '' && typeof call.id === 'string') unnamed.id = call.id
-        unnamed.args += args
-        if (name === '') return ''
-        unnamed.name = name
-        return this.#addUnnamed()
-      }
+      const step = feedUnnamed(unnamed, index, call, args, name)
+      if (step === UNNAMED_WAITS) return ''
+      if (step === UNNAMED_NAMED) return this.#addUnnamed()
       out += this.#addUnnamed()
     }
     if (this.#block === TOOL && this.#tool !== index) {

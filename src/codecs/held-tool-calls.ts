@@ -46,3 +46,32 @@ export function holdCall(held: Map<number, HeldCall> | null, index: number, call
   held.set(index, { id: typeof call.id === 'string' ? call.id : '', name: typeof fn.name === 'string' ? fn.name : '', args })
   return held
 }
+
+/**
+ * A tool call whose first chunks came without its name (some providers send the id first). The sequential
+ * formats decide a call's item or block by its name (its type, or the start event that carries it), so the
+ * translators keep such a call here until the name comes, or add it as it stands when anything else comes first.
+ */
+export interface UnnamedCall extends HeldCall {
+  readonly index: number
+}
+
+/** The call's chunk waits with it: no name yet. */
+export const UNNAMED_WAITS = 0
+/** The chunk brought the call's name: it can be added now. */
+export const UNNAMED_NAMED = 1
+/** The chunk is another call's: the waiting one is added as it stands first. */
+export const UNNAMED_OTHER = 2
+
+/**
+ * A chunk of call `index` (its `call` object, `args` and `name`, '' when absent) while `unnamed` waits for its
+ * name: the same call's chunk is kept in it (its id if it came late, its arguments, its name).
+ */
+export function feedUnnamed(unnamed: UnnamedCall, index: number, call: Json, args: string, name: string): number {
+  if (unnamed.index !== index) return UNNAMED_OTHER
+  if (unnamed.id === '' && typeof call.id === 'string') unnamed.id = call.id
+  unnamed.args += args
+  if (name === '') return UNNAMED_WAITS
+  unnamed.name = name
+  return UNNAMED_NAMED
+}

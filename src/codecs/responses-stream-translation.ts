@@ -9,7 +9,7 @@ import { meteredUsage, type ChatUsage } from '../billing/cost.js'
 import type { RouterError } from '../errors.js'
 import { ChatChunkStreamCodec } from './chat-chunk-stream.js'
 import { isHeaderSafeId } from './codec.js'
-import { holdCall, type HeldCall } from './held-tool-calls.js'
+import { feedUnnamed, holdCall, UNNAMED_NAMED, UNNAMED_WAITS, type HeldCall, type UnnamedCall } from './held-tool-calls.js'
 import { openAiErrorOf } from './openai-error.js'
 import { customInput, functionCallItem, NO_NAMES, outcomeOf, textPart, type KeptAnswer, type ResponsesCodec } from './responses-json-translation.js'
 import { failureEvents, newId, responseObject, responsesUsage, sseEvent, streamError, type ResponseMeta } from './responses-wire.js'
@@ -56,12 +56,8 @@ export class ResponsesStreamTranslator {
   /** The OpenAI index of the tool call whose item is open. */
   #tool = -1
   #held: Map<number, HeldCall> | null = null
-  /**
-   * A tool call whose first chunks came without its name (some providers send the id first): its item is added
-   * once the name comes, since the name decides the item's type (a custom tool's is custom_tool_call), or with
-   * no name when anything else comes first.
-   */
-  #unnamed: (HeldCall & { readonly index: number }) | null = null
+  /** A tool call waiting for its name (held-tool-calls.ts): its item is added once the name comes. */
+  #unnamed: UnnamedCall | null = null
   readonly #meta: ResponseMeta
   readonly #names: ToolNames
 
@@ -261,13 +257,9 @@ export class ResponsesStreamTranslator {
     let out = ''
     const unnamed = this.#unnamed
     if (unnamed !== null) {
-      if (unnamed.index === index) {
-        if (unnamed.id === '' && typeof call.id === 'string') unnamed.id = call.id
-        unnamed.args += args
-        if (name === '') return ''
-        unnamed.name = name
-        return this.#addUnnamed()
-      }
+      const step = feedUnnamed(unnamed, index, call, args, name)
+      if (step === UNNAMED_WAITS) return ''
+      if (step === UNNAMED_NAMED) return this.#addUnnamed()
       out += this.#addUnnamed()
     }
     if (this.#kind === TOOL && this.#tool !== index) {

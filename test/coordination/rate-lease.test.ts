@@ -27,6 +27,17 @@ async function replicas(t: Test, url: string, n: number, limit: number, leaseSiz
   return out
 }
 
+/** A leasing replica and an exact one (rate_lease_size 0) on one Redis and one account window. */
+async function mixed(t: Test, url: string, limit: number, leaseSize: number) {
+  const prefix = `svc:test:${Math.random()}:`
+  const [leasing] = await replicas(t, url, 1, limit, leaseSize, prefix)
+  const link = new RedisLink(url, { commandTimeoutMs: 300 })
+  t.teardown(() => link.close())
+  await link.ready(5_000)
+  const exact = new SharedRateLimiter(link, limit, { replicas: () => 2, prefix })
+  return { prefix, leasing: leasing!, link, exact }
+}
+
 /** Commands Redis ran, by name (INFO commandstats), as seen from a client of the test's own. */
 async function commands(link: RedisLink): Promise<Map<string, number>> {
   const info = await link.client.info('commandstats')
@@ -144,40 +155,30 @@ t.test('redis down with leases out: each replica admits its share alone, nothing
 
 t.test('replicas with leases and without (rate_lease_size 0) share one window: together never past the limit', async (t) => {
   const redis = await startRedis(t)
-  const prefix = `svc:test:${Math.random()}:`
-  const [leasing] = await replicas(t, redis.url, 1, 40, 8, prefix)
-  const link = new RedisLink(redis.url, { commandTimeoutMs: 300 })
-  t.teardown(() => link.close())
-  await link.ready(5_000)
-  const exact = new SharedRateLimiter(link, 40, { replicas: () => 2, prefix })
+  const { prefix, leasing, link, exact } = await mixed(t, redis.url, 40, 8)
   // The leasing replica first takes a lease it will not use up: the exact one must count it as held.
-  t.ok((await leasing!.limiter.take('0xmixed', Date.now())).allowed)
+  t.ok((await leasing.limiter.take('0xmixed', Date.now())).allowed)
   const decisions = []
   for (let round = 0; round < 8; round++) {
     decisions.push(
-      ...(await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? leasing!.limiter : exact).take('0xmixed', Date.now())))),
+      ...(await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? leasing.limiter : exact).take('0xmixed', Date.now())))),
     )
   }
   const admitted = 1 + decisions.filter((d) => d.allowed).length
   t.ok(admitted <= 40, `never past the limit across both kinds of replica (${admitted})`)
   t.ok(admitted >= 40 - 8, `short of it by at most one lease (${admitted})`)
   t.ok(decisions.some((d, i) => (i % 10) % 2 === 1 && d.allowed), 'the exact replica admitted some')
-  t.ok(leasing!.limiter.leasedAdmissions > 0, 'the leasing one admitted some out of its lease')
-  await leasing!.limiter.close()
+  t.ok(leasing.limiter.leasedAdmissions > 0, 'the leasing one admitted some out of its lease')
+  await leasing.limiter.close()
   t.equal(await link.client.zcard(prefix + '{0xmixed}'), admitted, 'both kinds of admission are in the one window')
-  t.equal(exact.fallbacks + leasing!.limiter.fallbacks, 0)
+  t.equal(exact.fallbacks + leasing.limiter.fallbacks, 0)
 })
 
 t.test("an exact replica refused for slots another replica leases unused: Retry-After is the lease's end, not the window's", async (t) => {
   const redis = await startRedis(t)
-  const prefix = `svc:test:${Math.random()}:`
-  const [leasing] = await replicas(t, redis.url, 1, 10, 8, prefix)
-  const link = new RedisLink(redis.url, { commandTimeoutMs: 300 })
-  t.teardown(() => link.close())
-  await link.ready(5_000)
-  const exact = new SharedRateLimiter(link, 10, { replicas: () => 2, prefix })
+  const { prefix, leasing, link, exact } = await mixed(t, redis.url, 10, 8)
   // One admitted and a lease of 4 (half of the 9 left, one replica): 5 of the 10 are counted.
-  t.ok((await leasing!.limiter.take('0xheld', Date.now())).allowed)
+  t.ok((await leasing.limiter.take('0xheld', Date.now())).allowed)
   const lease = Object.values(await link.client.hgetall(prefix + 'lease:{0xheld}'))
   t.same(lease.map((v) => Number(v.split(':')[0])), [4], 'the leasing replica holds 4 slots it does not use')
   const admitted = await Promise.all(Array.from({ length: 5 }, () => exact.take('0xheld', Date.now())))
