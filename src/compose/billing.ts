@@ -14,8 +14,6 @@ import { BOOKS, booksOf } from './table.js'
 
 /** Charges per group-commit transaction at most. */
 const CHARGE_BATCH = 256
-/** Batches in flight at once: PostgreSQL takes a second one (charge-writer.ts); SQLite commits one at a time. */
-const CHARGE_BATCHES_IN_FLIGHT = { sqlite: 1, postgres: 2 } as const
 
 export interface Billing {
   readonly writer: ChargeWriter
@@ -23,7 +21,7 @@ export interface Billing {
 }
 
 export function billingPart(config: Config, store: Store): Part<Billing> {
-  const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH, concurrency: CHARGE_BATCHES_IN_FLIGHT[config.store.kind] })
+  const writer = new ChargeWriter(store.ledger, { maxBatch: CHARGE_BATCH })
   const books = BOOKS[booksOf(store)](config, { store, writer })
   return part({ writer, ledger: books.offers }, async () => {
     // Charges settled before the close are written before the store goes; then unused leases go back.
