@@ -306,9 +306,15 @@ function targetsSection(v: View): string[] {
   const byEvent = v.dist('ttft', 'router', 'firstEvent') !== null
   medianRow('first-event', 'ttft', 'router', B, byEvent ? 'firstEvent' : 'latency')
   // Decision 4: what `full` adds over `normal`, per round, against a thread-pool fdatasync of a charge's write.
-  const durable = median(v.roundAddedAll('latency', 'router').map((x, i) => x - (v.roundAddedAll('latency', 'router-normal')[i] ?? Number.NaN)))
+  const fullOverNormal = (full: TargetId, normal: TargetId): number =>
+    median(v.roundAddedAll('latency', full).map((x, i) => x - (v.roundAddedAll('latency', normal)[i] ?? Number.NaN)))
+  const durable = fullOverNormal('router', 'router-normal')
   const pool = v.data.fsyncPool
-  row('durable', durable, pool?.p50 ?? Number.NaN, (a, b) => `${ms(a)} vs ${ms(b)} (the thread-pool fdatasync's p50, this run; a bare synchronous one: ${ms(v.data.fsync.p50)})`)
+  // Beside: what the same flush adds to the billed floor, measured the same way (its full and normal rounds).
+  const floorDurable = fullOverNormal('floor-billed-full', B)
+  const floorDurableCell =
+    Number.isFinite(floorDurable) && pool !== undefined ? `the billed floor's own \`full\` − \`normal\`: ${ms(floorDurable)} = ${formatRatio(floorDurable, pool.p50)}` : '—'
+  row('durable', durable, pool?.p50 ?? Number.NaN, (a, b) => `${ms(a)} vs ${ms(b)} (the thread-pool fdatasync's p50, this run; a bare synchronous one: ${ms(v.data.fsync.p50)})`, floorDurableCell)
   // Decision 5: multipart by CPU per MiB relayed.
   const mp = v.data.multipart
   const perMiB = (usage: { cpuMs: number } | undefined, r: { sent: number } | undefined): number =>
