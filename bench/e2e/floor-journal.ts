@@ -97,7 +97,13 @@ export class SqliteJournal implements Journal {
   }
 }
 
-const APPEND = `INSERT INTO floor_journal (request_id, model, amount, prompt_tokens, completion_tokens, created_at)
+/** The billed floor's journal on PostgreSQL: one narrow row per charge, its request id unique. */
+export const FLOOR_JOURNAL_TABLE = `CREATE TABLE IF NOT EXISTS floor_journal (seq BIGSERIAL PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
+  model TEXT NOT NULL, amount NUMERIC NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+  created_at BIGINT NOT NULL)`
+
+/** The billed floor's batch on PostgreSQL: every charge of the batch in one INSERT over unnested arrays. */
+export const APPEND = `INSERT INTO floor_journal (request_id, model, amount, prompt_tokens, completion_tokens, created_at)
   SELECT r, m, a, p, c, $6 FROM unnest($1::text[], $2::text[], $3::numeric[], $4::int[], $5::int[]) AS u(r, m, a, p, c)`
 
 export class PgJournal implements Journal {
@@ -119,9 +125,7 @@ export class PgJournal implements Journal {
       await client.connect()
       await client.query('SET synchronous_commit = on')
       try {
-        await client.query(`CREATE TABLE IF NOT EXISTS floor_journal (seq BIGSERIAL PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
-          model TEXT NOT NULL, amount NUMERIC NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-          created_at BIGINT NOT NULL)`)
+        await client.query(FLOOR_JOURNAL_TABLE)
       } catch (err) {
         // The floors of the three simulators share one database and start together: IF NOT EXISTS does not stop two
         // CREATEs racing in PostgreSQL (one fails on pg_type's unique index, 23505, or 42P07). The other made it.

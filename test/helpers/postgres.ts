@@ -38,6 +38,8 @@ export interface TestPostgres {
   readonly url: string
   /** False when the server is an outside one (`TEST_PG_URL`): stop/kill/pause/start then throw. */
   readonly controllable: boolean
+  /** The postmaster's pid while it runs (its backends are its children), null for an outside server. */
+  readonly pid: number | null
   /** Fast shutdown (SIGINT to the postmaster), waiting until it exited. */
   stop(): Promise<void>
   /** SIGKILL to every process of the server (a crash: no shutdown checkpoint), waiting until they are gone. */
@@ -323,6 +325,9 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
   return {
     url,
     controllable: true,
+    get pid() {
+      return child?.pid ?? null
+    },
     stop: () => halt('SIGINT'),
     kill: () => halt('SIGKILL'),
     pause: () => child && freezeServer(child),
@@ -355,6 +360,7 @@ function outsidePostgres(url: string): TestPostgres {
   return {
     url,
     controllable: false,
+    pid: null,
     stop: async () => refuse(),
     kill: async () => refuse(),
     pause: refuse,

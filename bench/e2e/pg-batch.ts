@@ -1,0 +1,148 @@
+/**
+ * `node dist/bench/e2e/pg-batch.js [--rounds=3] [--batches=1500] [--sizes=1,16] [--statements]`: what one batch of
+ * charges costs PostgreSQL, outside a run (issue 45's replica rows). svc-router's batch (PgLedger.recordCharges,
+ * one statement: svc_charge_batch) with one replica's leased charges on one key, as a warm replica sends them,
+ * beside the billed floor's batch (floor-journal.ts: one INSERT of as many narrow rows), each side on a fresh
+ * database of one server started as the tests start it (fsync and synchronous_commit on), batches one after
+ * another on one connection, the sides interleaved in rounds. Per batch: the CPU of the server's processes (the
+ * postmaster's tree from /proc: the backend, the WAL writer, …; clock ticks, so read the tens of µs) and the wall
+ * time to the answer. `--statements` loads pg_stat_statements (track all) and prints, for svc-router's side in
+ * the first round, each statement's execution time per batch, the functions' nested statements included.
+ */
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
+import { parseUsd } from '../../src/billing/money.js'
+import type { Charge } from '../../src/store/ledger.js'
+import { PgLeaseStore } from '../../src/store/postgres/leases.js'
+import { openPostgresStore } from '../../src/store/postgres/postgres-store.js'
+import { startPostgres } from '../../test/helpers/postgres.js'
+import { APPEND, FLOOR_JOURNAL_TABLE } from './floor-journal.js'
+import { treeCpuMs } from './processes.js'
+import { median } from './criteria.js'
+
+const arg = (name: string, fallback: string): string => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback
+const ROUNDS = Number(arg('rounds', '3'))
+const BATCHES = Number(arg('batches', '1500'))
+const SIZES = arg('sizes', '1,16').split(',').map(Number)
+const STATEMENTS = process.argv.includes('--statements')
+/** Batches before each measurement, unmeasured: plans cached, pages read. */
+const WARMUP = 300
+const ACCOUNT = '0x' + 'a'.repeat(40)
+const usd = (text: string): bigint => parseUsd(text)!
+
+interface Side {
+  readonly name: string
+  batch(size: number): Promise<void>
+  query(text: string, values?: unknown[]): Promise<pg.QueryResult>
+  close(): Promise<void>
+}
+
+/** svc-router's batch: replica r1's store, registered, with a lease on the key that pays every charge. */
+async function routerSide(url: string): Promise<Side> {
+  const store = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
+  await store.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
+  await store.ledger.addFunds(ACCOUNT, 'deposit', usd('100000'), '', Date.now())
+  const secret = newSecret('sk-')
+  const key = await store.keys.createApiKey({
+    id: randomUUID(), accountId: ACCOUNT, hash: hashSecret(secret), preview: previewOf(secret), name: 'pg-batch', trustMode: null,
+    creditLimit: null, resetPeriod: 'never', expiresAt: null, allowedModels: null, allowedProviders: null, createdAt: Date.now(),
+  })
+  const lease = await new PgLeaseStore(store.connection, 'r1').acquire({ accountId: ACCOUNT, keyId: key.id, periodStart: 0, min: usd('1000'), want: usd('1000') })
+  if (lease.granted !== usd('1000')) throw new Error(`the lease was not granted (${lease.granted})`)
+  const charge = (): Charge => ({
+    requestId: randomUUID(), accountId: ACCOUNT, keyId: key.id, model: 'm', provider: 'p', at: Date.now(), promptTokens: 16,
+    completionTokens: 16, images: 0, audioMs: 0, cost: usd('0.0001'), leased: true, periodStart: 0,
+  })
+  return {
+    name: 'svc-router (svc_charge_batch, leased)',
+    async batch(size) {
+      const out = await store.ledger.recordCharges(Array.from({ length: size }, charge))
+      const failed = out.find((o) => o instanceof Error)
+      if (failed !== undefined) throw failed
+    },
+    query: (text, values) => store.connection.query(text, values),
+    close: () => store.close(),
+  }
+}
+
+/** The billed floor's batch: its table and its INSERT, prepared, on a connection of its own. */
+async function floorSide(url: string): Promise<Side> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  await client.query(FLOOR_JOURNAL_TABLE)
+  return {
+    name: 'billed floor (one INSERT)',
+    async batch(size) {
+      const ids = Array.from({ length: size }, () => randomUUID())
+      const values = [ids, ids.map(() => 'm'), ids.map(() => '100000000000000'), ids.map(() => 16), ids.map(() => 16), Date.now()]
+      await client.query({ name: 'floor-append', text: APPEND, values })
+    },
+    query: (text, values) => client.query(text, values),
+    close: () => client.end(),
+  }
+}
+
+/** Each statement's execution time per batch since the last reset, in this database, the largest first. */
+async function statementTable(side: Side, batches: number): Promise<string[]> {
+  const { rows } = await side.query(
+    `SELECT calls, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') AS text FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 16`,
+  )
+  return rows.map((r: { calls: string; total_exec_time: number; text: string }) => {
+    const us = (r.total_exec_time * 1000) / batches
+    return `    ${us.toFixed(1).padStart(7)} µs  ${String(r.calls).padStart(6)} calls  ${r.text.slice(0, 120)}`
+  })
+}
+
+async function main(): Promise<void> {
+  const teardowns: (() => unknown)[] = []
+  const settings: Record<string, string> = STATEMENTS ? { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } : {}
+  const server = await startPostgres({ teardown: (fn) => teardowns.push(fn) }, { settings })
+  const pid = server.pid
+  if (pid === null) throw new Error('pg-batch needs a server of its own (not TEST_PG_URL): it reads its processes\' CPU')
+  const results = new Map<string, { cpu: number[]; wall: number[] }>()
+  try {
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const make of [routerSide, floorSide]) {
+        const side = await make(await server.newDatabase())
+        try {
+          const explain = STATEMENTS && round === 0 && make === routerSide
+          if (explain) await side.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements')
+          for (const size of SIZES) {
+            for (let i = 0; i < WARMUP; i++) await side.batch(size)
+            if (explain) await side.query('SELECT pg_stat_statements_reset()')
+            const cpuBefore = treeCpuMs(pid)
+            const started = performance.now()
+            for (let i = 0; i < BATCHES; i++) await side.batch(size)
+            const wall = ((performance.now() - started) * 1000) / BATCHES
+            const cpu = ((treeCpuMs(pid) - cpuBefore) * 1000) / BATCHES
+            const label = `${side.name}, batches of ${size}`
+            const r = results.get(label) ?? { cpu: [], wall: [] }
+            r.cpu.push(cpu)
+            r.wall.push(wall)
+            results.set(label, r)
+            process.stdout.write(`round ${round + 1}: ${label}: server CPU ${cpu.toFixed(0)} µs a batch, wall ${wall.toFixed(0)} µs\n`)
+            if (explain) process.stdout.write((await statementTable(side, BATCHES)).join('\n') + '\n')
+          }
+        } finally {
+          await side.close()
+        }
+      }
+    }
+    process.stdout.write(`\nmedians of ${ROUNDS} rounds, ${BATCHES} batches each:\n`)
+    for (const [label, r] of results) {
+      process.stdout.write(`  ${label}: server CPU ${median(r.cpu).toFixed(0)} µs a batch (${r.cpu.map((x) => x.toFixed(0)).join(', ')}), wall ${median(r.wall).toFixed(0)} µs\n`)
+    }
+  } finally {
+    for (const fn of teardowns.reverse()) await fn()
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`pg-batch: ${String((err as Error)?.stack ?? err)}\n`)
+    process.exit(1)
+  },
+)
