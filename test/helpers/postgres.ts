@@ -326,7 +326,7 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
     url,
     controllable: true,
     get pid() {
-      return child?.pid ?? null
+      return child !== undefined && child.exitCode === null && child.signalCode === null ? (child.pid ?? null) : null
     },
     stop: () => halt('SIGINT'),
     kill: () => halt('SIGKILL'),
