@@ -5,9 +5,10 @@
  * beside the billed floor's batch (floor-journal.ts: one INSERT of as many narrow rows), each side on a fresh
  * database of one server started as the tests start it (fsync and synchronous_commit on), batches one after
  * another on one connection, the sides interleaved in rounds. Per batch: the CPU of the server's processes (the
- * postmaster's tree from /proc: the backend, the WAL writer, …; clock ticks, so read the tens of µs) and the wall
- * time to the answer. `--statements` loads pg_stat_statements (track all) and prints, for svc-router's side in
- * the first round, each statement's execution time per batch, the functions' nested statements included.
+ * postmaster's tree from /proc, each process's increase: the backend, the WAL writer, …; clock ticks, so read
+ * the tens of µs) and the wall time to the answer. `--statements` loads pg_stat_statements (track all) and
+ * prints, for svc-router's side in the first round, each statement's execution time per batch, the functions'
+ * nested statements included.
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
@@ -18,7 +19,7 @@ import { PgLeaseStore } from '../../src/store/postgres/leases.js'
 import { openPostgresStore } from '../../src/store/postgres/postgres-store.js'
 import { startPostgres } from '../../test/helpers/postgres.js'
 import { APPEND, FLOOR_JOURNAL_TABLE } from './floor-journal.js'
-import { treeCpuMs } from './processes.js'
+import { treeCpuByPid, treeCpuSinceMs } from './processes.js'
 import { median } from './criteria.js'
 
 const arg = (name: string, fallback: string): string => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback
@@ -112,11 +113,11 @@ async function main(): Promise<void> {
           for (const size of SIZES) {
             for (let i = 0; i < WARMUP; i++) await side.batch(size)
             if (explain) await side.query('SELECT pg_stat_statements_reset()')
-            const cpuBefore = treeCpuMs(pid)
+            const cpuBefore = treeCpuByPid(pid)
             const started = performance.now()
             for (let i = 0; i < BATCHES; i++) await side.batch(size)
             const wall = ((performance.now() - started) * 1000) / BATCHES
-            const cpu = ((treeCpuMs(pid) - cpuBefore) * 1000) / BATCHES
+            const cpu = (treeCpuSinceMs(pid, cpuBefore) * 1000) / BATCHES
             const label = `${side.name}, batches of ${size}`
             const r = results.get(label) ?? { cpu: [], wall: [] }
             r.cpu.push(cpu)

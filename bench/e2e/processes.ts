@@ -182,6 +182,25 @@ export function treeCpuMs(pid: number): number {
   return ms
 }
 
+/** User + system CPU time of `pid` and each of its descendants, in ms, by pid: for treeCpuSinceMs. */
+export function treeCpuByPid(pid: number): Map<number, number> {
+  const out = new Map<number, number>()
+  for (const p of treeOf(pid)) out.set(p, statCpuMs(`/proc/${p}/stat`))
+  return out
+}
+
+/**
+ * The CPU the tree of `pid` spent since `before` (treeCpuByPid), in ms: each process's own increase, a process
+ * started since counted whole. A server whose processes come and go (PostgreSQL's backends of closed
+ * connections, its autovacuum workers) would otherwise lose a departed process's whole time from the total
+ * and could show less than before.
+ */
+export function treeCpuSinceMs(pid: number, before: ReadonlyMap<number, number>): number {
+  let ms = 0
+  for (const [p, now] of treeCpuByPid(pid)) ms += now - (before.get(p) ?? 0)
+  return ms
+}
+
 /** User + system CPU time of each thread of `pid`, in ms, by thread id (0 for one that ended while being read). */
 export function threadCpuMs(pid: number): Map<string, number> {
   const out = new Map<string, number>()
