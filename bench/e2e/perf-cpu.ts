@@ -149,6 +149,20 @@ async function pgStores(): Promise<ReplicaStores> {
 
 const fmt = (us: number): string => `${us.toFixed(2).padStart(8)} µs`
 
+/** The 25 largest entries of a profile's µs per request, by symbol or by function. */
+function writeLargest(perRequest: ReadonlyMap<string, number>): void {
+  for (const [name, us] of [...perRequest].sort((x, y) => y[1] - x[1]).slice(0, 25)) process.stdout.write(`  ${fmt(us)}  ${name.slice(0, 130)}\n`)
+}
+
+/** Two targets' µs per request by name, the `rows` where the first spends most beyond the second. */
+function writeDifference(title: string, a: string, b: string, ma: ReadonlyMap<string, number>, mb: ReadonlyMap<string, number>, rows: number): void {
+  const diff = [...new Set([...ma.keys(), ...mb.keys()])]
+    .map((n): [string, number, number] => [n, ma.get(n) ?? 0, mb.get(n) ?? 0])
+    .sort((x, y) => y[1] - y[2] - (x[1] - x[2]))
+  process.stdout.write(`\n${title} (µs per request: ${a}, ${b}, difference):\n`)
+  for (const [n, x, y] of diff.slice(0, rows)) process.stdout.write(`  ${fmt(x)} ${fmt(y)} ${(x - y >= 0 ? '+' : '') + (x - y).toFixed(2)}  ${n.slice(0, 120)}\n`)
+}
+
 async function main(): Promise<void> {
   try {
     execFileSync('perf', ['--version'], { stdio: 'ignore' })
@@ -185,23 +199,16 @@ async function main(): Promise<void> {
     process.stdout.write(`  threads (/proc): ${p.threads.map(([t, us]) => `${t} ${us.toFixed(1)} µs`).join(', ')}\n`)
     for (const [place, us] of [...p.places].sort((a, b) => b[1] - a[1]).slice(0, 8)) process.stdout.write(`  ${fmt(us)}  ${place}\n`)
     process.stdout.write('  largest symbols:\n')
-    for (const [name, us] of [...p.symbols].sort((a, b) => b[1] - a[1]).slice(0, 25)) process.stdout.write(`  ${fmt(us)}  ${name.slice(0, 130)}\n`)
+    writeLargest(p.symbols)
     if (p.functions === null) continue
     process.stdout.write('  by innermost JavaScript function (what it ran, the builtins and system calls it called included):\n')
-    for (const [name, us] of [...p.functions].sort((a, b) => b[1] - a[1]).slice(0, 25)) process.stdout.write(`  ${fmt(us)}  ${name.slice(0, 130)}\n`)
+    writeLargest(p.functions)
   }
   if (profiles.length >= 2) {
     const [[a, pa], [b, pb]] = profiles as [[string, Profile], [string, Profile]]
-    const names = new Set([...pa.symbols.keys(), ...pb.symbols.keys()])
-    const diff = [...names].map((n): [string, number, number] => [n, pa.symbols.get(n) ?? 0, pb.symbols.get(n) ?? 0]).sort((x, y) => y[1] - y[2] - (x[1] - x[2]))
-    process.stdout.write(`\n${a} − ${b}, by symbol (µs per request: ${a}, ${b}, difference):\n`)
-    for (const [n, x, y] of diff.slice(0, 40)) process.stdout.write(`  ${fmt(x)} ${fmt(y)} ${(x - y >= 0 ? '+' : '') + (x - y).toFixed(2)}  ${n.slice(0, 120)}\n`)
+    writeDifference(`${a} − ${b}, by symbol`, a, b, pa.symbols, pb.symbols, 40)
     if (pa.functions !== null && pb.functions !== null) {
-      const fa = pa.functions
-      const fb = pb.functions
-      const fns = [...new Set([...fa.keys(), ...fb.keys()])].map((n): [string, number, number] => [n, fa.get(n) ?? 0, fb.get(n) ?? 0]).sort((x, y) => y[1] - y[2] - (x[1] - x[2]))
-      process.stdout.write(`\n${a} − ${b}, by innermost JavaScript function (µs per request: ${a}, ${b}, difference):\n`)
-      for (const [n, x, y] of fns.slice(0, 30)) process.stdout.write(`  ${fmt(x)} ${fmt(y)} ${(x - y >= 0 ? '+' : '') + (x - y).toFixed(2)}  ${n.slice(0, 120)}\n`)
+      writeDifference(`${a} − ${b}, by innermost JavaScript function`, a, b, pa.functions, pb.functions, 30)
     }
   }
   rmSync(workDir, { recursive: true, force: true })

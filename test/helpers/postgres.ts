@@ -99,6 +99,11 @@ function installExitHook(): void {
   }
 }
 
+/** Whether a spawned server process is still running (neither exited nor killed). */
+function isRunning(child: ChildProcess | undefined): child is ChildProcess {
+  return child !== undefined && child.exitCode === null && child.signalCode === null
+}
+
 /** A process's state letter and parent from /proc (null: gone). */
 function procStat(pid: number | string): { state: string; ppid: number } | null {
   let stat: string
@@ -284,7 +289,7 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
   }
   const halt = async (signal: NodeJS.Signals) => {
     const running = child
-    if (!running || running.exitCode !== null || running.signalCode !== null) return
+    if (!isRunning(running)) return
     if (signal === 'SIGKILL') {
       const pids = signalServer(running, 'SIGKILL')
       await exited(running)
@@ -326,14 +331,14 @@ export async function startPostgres(t?: TapLike, options: PostgresOptions = {}):
     url,
     controllable: true,
     get pid() {
-      return child !== undefined && child.exitCode === null && child.signalCode === null ? (child.pid ?? null) : null
+      return isRunning(child) ? (child.pid ?? null) : null
     },
     stop: () => halt('SIGINT'),
     kill: () => halt('SIGKILL'),
     pause: () => child && freezeServer(child),
     resume: () => child && signalServer(child, 'SIGCONT'),
     async start() {
-      if (child && child.exitCode === null && child.signalCode === null) throw new Error('postgres is running')
+      if (isRunning(child)) throw new Error('postgres is running')
       await launch()
     },
     newDatabase,
