@@ -15,6 +15,8 @@
  * batch, and moves about 3% from run to run on a quiet machine. `--stacks` records call stacks too (`perf record
  * -g`; V8 keeps frame pointers) and charges each sample to the innermost JavaScript function above it: where a
  * builtin's or the kernel's time comes from (an inline-cache miss, a socket write), per function, and by difference.
+ * `--leaf=<text>` (with --stacks) adds, per target, the samples whose own symbol contains the text (say
+ * `LoadIC`, `Megamorphic`, `CollectGarbage`), by the innermost JavaScript function that led to them.
  */
 import { execFileSync, spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
@@ -33,6 +35,8 @@ const mode = arg('mode', 'latency')
 const sync = arg('sync', mode === 'latency' ? 'normal' : 'full') as 'full' | 'normal'
 const ids = arg('targets', 'router,floor-billed').split(',')
 const stacks = process.argv.includes('--stacks')
+/** --leaf: a piece of a symbol's name; with --stacks, its samples by innermost JavaScript function too. */
+const leaf = arg('leaf', '')
 const NODE_ARGS = ['--perf-basic-prof-only-functions']
 /** The svc-router targets on SQLite (they take --sync); router-pg is the replica on PostgreSQL + Redis. */
 const SQLITE_ROUTERS: readonly string[] = ['router', 'router-logged', 'router-quiet']
@@ -51,6 +55,8 @@ interface Profile {
   readonly threads: [string, number][]
   /** With --stacks: µs per request by the innermost JavaScript function of each sample's stack. */
   readonly functions: Map<string, number> | null
+  /** With --stacks and --leaf: the same, of the samples whose own symbol contains `leaf`. */
+  readonly leafFunctions: Map<string, number> | null
 }
 
 /** A JIT frame's name without the checkout's path (the same function in two checkouts is one name). */
@@ -60,20 +66,27 @@ function bareName(symbol: string): string {
 
 const NO_JS = '(no JavaScript frame: native code and the kernel on their own)'
 
-/** Each sample of a `perf record -g` file charged to the innermost JavaScript function of its stack. */
-async function readStacks(file: string, requests: number): Promise<Map<string, number>> {
+/**
+ * Each sample of a `perf record -g` file charged to the innermost JavaScript function of its stack; and, when
+ * `leaf` is set, the samples whose first (own) frame's symbol contains it, charged the same way.
+ */
+async function readStacks(file: string, requests: number): Promise<{ functions: Map<string, number>; leafFunctions: Map<string, number> | null }> {
   const script = spawn('perf', ['script', '-i', file, '-F', 'ip,sym'], { stdio: ['ignore', 'pipe', 'ignore'] })
   const functions = new Map<string, number>()
+  const leafFunctions = leaf === '' ? null : new Map<string, number>()
   const us = 100 / requests
   let found: string | null = null
   let frames = 0
+  let inLeaf = false
   const end = (): void => {
     if (frames > 0) {
       const name = found ?? NO_JS
       functions.set(name, (functions.get(name) ?? 0) + us)
+      if (inLeaf) leafFunctions!.set(name, (leafFunctions!.get(name) ?? 0) + us)
     }
     found = null
     frames = 0
+    inLeaf = false
   }
   for await (const line of createInterface({ input: script.stdout })) {
     const text = line.trim()
@@ -81,14 +94,17 @@ async function readStacks(file: string, requests: number): Promise<Map<string, n
       end()
       continue
     }
-    frames++
-    if (found !== null) continue
+    if (found !== null) {
+      frames++
+      continue
+    }
     const space = text.indexOf(' ')
     const symbol = space < 0 ? '' : text.slice(space + 1)
+    if (frames++ === 0 && leafFunctions !== null) inLeaf = symbol.includes(leaf)
     if (symbol.startsWith('JS:')) found = bareName(symbol.slice(3))
   }
   end()
-  return functions
+  return { functions, leafFunctions }
 }
 
 /** Samples of `perf report`, grouped: JIT code is JavaScript, the node binary V8 and Node's runtime. */
@@ -137,7 +153,7 @@ async function profile(target: Target, workDir: string): Promise<Profile> {
   const threads = [...after]
     .map(([tid, ms]): [string, number] => [tid === String(pid) ? 'main' : `thread ${tid}`, ((ms - (before.get(tid) ?? 0)) * 1000) / requests])
     .filter(([, us]) => us >= 0.1)
-  return { requests, threads, ...readPerf(file, requests), functions: stacks ? await readStacks(file, requests) : null }
+  return { requests, threads, ...readPerf(file, requests), ...(stacks ? await readStacks(file, requests) : { functions: null, leafFunctions: null }) }
 }
 
 /** PostgreSQL and Redis for the `router-pg` target, started as run.ts starts them (bench/e2e/replicas.ts). */
@@ -203,6 +219,9 @@ async function main(): Promise<void> {
     if (p.functions === null) continue
     process.stdout.write('  by innermost JavaScript function (what it ran, the builtins and system calls it called included):\n')
     writeLargest(p.functions)
+    if (p.leafFunctions === null) continue
+    process.stdout.write(`  samples in a symbol with "${leaf}" in its name (${fmt([...p.leafFunctions.values()].reduce((a, b) => a + b, 0)).trim()}), by innermost JavaScript function:\n`)
+    writeLargest(p.leafFunctions)
   }
   if (profiles.length >= 2) {
     const [[a, pa], [b, pb]] = profiles as [[string, Profile], [string, Profile]]
