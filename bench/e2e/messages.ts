@@ -9,10 +9,8 @@
  * for latency and TTFT_CONCURRENCY streams at a time for TTFT; the results go to stderr and into the run's
  * raw results (`messages` in last-run.json), rendered as section 5b of BENCHMARKS.md.
  */
-import { execFile } from 'node:child_process'
-import { join } from 'node:path'
 import { Client, Pool, type Dispatcher } from 'undici'
-import { runAsLoadProcess } from './processes.js'
+import { runAsLoadProcess, runScriptProcess } from './processes.js'
 import { Samples, Tally, type Distribution } from './stats.js'
 import { PROVIDER_KEY, startOwnRouter, type SimKind, type SimSet } from './targets.js'
 
@@ -159,13 +157,7 @@ function registry(sims: SimSet, kinds: readonly SimKind[]): string {
 }
 
 function runLoad(root: string, spec: Spec): Promise<Result> {
-  const script = join(root, 'dist', 'bench', 'e2e', 'messages.js')
-  return new Promise((resolve, reject) => {
-    execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: spec.maxMs + 60_000, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
-      if (err !== null) return reject(new Error(`messages load failed: ${err.message} ${stderr.slice(-300)}`))
-      resolve(JSON.parse(stdout.trim().split('\n').pop() ?? 'null') as Result)
-    })
-  })
+  return runScriptProcess<Result>(root, 'messages.js', spec, spec.maxMs + 60_000)
 }
 
 const us = (ms: number | undefined): string => (ms === undefined || Number.isNaN(ms) ? 'n/a' : `${(ms * 1000).toFixed(0)} µs`)

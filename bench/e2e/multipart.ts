@@ -20,11 +20,9 @@
  * separate process (this file with a spec as its argument); the results go to stderr and into the run's raw
  * results (`multipart` in last-run.json), rendered as section 5c of BENCHMARKS.md.
  */
-import { execFile } from 'node:child_process'
-import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
-import { runAsLoadProcess, treeRssKb, UsageMonitor, type Usage } from './processes.js'
+import { runAsLoadProcess, runScriptProcess, treeRssKb, UsageMonitor, type Usage } from './processes.js'
 import { Samples, Tally, type Distribution } from './stats.js'
 import { floorTarget, PROVIDER_KEY, startOwnRouter, type SimSet, type Target } from './targets.js'
 import { WAV_BYTES_PER_SECOND, wavHeader } from '../../test/helpers/wav.js'
@@ -261,13 +259,7 @@ export interface MultipartOptions {
 }
 
 function runLoad(root: string, spec: Spec, boundMs: number): Promise<MultipartResult> {
-  const script = join(root, 'dist', 'bench', 'e2e', 'multipart.js')
-  return new Promise((resolve, reject) => {
-    execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: boundMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
-      if (err !== null) return reject(new Error(`multipart load failed: ${err.message} ${stderr.slice(-300)}`))
-      resolve(JSON.parse(stdout.trim().split('\n').pop() ?? 'null') as MultipartResult)
-    })
-  })
+  return runScriptProcess<MultipartResult>(root, 'multipart.js', spec, boundMs)
 }
 
 const ms = (v: number | undefined): string => (v === undefined || Number.isNaN(v) ? 'n/a' : `${v.toFixed(1)} ms`)

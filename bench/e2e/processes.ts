@@ -299,20 +299,26 @@ export function runAsLoadProcess<S, R>(moduleUrl: string, run: (spec: S) => Prom
 }
 
 /**
- * One run of the load generator (load.ts) in a process of its own, killed after `boundMs`: its result, or why
- * there is none. The build's own generator, under `root`.
+ * One run of a bench script that is also a load process (runAsLoadProcess) in a process of its own, with `spec`
+ * as its argument, killed after `boundMs`: the JSON result it printed last, or why there is none. `file` is
+ * the script's path under the build's `dist/bench/e2e` of `root`.
  */
-export function runLoadProcess(root: string, spec: LoadSpec, boundMs: number): Promise<LoadResult> {
-  const script = join(root, 'dist', 'bench', 'e2e', 'load.js')
+export function runScriptProcess<R>(root: string, file: string, spec: unknown, boundMs: number): Promise<R> {
+  const script = join(root, 'dist', 'bench', 'e2e', file)
   return new Promise((resolvePromise, reject) => {
     execFile(process.execPath, [script, JSON.stringify(spec)], { timeout: boundMs, killSignal: 'SIGKILL', maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
-      if (err !== null) return reject(new Error(`load generator failed: ${err.message} ${stderr.trim().slice(-500)}`))
+      if (err !== null) return reject(new Error(`${file} failed: ${err.message} ${stderr.trim().slice(-500)}`))
       const line = stdout.trim().split('\n').pop() ?? ''
       try {
-        resolvePromise(JSON.parse(line) as LoadResult)
+        resolvePromise(JSON.parse(line) as R)
       } catch {
-        reject(new Error(`load generator printed no result: ${stdout.slice(-300)} ${stderr.slice(-300)}`))
+        reject(new Error(`${file} printed no result: ${stdout.slice(-300)} ${stderr.slice(-300)}`))
       }
     })
   })
+}
+
+/** One run of the load generator (load.ts) in a process of its own (runScriptProcess). */
+export function runLoadProcess(root: string, spec: LoadSpec, boundMs: number): Promise<LoadResult> {
+  return runScriptProcess<LoadResult>(root, 'load.js', spec, boundMs)
 }
