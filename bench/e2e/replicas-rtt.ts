@@ -5,12 +5,15 @@
  * hop without the wait) and one that holds every chunk 0.5 ms each way (1 ms round trip). In interleaved
  * rounds, direct, then each replica: latency at 1 connection (the run's latency plan), then throughput at 64
  * connections. Goal: at 1 ms a request's added p50 grows by no more than one round trip (its durable commit)
- * over the 0 ms figure, and throughput does not fall. What the proxy held each chunk is reported beside them.
+ * over the 0 ms figure, and throughput does not fall. What the proxy held each chunk is reported beside them,
+ * and after each latency run the line's own round trip: Redis PINGs through the same side's proxy, one after
+ * another, from a process of their own (line-ping.ts), the yardstick of the latency row.
  */
 import type { LoadResult, LoadSpec } from './load.js'
 import type { Measurement, RoundRun } from './measurement.js'
 import { DelayLine, DelayProxy } from './delay-proxy.js'
-import { UsageMonitor } from './processes.js'
+import type { PingSpec } from './line-ping.js'
+import { runScriptProcess, UsageMonitor } from './processes.js'
 import { redisDb, type ReplicaStores } from './replicas.js'
 import type { Distribution } from './stats.js'
 import { directTarget, routerTarget, type SimSet, type Target } from './targets.js'
@@ -28,11 +31,21 @@ export interface RttSide {
   readonly throughput: Measurement
   /** How long the proxies held each chunk, from arrival to write (ms); null at 0 ms or before any. */
   readonly held: Distribution | null
+  /**
+   * Each round's Redis PINGs through this side's proxy (ms, line-ping.ts; null: the pings failed): the line's
+   * round trip as a request meets it. Absent in runs before 2026-11-29.
+   */
+  readonly ping?: readonly (Distribution | null)[]
 }
+
+/** PINGs after each latency run: enough for a stable median at either distance (about 2 s at 1 ms). */
+const PINGS = { warmup: 200, count: 2_000, maxMs: 20_000 } as const
 
 export interface RttRun {
   readonly connections: number
   readonly rounds: number
+  /** PINGs counted through each side's proxy after each latency run (absent before 2026-11-29). */
+  readonly pings?: number
   readonly sides: readonly RttSide[]
 }
 
@@ -64,6 +77,7 @@ export async function measureRtt(o: RttOptions): Promise<RttRun> {
   const lines: DelayLine[] = []
   const proxies: DelayProxy[] = []
   const routers: Target[] = []
+  const redisProxies: DelayProxy[] = []
   try {
     for (const [i, oneWay] of [0, ONE_WAY_MS].entries()) {
       const line = new DelayLine(oneWay)
@@ -71,6 +85,7 @@ export async function measureRtt(o: RttOptions): Promise<RttRun> {
       const pgProxy = await DelayProxy.start(pgPort, line)
       const redisProxy = await DelayProxy.start(redisPort, line)
       proxies.push(pgProxy, redisProxy)
+      redisProxies.push(redisProxy)
       o.progress(`rtt: starting a replica ${oneWay * 2} ms from PostgreSQL and Redis (proxies on ports ${pgProxy.port}, ${redisProxy.port})`)
       const pgUrl = via(await o.stores.pg.newDatabase(), pgProxy.port)
       // Redis databases 3 and 4: the replicas workload uses 0 to 2.
@@ -84,6 +99,7 @@ export async function measureRtt(o: RttOptions): Promise<RttRun> {
     const latency: RoundRun[][] = routers.map(() => [])
     const directRuns: RoundRun[][] = routers.map(() => [])
     const best: (Measurement | undefined)[] = routers.map(() => undefined)
+    const pings: (Distribution | null)[][] = routers.map(() => [])
     const latencySpec = (t: Target): LoadSpec => ({ mode: 'latency', request: t.request('fast', false), ...o.latency })
     for (let round = 1; round <= o.rounds; round++) {
       for (let i = 0; i < routers.length; i++) {
@@ -100,14 +116,20 @@ export async function measureRtt(o: RttOptions): Promise<RttRun> {
         })
         latency[i]!.push({ load: l, usage: monitor.stop() })
         const added = l?.latency != null && d?.latency != null ? `added p50 ${((l.latency.p50 - d.latency.p50) * 1000).toFixed(0)} µs` : 'n/a'
-        o.progress(`${label}: latency: ${added}`)
+        const spec: PingSpec = { port: redisProxies[i]!.port, ...PINGS }
+        const p = await runScriptProcess<Distribution>(o.root, 'line-ping.js', spec, PINGS.maxMs + 30_000).catch((err: unknown) => {
+          o.progress(`${label}: the line's PINGs failed: ${(err as Error).message}`)
+          return null
+        })
+        pings[i]!.push(p)
+        o.progress(`${label}: latency: ${added}${p === null ? '' : `; the line's round trip (Redis PING) p50 ${(p.p50 * 1000).toFixed(0)} µs`}`)
         o.progress(`${label}: throughput, ${o.connections} connections …`)
         const tm = new UsageMonitor(t.pid!)
         tm.start()
-        const spec: LoadSpec = { mode: 'throughput', request: t.request('fast', false), connections: o.connections, ...o.throughput }
+        const load: LoadSpec = { mode: 'throughput', request: t.request('fast', false), connections: o.connections, ...o.throughput }
         let m: Measurement
         try {
-          m = { load: await o.runLoad(spec, o.throughput.warmupMs + o.throughput.durationMs + 30_000), error: null, usage: tm.stop(), rounds: 1 }
+          m = { load: await o.runLoad(load, o.throughput.warmupMs + o.throughput.durationMs + 30_000), error: null, usage: tm.stop(), rounds: 1 }
         } catch (err) {
           m = { load: null, error: (err as Error).message, usage: tm.stop(), rounds: 1 }
         }
@@ -120,7 +142,8 @@ export async function measureRtt(o: RttOptions): Promise<RttRun> {
     return {
       connections: o.connections,
       rounds: o.rounds,
-      sides: routers.map((_, i) => ({ rttMs: lines[i]!.oneWayMs * 2, latency: latency[i]!, direct: directRuns[i]!, throughput: best[i]!, held: lines[i]!.held() })),
+      pings: PINGS.count,
+      sides: routers.map((_, i) => ({ rttMs: lines[i]!.oneWayMs * 2, latency: latency[i]!, direct: directRuns[i]!, throughput: best[i]!, held: lines[i]!.held(), ping: pings[i]! })),
     }
   } finally {
     await Promise.all(routers.map((t) => t.stop()))
