@@ -169,6 +169,51 @@ t.test('a batch pays each key\'s charges out of its lease whole, and what no lea
   t.equal((await one.ledger.totals(A)).spent, usd('0.95'))
 })
 
+t.test('leases with room to spare pay their keys\' charges in the append\'s statement; a key whose period moved goes the long way, exact either way', async (t) => {
+  const url = await server.newDatabase()
+  const one = await replica(t, url, 'r1')
+  await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
+  const daily = await one.keys.createApiKey(apiKey(usd('5'), 'daily'))
+  const plain = await one.keys.createApiKey(apiKey(null))
+  const today = Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate())
+  t.equal((await one.leases!.acquire({ accountId: A, keyId: daily.id, periodStart: today, min: usd('1'), want: usd('1') })).granted, usd('1'))
+  t.equal((await one.leases!.acquire({ accountId: A, keyId: plain.id, periodStart: 0, min: usd('2'), want: usd('2') })).granted, usd('2'))
+  const state = async () => {
+    const { rows } = await sql(url, `SELECT (SELECT spent FROM accounts WHERE id = $1) AS spent, (SELECT leased FROM accounts WHERE id = $1) AS leased,
+      (SELECT json_object_agg(key_id, amount) FROM budget_leases) AS leases, (SELECT json_object_agg(id, json_build_array(leased, period_used, period_start)) FROM api_keys) AS keys,
+      (SELECT sum(requests) FROM usage_daily) AS requests`, [A])
+    return rows[0] as { spent: string; leased: string; leases: Record<string, string | number>; keys: Record<string, [string | number, string | number, string | number]>; requests: string }
+  }
+  // Both keys covered with room to spare, one request twice in the batch's history: every row once, exactly.
+  const first = [{ ...charge(daily.id, usd('0.1')), periodStart: today }, charge(plain.id, usd('0.25')), { ...charge(daily.id, usd('0.15')), periodStart: today }]
+  const outcomes = await one.ledger.recordCharges(first)
+  t.same(outcomes.map((o) => o instanceof Error), [false, false, false])
+  let s = await state()
+  t.equal(s.spent, String(usd('0.5')))
+  t.equal(s.leased, String(usd('3') - usd('0.5')), 'the account\'s leased went down by what was paid, once')
+  t.equal(String(s.leases[daily.id]), String(usd('0.75')))
+  t.equal(String(s.leases[plain.id]), String(usd('1.75')))
+  t.same(s.keys[daily.id]!.slice(0, 2).map(String), [String(usd('0.75')), String(usd('0.25'))], "the key's leased down, its period spend up")
+  t.same(s.keys[plain.id]!.slice(0, 2).map(String), [String(usd('1.75')), String(usd('0.25'))])
+  t.equal(s.requests, '3')
+  const again = await one.ledger.recordCharges([first[1]!, charge(plain.id, usd('0.5'))])
+  t.ok(again[0] instanceof Error && !(again[0] instanceof LeaseLostError), 'billed already: skipped, paid by no lease')
+  t.notOk(again[1] instanceof Error)
+  s = await state()
+  t.equal(s.spent, String(usd('1')))
+  t.equal(String(s.leases[plain.id]), String(usd('1.25')))
+  // The next day for the daily key: its period restarts from the roll-up (svc_key_period) before the payment.
+  const tomorrow = today + 86_400_000
+  const [late] = await one.ledger.recordCharges([{ ...charge(daily.id, usd('0.2')), periodStart: tomorrow }])
+  t.notOk(late instanceof Error)
+  s = await state()
+  t.equal(s.spent, String(usd('1.2')))
+  t.equal(String(s.leases[daily.id]), String(usd('0.55')))
+  t.same(s.keys[daily.id]!.map(String), [String(usd('0.55')), String(usd('0.2')), String(tomorrow)], 'a new period counts only its own charge')
+  t.equal(s.leased, String(usd('0.55') + usd('1.25')), 'the account\'s leased is the sum of its leases')
+  t.equal((await one.ledger.spendByKey(A, null)).get(daily.id), usd('0.45'))
+})
+
 t.test('a key\'s period spend starts again with its period, counted from the roll-up', async (t) => {
   const url = await server.newDatabase()
   const one = await replica(t, url, 'r1')

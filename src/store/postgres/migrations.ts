@@ -8,7 +8,7 @@
  * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
  */
 
-import { CHARGE_BATCH_MIGRATION, FEWER_STATEMENTS_MIGRATION } from './charge-batch.js'
+import { CHARGE_BATCH_MIGRATION, FEWER_STATEMENTS_MIGRATION, LEASED_BATCH_MIGRATION } from './charge-batch.js'
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
 import { SETTLEMENT_LAST_BLOCK_MIGRATION, SETTLEMENT_MIGRATION } from './settlement.js'
@@ -234,5 +234,10 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 10,
     name: 'a batch of charges in fewer statements: no per-row foreign key check, one read of what is billed',
     sql: FEWER_STATEMENTS_MIGRATION,
+  },
+  {
+    version: 11,
+    name: 'a batch whose leases cover it pays them in the statement that appends it',
+    sql: LEASED_BATCH_MIGRATION,
   },
 ]
