@@ -12,12 +12,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import type { Charge } from '../../src/store/ledger.js'
-import { PgLeaseStore } from '../../src/store/postgres/leases.js'
-import { openPostgresStore } from '../../src/store/postgres/postgres-store.js'
 import { startPostgres } from '../../test/helpers/postgres.js'
+import { newApiKey, registeredReplica } from '../../test/helpers/store-fixtures.js'
 import { APPEND, FLOOR_JOURNAL_TABLE } from './floor-journal.js'
 import { treeCpuByPid, treeCpuSinceMs } from './processes.js'
 import { median } from './criteria.js'
@@ -41,15 +39,10 @@ interface Side {
 
 /** svc-router's batch: replica r1's store, registered, with a lease on the key that pays every charge. */
 async function routerSide(url: string): Promise<Side> {
-  const store = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
-  await store.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
+  const { store, leases } = await registeredReplica(url)
   await store.ledger.addFunds(ACCOUNT, 'deposit', usd('100000'), '', Date.now())
-  const secret = newSecret('sk-')
-  const key = await store.keys.createApiKey({
-    id: randomUUID(), accountId: ACCOUNT, hash: hashSecret(secret), preview: previewOf(secret), name: 'pg-batch', trustMode: null,
-    creditLimit: null, resetPeriod: 'never', expiresAt: null, allowedModels: null, allowedProviders: null, createdAt: Date.now(),
-  })
-  const lease = await new PgLeaseStore(store.connection, 'r1').acquire({ accountId: ACCOUNT, keyId: key.id, periodStart: 0, min: usd('1000'), want: usd('1000') })
+  const key = await store.keys.createApiKey(newApiKey(ACCOUNT, { name: 'pg-batch' }))
+  const lease = await leases.acquire({ accountId: ACCOUNT, keyId: key.id, periodStart: 0, min: usd('1000'), want: usd('1000') })
   if (lease.granted !== usd('1000')) throw new Error(`the lease was not granted (${lease.granted})`)
   const charge = (): Charge => ({
     requestId: randomUUID(), accountId: ACCOUNT, keyId: key.id, model: 'm', provider: 'p', at: Date.now(), promptTokens: 16,

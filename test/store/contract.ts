@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto'
 import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { MAX_USAGE_COUNT } from '../../src/billing/usage-bound.js'
+import { newApiKey } from '../helpers/store-fixtures.js'
 import { StoreConflictError, type Charge, type JournalEntry, type NewApiKey, type Store, type StoreChange } from '../../src/store/store.js'
 
 export type Test = Parameters<Parameters<typeof t.test>[0]>[0]
@@ -31,24 +32,9 @@ const DAY = 86_400_000
 
 const usd = (text: string): bigint => parseUsd(text)!
 
-/** A new sk- key of `accountId` as the store takes it (the fixture of this contract and of store-specific tests). */
+/** A new sk- key of `accountId` as the store takes it, made at T0 (the fixture of this contract and of store-specific tests). */
 export function apiKey(accountId: string, overrides: Partial<NewApiKey> = {}): NewApiKey {
-  const secret = newSecret('sk-')
-  return {
-    id: randomUUID(),
-    accountId,
-    hash: hashSecret(secret),
-    preview: previewOf(secret),
-    name: 'ci',
-    trustMode: null,
-    creditLimit: null,
-    resetPeriod: 'never',
-    expiresAt: null,
-    allowedModels: null,
-    allowedProviders: null,
-    createdAt: T0,
-    ...overrides,
-  }
+  return newApiKey(accountId, { name: 'ci', createdAt: T0, ...overrides })
 }
 
 function mgmtKey(accountId: string, createdAt = T0) {

@@ -7,14 +7,14 @@
 import t from 'tap'
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { ChargeWriter } from '../../src/billing/charge-writer.js'
 import { parseUsd } from '../../src/billing/money.js'
-import type { Charge, NewApiKey } from '../../src/store/store.js'
+import type { Charge } from '../../src/store/store.js'
 import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/postgres-store.js'
 import { PgLeaseStore } from '../../src/store/postgres/leases.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
+import { newApiKey, registeredReplica } from '../helpers/store-fixtures.js'
 
 const A = '0x' + 'a'.repeat(40)
 const B = '0x' + 'b'.repeat(40)
@@ -31,13 +31,6 @@ async function replica(t: Test, url: string, id: string, queryTimeoutMs = 5_000)
   return store
 }
 
-function apiKey(accountId: string): NewApiKey {
-  const secret = newSecret('sk-')
-  return {
-    id: randomUUID(), accountId, hash: hashSecret(secret), preview: previewOf(secret), name: 'batch', trustMode: null,
-    creditLimit: null, resetPeriod: 'never', expiresAt: null, allowedModels: null, allowedProviders: null, createdAt: Date.now(),
-  }
-}
 
 function charge(accountId: string, keyId: string, extra: Partial<Charge> = {}): Charge {
   return {
@@ -46,15 +39,11 @@ function charge(accountId: string, keyId: string, extra: Partial<Charge> = {}): 
   }
 }
 
-/**
- * Replica r1's store without its registry's heartbeats and change polls, which share the pool (only the
- * batches' statements go through it), registered by hand so that it may hold a lease; and its lease store.
- */
+/** Replica r1's store (test/helpers/store-fixtures.ts), closed with the test, and its lease store. */
 async function leasingReplica(t: Test, url: string): Promise<{ one: PostgresStore; leases: PgLeaseStore }> {
-  const one = await openPostgresStore({ url, changeHeartbeatMs: 600_000, replicaId: 'r1' })
-  t.teardown(() => one.close())
-  await one.connection.query("INSERT INTO replicas (id, heartbeat_at) VALUES ('r1', now())")
-  return { one, leases: new PgLeaseStore(one.connection, 'r1') }
+  const { store, leases } = await registeredReplica(url)
+  t.teardown(() => store.close())
+  return { one: store, leases }
 }
 
 /** Counts, on every pooled connection of `store`, the statements sent and the ReadyForQuery answers read. */
@@ -78,7 +67,7 @@ t.test('a batch of charges, leased ones among them, is one statement and one ans
   const { one, leases } = await leasingReplica(t, await server.newDatabase())
   await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
   await one.ledger.addFunds(B, 'deposit', usd('10'), '', Date.now())
-  const [ka, kb] = [await one.keys.createApiKey(apiKey(A)), await one.keys.createApiKey(apiKey(B))]
+  const [ka, kb] = [await one.keys.createApiKey(newApiKey(A)), await one.keys.createApiKey(newApiKey(B))]
   t.equal((await leases.acquire({ accountId: A, keyId: ka.id, periodStart: 0, min: usd('1'), want: usd('1') })).granted, usd('1'))
   const counts = wireCounter(one)
   const batch = [
@@ -102,7 +91,7 @@ t.test("a replica's charge writer keeps two batches at the server: the second wa
   const url = await server.newDatabase()
   const { one, leases } = await leasingReplica(t, url)
   await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
-  const key = await one.keys.createApiKey(apiKey(A))
+  const key = await one.keys.createApiKey(newApiKey(A))
   t.equal((await leases.acquire({ accountId: A, keyId: key.id, periodStart: 0, min: usd('1'), want: usd('1') })).granted, usd('1'))
   const writer = new ChargeWriter(one.ledger, { concurrency: 2 })
   t.teardown(() => writer.close())
@@ -143,7 +132,7 @@ t.test("two replicas' batches for one chain provider do not wait on each other; 
   const [one, two] = [await replica(t, url, 'r1', 1_500), await replica(t, url, 'r2', 1_500)]
   await one.ledger.addFunds(A, 'deposit', usd('10'), '', Date.now())
   await one.ledger.addFunds(B, 'deposit', usd('10'), '', Date.now())
-  const [ka, kb] = [await one.keys.createApiKey(apiKey(A)), await one.keys.createApiKey(apiKey(B))]
+  const [ka, kb] = [await one.keys.createApiKey(newApiKey(A)), await one.keys.createApiKey(newApiKey(B))]
   // Replica one's batch is held open after its append, holding every row lock it took, until the test lets go.
   const gate = 4545
   const held = charge(A, ka.id, { provider: 'chain', neuron: 100n })
@@ -180,7 +169,7 @@ t.test('PostgreSQL killed under two replicas\' batches: every acknowledged charg
   const [one, two] = [await replica(t, url, 'r1', 2_000), await replica(t, url, 'r2', 2_000)]
   await one.ledger.addFunds(A, 'deposit', usd('100'), '', Date.now())
   await one.ledger.addFunds(B, 'deposit', usd('100'), '', Date.now())
-  const [ka, kb] = [await one.keys.createApiKey(apiKey(A)), await one.keys.createApiKey(apiKey(B))]
+  const [ka, kb] = [await one.keys.createApiKey(newApiKey(A)), await one.keys.createApiKey(newApiKey(B))]
   const acknowledged: Charge[] = []
   const batches = Array.from({ length: 60 }, (_, i) => {
     const store = i % 2 === 0 ? one : two

@@ -8,12 +8,12 @@ import t from 'tap'
 import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import { parseUsd } from '../../src/billing/money.js'
 import { LeaseLostError, type Charge, type NewApiKey } from '../../src/store/store.js'
 import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/postgres-store.js'
 import { startPostgres } from '../helpers/postgres.js'
 import { eventually } from '../helpers/wait.js'
+import { newApiKey } from '../helpers/store-fixtures.js'
 
 const A = '0x' + 'a'.repeat(40)
 const usd = (text: string): bigint => parseUsd(text)!
@@ -40,21 +40,7 @@ async function sql(url: string, text: string, values: unknown[] = []): Promise<p
 }
 
 function apiKey(creditLimit: bigint | null, resetPeriod: NewApiKey['resetPeriod'] = 'never'): NewApiKey {
-  const secret = newSecret('sk-')
-  return {
-    id: randomUUID(),
-    accountId: A,
-    hash: hashSecret(secret),
-    preview: previewOf(secret),
-    name: 'lease',
-    trustMode: null,
-    creditLimit,
-    resetPeriod,
-    expiresAt: null,
-    allowedModels: null,
-    allowedProviders: null,
-    createdAt: Date.now(),
-  }
+  return newApiKey(A, { name: 'lease', creditLimit, resetPeriod })
 }
 
 function charge(keyId: string, cost: bigint, leased = true): Charge {
