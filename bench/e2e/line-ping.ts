@@ -56,6 +56,8 @@ export function ping(spec: PingSpec): Promise<Distribution> {
     })
     socket.once('connect', next)
     socket.once('error', reject)
+    // Closed by the other side before the last PONG (after it, the promise is settled and this does nothing).
+    socket.once('close', () => reject(new Error(`the connection closed after ${sent} PINGs`)))
   })
 }
 
