@@ -31,7 +31,6 @@ async function replica(t: Test, url: string, id: string, queryTimeoutMs = 5_000)
   return store
 }
 
-
 function charge(accountId: string, keyId: string, extra: Partial<Charge> = {}): Charge {
   return {
     requestId: randomUUID(), accountId, keyId, model: 'm', provider: 'p', at: Date.now(), promptTokens: 1, completionTokens: 1,
