@@ -27,6 +27,7 @@ import type { Store } from '../../src/store/store.js'
 import { ledgerCommit } from '../../src/telemetry/events.js'
 import { startPostgres, type TestPostgres } from '../../test/helpers/postgres.js'
 import { startRedis, type TestRedis } from '../../test/helpers/redis.js'
+import { newApiKey } from '../../test/helpers/store-fixtures.js'
 import type { LoadResult, LoadSpec } from './load.js'
 import { UsageMonitor } from './processes.js'
 import type { Measurement } from './measurement.js'
@@ -223,20 +224,7 @@ const INFLIGHT = [1, 64, 256] as const
 
 async function fundedStore(store: Store): Promise<void> {
   await store.ledger.addFunds(ACCOUNT, 'deposit', 10n ** 30n, 'bench', Date.now())
-  await store.keys.createApiKey({
-    id: KEY_ID,
-    accountId: ACCOUNT,
-    hash: 'bench-charges',
-    preview: 'sk-bench',
-    name: 'bench-charges',
-    trustMode: null,
-    creditLimit: null,
-    resetPeriod: 'never',
-    expiresAt: null,
-    allowedModels: null,
-    allowedProviders: null,
-    createdAt: Date.now(),
-  })
+  await store.keys.createApiKey(newApiKey(ACCOUNT, { id: KEY_ID, hash: 'bench-charges', preview: 'sk-bench', name: 'bench-charges' }))
 }
 
 let chargeSeq = 0

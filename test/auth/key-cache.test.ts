@@ -10,6 +10,7 @@ import { KeyCache } from '../../src/auth/key-cache.js'
 import { hashSecret, newSecret, previewOf } from '../../src/auth/keys.js'
 import type { Principal } from '../../src/auth/principal.js'
 import { countingStore, deferred, fakeHead } from './fixtures.js'
+import { newApiKey } from '../helpers/store-fixtures.js'
 
 type Test = Parameters<Parameters<typeof t.test>[0]>[0]
 
@@ -82,20 +83,9 @@ t.test('a key created elsewhere works once its change arrives, even after its ha
   await store.accounts.ensureAccount(A, 0)
   const secret = newSecret('sk-')
   t.equal(await sk(secret), null, 'unknown, and remembered as such')
-  const record = await store.keys.createApiKey({
-    id: '00000000-0000-4000-8000-00000000000a',
-    accountId: A,
-    hash: hashSecret(secret),
-    preview: previewOf(secret),
-    name: 'late',
-    trustMode: null,
-    creditLimit: null,
-    resetPeriod: 'never',
-    expiresAt: null,
-    allowedModels: null,
-    allowedProviders: null,
-    createdAt: 0,
-  })
+  const record = await store.keys.createApiKey(
+    newApiKey(A, { id: '00000000-0000-4000-8000-00000000000a', hash: hashSecret(secret), preview: previewOf(secret), name: 'late', createdAt: 0 }),
+  )
   cache.applyChange({ kind: 'key', accountId: A, keyId: record.id })
   t.equal((await sk(secret))?.keyId, record.id)
 })
