@@ -2,7 +2,9 @@
  * `node dist/bench/e2e/pg-batch.js [--rounds=3] [--batches=1500] [--sizes=1,16] [--statements]`: what one batch of
  * charges costs PostgreSQL, outside a run (issue 45's replica rows). svc-router's batch (PgLedger.recordCharges,
  * one statement: svc_charge_batch) with one replica's leased charges on one key, as a warm replica sends them,
- * beside the billed floor's batch (floor-journal.ts: one INSERT of as many narrow rows), each side on a fresh
+ * beside the billed floor's batch (floor-journal.ts: one INSERT of as many narrow rows) and the same floor's batch
+ * with the roll-ups the spec's reads need (APPEND_WITH_ROLLUPS: the account's and key's spend and the daily usage
+ * row, in the same statement), each side on a fresh
  * database of one server started as the tests start it (fsync and synchronous_commit on), batches one after
  * another on one connection, the sides interleaved in rounds. Per batch: the CPU of the server's processes (the
  * postmaster's tree from /proc, each process's increase: the backend, the WAL writer, …; clock ticks, so read
@@ -77,6 +79,66 @@ async function floorSide(url: string): Promise<Side> {
   }
 }
 
+/**
+ * The billed floor's batch with the roll-ups the spec's reads need done in its transaction, the cheapest way
+ * (what issue 45's replica rows would be judged against if the reference did them): one statement appends the
+ * charges (a request billed already is skipped) and adds exactly the appended ones into the account's spend,
+ * the key's and the daily usage row of (account, day, model, key). Narrow tables without CHECK constraints;
+ * no budget leases (one writer needs none). Concurrent writers over shared accounts would also need the rows
+ * locked in one order first; one connection here.
+ */
+const ROLLUP_TABLES = `CREATE TABLE floor_accounts (id TEXT PRIMARY KEY, spent NUMERIC NOT NULL DEFAULT 0);
+  CREATE TABLE floor_keys (id TEXT PRIMARY KEY, spent NUMERIC NOT NULL DEFAULT 0);
+  CREATE TABLE floor_usage_daily (account_id TEXT NOT NULL, day TEXT NOT NULL, model TEXT NOT NULL, key_id TEXT NOT NULL,
+    requests BIGINT NOT NULL, prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL, cost NUMERIC NOT NULL,
+    PRIMARY KEY (account_id, day, model, key_id))`
+const APPEND_WITH_ROLLUPS = `WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::numeric[], $4::int[], $5::int[], $6::text[], $7::text[])
+      AS u(request_id, model, amount, prompt_tokens, completion_tokens, account_id, key_id)
+  ), appended AS (
+    INSERT INTO floor_journal (request_id, model, amount, prompt_tokens, completion_tokens, created_at)
+    SELECT request_id, model, amount, prompt_tokens, completion_tokens, $8 FROM input
+    ON CONFLICT (request_id) DO NOTHING RETURNING request_id
+  ), charged AS (
+    SELECT i.* FROM input i JOIN appended a ON a.request_id = i.request_id
+  ), accounts AS (
+    UPDATE floor_accounts f SET spent = f.spent + s.amount
+    FROM (SELECT account_id, sum(amount) AS amount FROM charged GROUP BY account_id) s WHERE f.id = s.account_id
+  ), keys AS (
+    UPDATE floor_keys f SET spent = f.spent + s.amount
+    FROM (SELECT key_id, sum(amount) AS amount FROM charged GROUP BY key_id) s WHERE f.id = s.key_id
+  ), daily AS (
+    INSERT INTO floor_usage_daily AS u (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens, cost)
+    SELECT account_id, $9, model, key_id, count(*), sum(prompt_tokens), sum(completion_tokens), sum(amount)
+    FROM charged GROUP BY account_id, model, key_id
+    ON CONFLICT (account_id, day, model, key_id) DO UPDATE SET requests = u.requests + EXCLUDED.requests,
+      prompt_tokens = u.prompt_tokens + EXCLUDED.prompt_tokens, completion_tokens = u.completion_tokens + EXCLUDED.completion_tokens,
+      cost = u.cost + EXCLUDED.cost
+  )
+  SELECT count(*) FROM appended`
+
+/** The billed floor's batch with the roll-ups in its transaction (APPEND_WITH_ROLLUPS), on a connection of its own. */
+async function rollupFloorSide(url: string): Promise<Side> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  await client.query(FLOOR_JOURNAL_TABLE)
+  await client.query(ROLLUP_TABLES)
+  await client.query('INSERT INTO floor_accounts (id) VALUES ($1)', [ACCOUNT])
+  await client.query("INSERT INTO floor_keys (id) VALUES ('k')")
+  return {
+    name: 'billed floor with roll-ups (one statement)',
+    async batch(size) {
+      const ids = Array.from({ length: size }, () => randomUUID())
+      const at = Date.now()
+      const values = [ids, ids.map(() => 'm'), ids.map(() => '100000000000000'), ids.map(() => 16), ids.map(() => 16), ids.map(() => ACCOUNT), ids.map(() => 'k'), at, new Date(at).toISOString().slice(0, 10)]
+      const { rows } = await client.query({ name: 'floor-append-rollups', text: APPEND_WITH_ROLLUPS, values })
+      if (Number(rows[0].count) !== size) throw new Error(`the roll-up floor appended ${rows[0].count} of ${size}`)
+    },
+    query: (text, values) => client.query(text, values),
+    close: () => client.end(),
+  }
+}
+
 /** Each statement's execution time per batch since the last reset, in this database, the largest first. */
 async function statementTable(side: Side, batches: number): Promise<string[]> {
   const { rows } = await side.query(
@@ -98,7 +160,7 @@ async function main(): Promise<void> {
   const results = new Map<string, { cpu: number[]; wall: number[] }>()
   try {
     for (let round = 0; round < ROUNDS; round++) {
-      for (const make of [routerSide, floorSide]) {
+      for (const make of [routerSide, floorSide, rollupFloorSide]) {
         const side = await make(await server.newDatabase())
         try {
           const explain = STATEMENTS && round === 0 && make === routerSide
