@@ -135,7 +135,17 @@ async function rollupFloorSide(url: string): Promise<Side> {
       if (Number(rows[0].count) !== size) throw new Error(`the roll-up floor appended ${rows[0].count} of ${size}`)
     },
     query: (text, values) => client.query(text, values),
-    close: () => client.end(),
+    async close() {
+      // A reference that does not add up measures nothing: every total is the journal's.
+      const { rows } = await client.query(`SELECT (SELECT sum(amount) FROM floor_journal) AS journal, (SELECT spent FROM floor_accounts) AS account,
+        (SELECT spent FROM floor_keys) AS key, (SELECT sum(cost) FROM floor_usage_daily) AS daily,
+        (SELECT count(*) FROM floor_journal) AS charges, (SELECT sum(requests) FROM floor_usage_daily) AS requests`)
+      await client.end()
+      const r = rows[0] as Record<string, string>
+      if (r.account !== r.journal || r.key !== r.journal || r.daily !== r.journal || r.requests !== r.charges) {
+        throw new Error(`the roll-up floor's totals differ from its journal: ${JSON.stringify(r)}`)
+      }
+    },
   }
 }
 
