@@ -172,6 +172,40 @@ t.test('migrations: a failing migration leaves nothing of itself behind, and the
   t.strictSame(await migrate(client, T0, [good, { ...bad, sql: 'CREATE TABLE two (n int)' }]), [2], 'fixed, it applies')
 })
 
+t.test("migration 12: the account's and the key's settings are refused as their CHECK constraints refused them, by a trigger a charge's counters do not fire", async (t) => {
+  const store = await open(t)
+  const url = await databaseOf(t)
+  await store.ledger.addFunds(A, 'deposit', usd('5'), '', T0)
+  const key = await store.keys.createApiKey(apiKey(A))
+  // What a batch writes no longer carries these checks: they are triggers that fire on their own columns only.
+  const { rows: left } = await sql(url, `SELECT conname FROM pg_constraint WHERE contype = 'c' AND conrelid::regclass::text IN ('accounts', 'api_keys') ORDER BY conname`)
+  t.strictSame(left.map((r: { conname: string }) => r.conname), ['accounts_leased_check', 'accounts_spent_check', 'api_keys_leased_check'], 'only the counters keep constraints')
+  const { rows: triggers } = await sql(url, `SELECT tgname, pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE NOT tgisinternal AND tgname LIKE '%settings_check' ORDER BY tgname`)
+  t.strictSame(triggers.map((r: { tgname: string }) => r.tgname), ['accounts_settings_check', 'api_keys_settings_check'])
+  for (const r of triggers as { def: string }[]) t.notMatch(r.def, /\b(spent|leased|period_used|period_start)\b/, 'no counter among the columns that fire it')
+  const refused = async (text: string, values: unknown[], constraint: string): Promise<void> => {
+    const err = (await sql(url, text, values).then(() => null, (e: unknown) => e)) as { code?: string; constraint?: string; message?: string } | null
+    t.equal(err?.code, '23514', `${constraint}: check_violation`)
+    t.equal(err?.constraint, constraint, `${constraint}: named`)
+    t.match(err?.message, `violates check constraint "${constraint}"`)
+  }
+  await refused("INSERT INTO accounts (id, created_at) VALUES ('0xABC', 0)", [], 'accounts_id_check')
+  await refused('UPDATE accounts SET rate_limit = 0 WHERE id = $1', [A], 'accounts_rate_limit_check')
+  await refused('UPDATE accounts SET deposited = deposited - 6 * 10::numeric ^ 18 WHERE id = $1', [A], 'accounts_deposited_check')
+  await refused('UPDATE accounts SET credited = -1 WHERE id = $1', [A], 'accounts_credited_check')
+  await refused("UPDATE api_keys SET trust_mode = 'any' WHERE id = $1", [key.id], 'api_keys_trust_mode_check')
+  await refused('UPDATE api_keys SET credit_limit = -1 WHERE id = $1', [key.id], 'api_keys_credit_limit_check')
+  await refused("UPDATE api_keys SET reset_period = 'hourly' WHERE id = $1", [key.id], 'api_keys_reset_period_check')
+  await refused("UPDATE api_keys SET allowed_models = '{}' WHERE id = $1", [key.id], 'api_keys_allowed_models_check')
+  await refused("UPDATE api_keys SET allowed_providers = '{}' WHERE id = $1", [key.id], 'api_keys_allowed_providers_check')
+  // As with a CHECK, a rule that is NULL passes: no limit, no trust mode, no restriction.
+  await sql(url, 'UPDATE accounts SET rate_limit = NULL WHERE id = $1', [A])
+  await sql(url, 'UPDATE api_keys SET trust_mode = NULL, credit_limit = NULL, allowed_models = NULL, allowed_providers = NULL WHERE id = $1', [key.id])
+  const stored = await store.keys.getApiKey(A, key.id)
+  t.equal(stored?.creditLimit ?? null, null, 'the key was written')
+  t.equal((await store.ledger.totals(A)).deposited, usd('5'), 'no refused write changed the account')
+})
+
 t.test("a URL's own session options (a schema of its own) are kept, and commits stay synchronous", async (t) => {
   const url = await server.newDatabase()
   await sql(url, 'CREATE SCHEMA svc')
