@@ -31,14 +31,12 @@ const BATCH_SIGNATURE = `svc_charge_batch(r TEXT, ids TEXT[],
 RETURNS TABLE (o_known TEXT[], o_seqs BIGINT[], o_requests TEXT[])`
 const LOCK_ACCOUNTS = `  SELECT coalesce(array_agg(l.id), '{}') INTO o_known
     FROM (SELECT id FROM accounts WHERE id = ANY (ids) ORDER BY id FOR NO KEY UPDATE) l;`
-/** The batch's charges as rows, as a CTE of that name. */
-const batchRows = (name: string): string => `${name} AS (
+const INPUT_ROWS = `  WITH input AS (
     SELECT * FROM unnest(p_account, p_amount, p_request, p_key, p_at, p_model, p_provider, p_prompt, p_completion,
       p_images, p_audio, p_day, p_neuron) WITH ORDINALITY
       AS c(account_id, amount, request_id, key_id, created_at, model, provider, prompt_tokens, completion_tokens,
         images, audio_ms, day, neuron, ord)
   ),`
-const INPUT_ROWS = batchRows('  WITH input')
 const APPEND_CHARGES = ` appended AS (
     INSERT INTO journal (account_id, kind, amount, request_id, key_id, memo, created_at, model, provider,
       prompt_tokens, completion_tokens, images, audio_ms, neuron)
@@ -54,7 +52,7 @@ const SERVED = ` served AS (
     SELECT provider, r, sum(neuron) FROM appended WHERE neuron > 0 GROUP BY provider ORDER BY provider
     ON CONFLICT (provider, replica) DO UPDATE SET served = p.served + EXCLUDED.served
   ),`
-const DAILY = ` daily AS (
+const DAILY_AND_ANSWER = ` daily AS (
     INSERT INTO usage_daily AS u (account_id, day, model, key_id, requests, prompt_tokens, completion_tokens,
       images, audio_ms, cost)
     SELECT a.account_id, i.day, a.model, a.key_id, count(*),
@@ -69,12 +67,9 @@ const DAILY = ` daily AS (
       images = LEAST(u.images::numeric + EXCLUDED.images, 9007199254740991)::bigint,
       audio_ms = LEAST(u.audio_ms::numeric + EXCLUDED.audio_ms, 9007199254740991)::bigint,
       cost = u.cost + EXCLUDED.cost
-  )`
-/** The answer: the seq and request of each appended charge, in seq order. */
-const APPENDED_INTO = `
+  )
   SELECT coalesce(array_agg(seq ORDER BY seq), '{}'), coalesce(array_agg(request_id ORDER BY seq), '{}')
-    INTO o_seqs, o_requests FROM appended;`
-const DAILY_AND_ANSWER = `${DAILY}${APPENDED_INTO}
+    INTO o_seqs, o_requests FROM appended;
   RETURN NEXT;`
 
 export const CHARGE_BATCH_MIGRATION = `
@@ -217,7 +212,7 @@ export const CHARGE_BATCH_SQL =
  * or gone, a key's period that moved, a key on two accounts or periods) the batch goes the way it went before:
  * svc_lease_pay_all, then the same append with nothing more to pay. Same locks in the same order, same results.
  */
-const LEASED_BATCH_HEAD = `
+export const LEASED_BATCH_MIGRATION = `
 CREATE OR REPLACE FUNCTION ${BATCH_SIGNATURE}
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 #variable_conflict use_column
@@ -227,9 +222,7 @@ DECLARE
   covered BIGINT := 0;
   fast BOOLEAN := true;
 BEGIN
-${LOCK_ACCOUNTS}`
-/** Migration 11's way after the account locks: the billed read, the check of the leases, then the append. */
-const LEASED_BATCH_BODY = `
+${LOCK_ACCOUNTS}
   IF l_request IS NOT NULL THEN
     SELECT coalesce(array_agg(request_id), '{}') INTO billed FROM journal WHERE kind = 'charge' AND request_id = ANY (l_request);
     WITH g AS (
@@ -272,52 +265,3 @@ ${INPUT_ROWS} paid AS (
   ),${DAILY_AND_ANSWER}
 END $$;
 `
-export const LEASED_BATCH_MIGRATION = LEASED_BATCH_HEAD + LEASED_BATCH_BODY
-
-/**
- * Migration 13: a batch whose every charge is leased (a warm replica's usual batch) tries one statement after
- * the account locks instead of three (the billed read, the check of the leases, the append): it groups the
- * charges by key, locks the keys and leases (key order, after the accounts, as before) and counts the groups a
- * lease covers with room to spare on their latest row versions, as migration 11's check does; only when every
- * group is covered does it append the charges (a request billed already is skipped) and pay exactly the
- * appended ones out of their leases, into the keys' period spend and each account once, with the served rows
- * and the daily roll-up. When it appended nothing (a lease that does not cover, or every request billed
- * already) the batch goes migration 11's way, in the same transaction, with the locks it holds. By pg-batch.ts
- * most of a batch's cost in the server is per statement (executor set-up, snapshots, constraints).
- */
-const ONE_STATEMENT = `
-  IF l_request IS NOT NULL AND cardinality(l_request) = cardinality(p_request) THEN
-    WITH g AS MATERIALIZED (
-      SELECT c.key_id, min(c.account_id) AS account_id, count(DISTINCT c.account_id) AS accounts, min(c.period) AS period,
-        count(DISTINCT c.period) AS periods, sum(c.amount) AS total
-      FROM unnest(l_request, l_account, l_key, l_period, l_cost) AS c(request_id, account_id, key_id, period, amount)
-      GROUP BY c.key_id
-    ), covered AS MATERIALIZED (
-      SELECT count(*) AS n FROM (
-        SELECT 1 FROM g
-          JOIN api_keys k ON k.id = g.key_id
-          JOIN budget_leases bl ON bl.replica_id = r AND bl.key_id = g.key_id
-        WHERE g.accounts = 1 AND g.periods = 1 AND g.account_id = ANY (o_known) AND bl.account_id = g.account_id
-          AND k.period_start = g.period AND bl.amount > g.total
-        ORDER BY g.key_id
-        FOR NO KEY UPDATE OF k FOR UPDATE OF bl
-      ) x
-    ), ${batchRows('batch')} input AS (
-      SELECT * FROM batch WHERE (SELECT n FROM covered) = (SELECT count(*) FROM g)
-    ),${APPEND_CHARGES} paid AS (
-      SELECT key_id, min(account_id) AS account_id, sum(amount) AS total FROM appended GROUP BY key_id
-    ), leases AS (
-      UPDATE budget_leases bl SET amount = bl.amount - p.total FROM paid p WHERE bl.replica_id = r AND bl.key_id = p.key_id
-    ), keys AS (
-      UPDATE api_keys k SET leased = k.leased - p.total, period_used = k.period_used + p.total FROM paid p WHERE k.id = p.key_id
-    ),${SERVED} spent AS (
-      UPDATE accounts a SET spent = a.spent + s.total, leased = a.leased - s.total
-      FROM (SELECT account_id, sum(total) AS total FROM paid GROUP BY account_id) s
-      WHERE a.id = s.account_id
-    ),${DAILY}${APPENDED_INTO}
-    IF cardinality(o_seqs) > 0 THEN
-      RETURN NEXT;
-      RETURN;
-    END IF;
-  END IF;`
-export const ONE_STATEMENT_BATCH_MIGRATION = LEASED_BATCH_HEAD + ONE_STATEMENT + LEASED_BATCH_BODY

@@ -8,7 +8,7 @@
  * Timestamps are epoch ms in bigint columns, as the Store interface speaks them.
  */
 
-import { CHARGE_BATCH_MIGRATION, FEWER_STATEMENTS_MIGRATION, LEASED_BATCH_MIGRATION, ONE_STATEMENT_BATCH_MIGRATION } from './charge-batch.js'
+import { CHARGE_BATCH_MIGRATION, FEWER_STATEMENTS_MIGRATION, LEASED_BATCH_MIGRATION } from './charge-batch.js'
 import { CLUSTER_MIGRATION, KEY_PERIOD_PLPGSQL_MIGRATION, LEASE_PAY_BY_KEY_MIGRATION } from './leases.js'
 import { RESPONSES_MIGRATION } from './responses.js'
 import { SETTLEMENT_LAST_BLOCK_MIGRATION, SETTLEMENT_MIGRATION } from './settlement.js'
@@ -296,10 +296,5 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 12,
     name: "the account's and the key's settings checked when they are written, not with every charge",
     sql: SETTINGS_CHECKED_WHEN_WRITTEN_MIGRATION,
-  },
-  {
-    version: 13,
-    name: 'a batch whose every charge is leased tries one statement after the account locks',
-    sql: ONE_STATEMENT_BATCH_MIGRATION,
   },
 ]
