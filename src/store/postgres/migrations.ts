@@ -33,6 +33,10 @@ export const CHANGES_KEPT = 10_000
  */
 export const LOCK_CLASS = 0x5356
 export const MIGRATION_LOCK = 1
+export const CHANGES_LOCK = 2
+
+const money = (column: string, nullable = false): string =>
+  `${column} NUMERIC(78,0) ${nullable ? '' : 'NOT NULL DEFAULT 0 '}CHECK (${column} >= 0)`
 
 /** A check a trigger of migration 12 makes: its constraint's name and the rule, a boolean SQL expression of NEW. */
 const SETTINGS_CHECKS: Readonly<Record<'accounts' | 'api_keys', readonly (readonly [name: string, rule: string])[]>> = {
@@ -62,7 +66,8 @@ const SETTINGS_COLUMNS = { accounts: 'id, rate_limit, deposited, credited', api_
  * those nine dropped in a throwaway database: about 20 us of ~370 of server CPU a batch of one). They become
  * a trigger per table that fires on INSERT and on an UPDATE that sets one of their columns: the same rules (as a
  * CHECK, a rule that is NULL passes), refused with the same SQLSTATE (23514) and constraint name. The checks on
- * the counters themselves (spent, leased >= 0) stay constraints: a batch writes those.
+ * the counters themselves (spent, leased >= 0) stay constraints: a batch writes those. Its text must stay what
+ * it is (databases migrated ran it): change these checks in a migration of their own.
  */
 const SETTINGS_CHECKED_WHEN_WRITTEN_MIGRATION = (['accounts', 'api_keys'] as const)
   .map((table) => {
@@ -85,10 +90,6 @@ ALTER TABLE ${table} ${checks.map(([name]) => `DROP CONSTRAINT IF EXISTS ${name}
 `
   })
   .join('')
-export const CHANGES_LOCK = 2
-
-const money = (column: string, nullable = false): string =>
-  `${column} NUMERIC(78,0) ${nullable ? '' : 'NOT NULL DEFAULT 0 '}CHECK (${column} >= 0)`
 
 export const MIGRATIONS: readonly Migration[] = [
   {
