@@ -5,27 +5,18 @@
  * verdict on each of the rows those workloads decide. What the figures are is not asserted (no timing): that
  * each row is measured, judged against the reference it names, and lists its interleaved runs.
  */
-import { spawn } from 'node:child_process'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { CRITERIA, criterion } from '../../bench/e2e/criteria.js'
+import { runNode, type CliRun } from '../helpers/child.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 const script = join(root, 'dist', 'bench', 'e2e', 'run.js')
 
 t.setTimeout(400_000)
 
-function run(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, [script, ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s))
-    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s))
-    child.on('close', (code) => done({ code, stdout, stderr }))
-  })
-}
+const run = (args: readonly string[]): Promise<CliRun> => runNode([script, ...args], { cwd: root })
 
 /** The Targets table's row of criterion `id`: its cells (label, measured, met, beside). */
 function rowOf(markdown: string, id: string): string[] | null {
@@ -36,7 +27,7 @@ function rowOf(markdown: string, id: string): string[] | null {
 
 t.test('an unknown --rows names the known ones and measures nothing', async (t) => {
   const r = await run(['--smoke', '--rows=cpu-full,no-such-row'])
-  t.equal(r.code, 1)
+  t.equal(r.status, 1)
   t.match(r.stderr, /unknown --rows no-such-row; known: cpu-full, cpu-normal/)
   t.notMatch(r.stderr, /starting the simulated providers/)
 })
@@ -47,7 +38,7 @@ t.test('a smoke run measures every like-for-like reference and judges each row a
     '--only=latency,throughput,ttft,multipart,replicas,rtt',
     '--targets=direct,router,router-normal,floor-billed,floor-billed-full,router-pg,floor-billed-pg',
   ])
-  t.equal(r.code, 0, r.stderr.slice(-3000))
+  t.equal(r.status, 0, r.stderr.slice(-3000))
   t.match(r.stderr, /partial run \(--only\/--targets\): nothing written/)
   const decided = ['cpu-full', 'cpu-normal', 'throughput-full', 'throughput-normal', 'replica-throughput', 'replica-p50', 'p50', 'first-event', 'durable', 'multipart', 'rtt-p50', 'rtt-throughput', 'moonshot-throughput', 'moonshot-p50']
   for (const id of decided) {

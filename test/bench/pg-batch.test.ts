@@ -3,10 +3,10 @@
  * and the billed floor with roll-ups ends with every total equal to its journal's (the tool fails otherwise).
  * What the figures are is not asserted (no timing).
  */
-import { spawn } from 'node:child_process'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { runNode } from '../helpers/child.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 
@@ -14,15 +14,8 @@ t.setTimeout(180_000)
 
 t.test('pg-batch measures svc-router\'s batch, the billed floor\'s and the floor with roll-ups', async (t) => {
   if (process.env.TEST_PG_URL !== undefined) return t.pass('skipped: pg-batch reads the CPU of a server of its own')
-  const r = await new Promise<{ code: number | null; stdout: string; stderr: string }>((done) => {
-    const child = spawn(process.execPath, [join(root, 'dist', 'bench', 'e2e', 'pg-batch.js'), '--rounds=1', '--batches=20', '--sizes=1,3'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s))
-    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s))
-    child.on('close', (code) => done({ code, stdout, stderr }))
-  })
-  t.equal(r.code, 0, r.stderr)
+  const r = await runNode([join(root, 'dist', 'bench', 'e2e', 'pg-batch.js'), '--rounds=1', '--batches=20', '--sizes=1,3'], { cwd: root })
+  t.equal(r.status, 0, r.stderr)
   for (const side of ['svc-router (svc_charge_batch, leased)', 'billed floor (one INSERT)', 'billed floor with roll-ups (one statement)']) {
     for (const size of [1, 3]) t.match(r.stdout, new RegExp(`  ${side.replace(/[()]/g, '\\$&')}, batches of ${size}: server CPU \\d+ µs a batch \\(\\d+\\), wall \\d+ µs`), `${side}, batches of ${size}`)
   }

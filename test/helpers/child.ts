@@ -23,19 +23,24 @@ export interface CliRun {
 
 const CLI = new URL('../../src/cli.js', import.meta.url).pathname
 
+/** Runs `node <args>` to its end without blocking this process's event loop: what it printed and how it ended. */
+export function runNode(args: readonly string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliRun> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s))
+    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s))
+    child.on('close', (status) => resolve({ status, stdout, stderr }))
+  })
+}
+
 /**
  * Runs `svc-router <args> --config <configFile>` as an operator does, without blocking this process's event loop;
  * its environment is PATH and `env` alone (SVC_ variables of the test's own would be config paths to it).
  */
 export function runCli(args: string[], configFile: string, env: Record<string, string> = {}): Promise<CliRun> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args, '--config', configFile], { env: { PATH: process.env.PATH, ...env } })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-    child.on('close', (status) => resolve({ status, stdout, stderr }))
-  })
+  return runNode([CLI, ...args, '--config', configFile], { env: { PATH: process.env.PATH, ...env } })
 }
 
 /** A long-running child of a test: SIGKILLed with this process (setpriv's pdeathsig) and at teardown; its output kept. */

@@ -202,7 +202,8 @@ t.test("migration 12: the account's and the key's settings are refused as their 
   await sql(url, 'UPDATE accounts SET rate_limit = NULL WHERE id = $1', [A])
   await sql(url, 'UPDATE api_keys SET trust_mode = NULL, credit_limit = NULL, allowed_models = NULL, allowed_providers = NULL WHERE id = $1', [key.id])
   const stored = await store.keys.getApiKey(A, key.id)
-  t.equal(stored?.creditLimit ?? null, null, 'the key was written')
+  t.ok(stored !== null, 'the key is still there')
+  t.strictSame([stored?.trustMode, stored?.creditLimit, stored?.allowedModels, stored?.allowedProviders], [null, null, null, null], 'the NULLs were written')
   t.equal((await store.ledger.totals(A)).deposited, usd('5'), 'no refused write changed the account')
 })
 
